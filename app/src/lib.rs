@@ -1,0 +1,82 @@
+//! replaysafe's web UI: Leptos components rendered on the server and hydrated
+//! in the browser, and the server functions they call.
+
+pub mod api;
+pub mod pages;
+
+use leptos::prelude::*;
+use leptos_meta::{provide_meta_context, MetaTags, Stylesheet, Title};
+use leptos_router::components::{Redirect, Route, Router, Routes, A};
+use leptos_router::StaticSegment;
+
+use crate::pages::sources::SourcesPage;
+
+/// The HTML document around the app, rendered on the server.
+pub fn shell(options: LeptosOptions) -> impl IntoView {
+    view! {
+        <!DOCTYPE html>
+        <html lang="en">
+            <head>
+                <meta charset="utf-8"/>
+                <meta name="viewport" content="width=device-width, initial-scale=1"/>
+                <AutoReload options=options.clone()/>
+                <HydrationScripts options/>
+                <MetaTags/>
+            </head>
+            <body>
+                <App/>
+            </body>
+        </html>
+    }
+}
+
+#[component]
+pub fn App() -> impl IntoView {
+    provide_meta_context();
+    // Browser tests wait for this marker before they click.
+    Effect::new(move |_| {
+        if let Some(body) = document().body() {
+            let _ = body.set_attribute("data-hydrated", "true");
+        }
+    });
+
+    view! {
+        <Stylesheet id="leptos" href="/pkg/replaysafe.css"/>
+        <Title text="replaysafe"/>
+        <Router>
+            <header class="topbar">
+                <a class="brand" href="/">"replaysafe"</a>
+                <nav aria-label="Main">
+                    <A href="/sources">"Sources"</A>
+                </nav>
+            </header>
+            <main id="main">
+                <Routes fallback=NotFound>
+                    <Route path=StaticSegment("") view=|| view! { <Redirect path="/sources"/> }/>
+                    <Route path=StaticSegment("sources") view=SourcesPage/>
+                </Routes>
+            </main>
+        </Router>
+    }
+}
+
+#[component]
+fn NotFound() -> impl IntoView {
+    #[cfg(feature = "ssr")]
+    if let Some(response) = use_context::<leptos_axum::ResponseOptions>() {
+        response.set_status(http::StatusCode::NOT_FOUND);
+    }
+    view! {
+        <section class="page">
+            <h1>"Not found"</h1>
+            <p>"There is no page at this address. " <a href="/sources">"Go to Sources"</a></p>
+        </section>
+    }
+}
+
+#[cfg(feature = "hydrate")]
+#[wasm_bindgen::prelude::wasm_bindgen]
+pub fn hydrate() {
+    console_error_panic_hook::set_once();
+    leptos::mount::hydrate_body(App);
+}

@@ -1,0 +1,82 @@
+import { defineConfig } from '@playwright/test';
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+
+// scripts/test exports these; the defaults let `npx playwright test` run by hand
+// against a server built with `cargo leptos build` and a database URL.
+const port = Number(process.env.E2E_PORT ?? 3100);
+const baseURL = `http://127.0.0.1:${port}`;
+const databaseUrl = process.env.E2E_DATABASE_URL ?? process.env.DATABASE_URL;
+if (!databaseUrl) throw new Error('set E2E_DATABASE_URL (or DATABASE_URL) to an empty database');
+
+// The config the server under test runs with; tests read the same values.
+export const e2eSources = {
+  standardSecret: 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw',
+  githubSecret: 'e2e-github-secret-never-shown',
+};
+const configDir = join(__dirname, '.cache');
+mkdirSync(configDir, { recursive: true });
+const configPath = join(configDir, 'replaysafe.e2e.toml');
+writeFileSync(
+  configPath,
+  `listen = "127.0.0.1:${port}"
+public_url = "${baseURL}"
+data_dir = "./data"
+
+[[source]]
+slug = "e2e-standard"
+provider = "standard"
+secrets = ["${e2eSources.standardSecret}"]
+destination = "${baseURL}/demo/destination"
+destination_secret = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD"
+
+[[source]]
+slug = "e2e-github"
+provider = "github"
+secrets = ["env:E2E_GITHUB_SECRET"]
+destination = "http://127.0.0.1:9/unused"
+paused = true
+`,
+);
+
+export default defineConfig({
+  testDir: './tests',
+  timeout: 30_000,
+  fullyParallel: false,
+  workers: 1,
+  forbidOnly: !!process.env.CI,
+  reporter: [['list'], ['html', { open: 'never' }]],
+  use: {
+    baseURL,
+    screenshot: 'only-on-failure',
+    trace: 'retain-on-failure',
+    launchOptions: {
+      executablePath: '/usr/bin/chromium',
+      // Without the networking flags Chromium floods the closed network.
+      args: [
+        '--no-sandbox',
+        '--disable-gpu',
+        '--disable-quic',
+        '--no-first-run',
+        '--disable-background-networking',
+        '--disable-component-update',
+        '--disable-sync',
+      ],
+    },
+  },
+  webServer: {
+    command: `./target/debug/replaysafe serve --config ${configPath}`,
+    cwd: '..',
+    url: `${baseURL}/readyz`,
+    timeout: 120_000,
+    reuseExistingServer: false,
+    stdout: 'pipe',
+    stderr: 'pipe',
+    env: {
+      DATABASE_URL: databaseUrl,
+      LEPTOS_SITE_ROOT: 'target/site',
+      E2E_GITHUB_SECRET: e2eSources.githubSecret,
+      RUST_LOG: 'info',
+    },
+  },
+});

@@ -1,0 +1,88 @@
+# Shared by scripts/run and scripts/test: idempotent installs and a private
+# PostgreSQL for tests. Source it; do not run it.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+CARGO_LEPTOS_VERSION=0.3.10      # 0.3.11 needs a newer rustc (toolchain.md)
+WASM_BINDGEN_VERSION=0.2.130     # must equal the wasm-bindgen crate pin in Cargo.toml
+export PATH="$HOME/.cargo/bin:$PATH"
+
+log() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
+die() { printf 'error: %s\n' "$*" >&2; exit 1; }
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+
+APT_UPDATED=0
+apt_install() {  # apt_install PACKAGE...: installs the Debian packages missing
+  local missing=()
+  for p in "$@"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+  [ ${#missing[@]} = 0 ] && return 0
+  command -v apt-get >/dev/null || die "install ${missing[*]} with your package manager"
+  if [ $APT_UPDATED = 0 ]; then as_root apt-get update -qq; APT_UPDATED=1; fi
+  log "installing ${missing[*]}"
+  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq "${missing[@]}" >/dev/null
+}
+
+ensure_build_tools() {
+  command -v cargo >/dev/null || die "Rust is needed: install it from https://rustup.rs"
+  command -v node >/dev/null && command -v npm >/dev/null || die "Node.js 20 and npm are needed"
+  if ! rustup target list --installed 2>/dev/null | grep -q wasm32-unknown-unknown; then
+    log "adding the wasm32-unknown-unknown target"
+    rustup target add wasm32-unknown-unknown
+  fi
+  if ! cargo leptos --version 2>/dev/null | grep -q "$CARGO_LEPTOS_VERSION"; then
+    log "installing cargo-leptos $CARGO_LEPTOS_VERSION (about 14 minutes on 2 cores, once per machine)"
+    cargo install cargo-leptos --locked --version "$CARGO_LEPTOS_VERSION" --features no_downloads
+  fi
+  if ! wasm-bindgen --version 2>/dev/null | grep -q "$WASM_BINDGEN_VERSION"; then
+    log "installing wasm-bindgen-cli $WASM_BINDGEN_VERSION"
+    # Not --locked: its lockfile names a crate version the registry mirror lacks.
+    cargo install wasm-bindgen-cli --version "$WASM_BINDGEN_VERSION" --force
+  fi
+}
+
+ensure_postgres_binaries() {
+  pg_bin_dir >/dev/null && return 0
+  apt_install postgresql
+  pg_bin_dir >/dev/null || die "PostgreSQL server binaries not found after installing"
+}
+
+pg_bin_dir() {  # the directory holding initdb, pg_ctl and postgres
+  local d
+  for d in $(dirname "$(command -v pg_ctl 2>/dev/null || echo /nonexistent/x)") \
+           $(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -t/ -k4 -rn); do
+    [ -x "$d/initdb" ] && [ -x "$d/pg_ctl" ] && [ -x "$d/postgres" ] && { echo "$d"; return 0; }
+  done
+  return 1
+}
+
+build_site() {  # the server binary and the hydrated UI bundle (debug: one build shared by run and test)
+  log "building replaysafe (cargo leptos build)"
+  (cd "$ROOT" && cargo leptos build)
+}
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+# A private PostgreSQL for the tests: trust auth on a loopback port, data
+# under a directory the postgres user can reach even when the repo is in /root.
+TEST_PG_DIR=${TEST_PG_DIR:-/tmp/replaysafe-test-pg-$(id -u)}
+test_pg_start() {
+  local bin; bin=$(pg_bin_dir)
+  local run=(); [ "$(id -u)" = 0 ] && run=(runuser -u postgres --)
+  mkdir -p "$TEST_PG_DIR"; [ "$(id -u)" = 0 ] && chown postgres: "$TEST_PG_DIR"
+  if [ ! -s "$TEST_PG_DIR/data/PG_VERSION" ]; then
+    "${run[@]}" "$bin/initdb" -D "$TEST_PG_DIR/data" -U postgres -A trust -E UTF8 --locale=C --no-instructions >/dev/null
+  fi
+  "${run[@]}" "$bin/pg_ctl" -D "$TEST_PG_DIR/data" -m immediate -w stop >/dev/null 2>&1 || true
+  TEST_PG_PORT=$(free_port)
+  # Many per-test databases at once: more connections than the default 100;
+  # fsync off: a test cluster need not survive a power cut, and tests run faster.
+  (cd "$TEST_PG_DIR" && "${run[@]}" "$bin/pg_ctl" -D "$TEST_PG_DIR/data" -l "$TEST_PG_DIR/server.log" -w -t 60 \
+    -o "-p $TEST_PG_PORT -c listen_addresses=127.0.0.1 -c unix_socket_directories='' -c max_connections=400 -c shared_buffers=256MB -c fsync=off -c full_page_writes=off" start >/dev/null)
+  export TEST_PG_URL="postgres://postgres@127.0.0.1:$TEST_PG_PORT"
+  log "test PostgreSQL on 127.0.0.1:$TEST_PG_PORT"
+}
+test_pg_stop() {
+  local bin; bin=$(pg_bin_dir) || return 0
+  local run=(); [ "$(id -u)" = 0 ] && run=(runuser -u postgres --)
+  (cd "$TEST_PG_DIR" && "${run[@]}" "$bin/pg_ctl" -D "$TEST_PG_DIR/data" -m fast -w stop >/dev/null 2>&1) || true
+}

@@ -1,0 +1,527 @@
+//! Configuration: one TOML file (spec section 2), read and validated once at
+//! start. Errors name the key and what is wrong; secrets redact themselves.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+pub const DEFAULT_CONFIG_PATH: &str = "./replaysafe.toml";
+pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
+/// Keys younger than a week must never be forgotten: providers retry for days.
+pub const MIN_DEDUP_TTL_DAYS: u32 = 7;
+
+/// A secret from the config: prints as `[redacted]`, read only via `expose`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: impl Into<String>) -> Self {
+        Self(value.into())
+    }
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret([redacted])")
+    }
+}
+
+impl fmt::Display for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("[redacted]")
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("config file {path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("config file {path}: `{key}`: {problem}")]
+    Invalid {
+        path: PathBuf,
+        key: String,
+        problem: String,
+    },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Provider {
+    Standard,
+    Stripe,
+    Github,
+    Shopify,
+    Slack,
+    Twilio,
+    Alipay,
+    Wechatpay,
+    Discord,
+}
+
+impl Provider {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Provider::Standard => "standard",
+            Provider::Stripe => "stripe",
+            Provider::Github => "github",
+            Provider::Shopify => "shopify",
+            Provider::Slack => "slack",
+            Provider::Twilio => "twilio",
+            Provider::Alipay => "alipay",
+            Provider::Wechatpay => "wechatpay",
+            Provider::Discord => "discord",
+        }
+    }
+
+    /// Providers that sign with a shared secret (the others verify with a public key).
+    fn uses_shared_secret(self) -> bool {
+        !matches!(
+            self,
+            Provider::Alipay | Provider::Wechatpay | Provider::Discord
+        )
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    #[default]
+    Ack,
+    Sync,
+}
+
+impl Mode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Ack => "ack",
+            Mode::Sync => "sync",
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The file this came from, or None when no file exists and defaults apply.
+    pub path: Option<PathBuf>,
+    pub listen: SocketAddr,
+    pub database_url: Option<Secret>,
+    pub data_dir: PathBuf,
+    pub public_url: String,
+    pub retention_days: u32,
+    pub dedup_ttl_days: u32,
+    pub max_body_bytes: usize,
+    pub demo_destination: bool,
+    pub sources: Vec<SourceConfig>,
+}
+
+#[derive(Debug, Clone)]
+pub struct SourceConfig {
+    pub slug: String,
+    pub provider: Provider,
+    pub secrets: Vec<Secret>,
+    pub mode: Mode,
+    pub destination: Option<String>,
+    pub destination_secret: Option<Secret>,
+    pub tolerance_secs: u64,
+    pub max_attempts: u32,
+    pub attempt_timeout_secs: u64,
+    pub paused: bool,
+    /// Alipay's RSA public key (PEM) or Discord's Ed25519 public key (hex).
+    pub public_key: Option<String>,
+    /// WeChat Pay platform public keys (PEM) by `Wechatpay-Serial`.
+    pub platform_keys: BTreeMap<String, String>,
+    /// WeChat Pay API v3 key (AES-256-GCM, 32 bytes).
+    pub api_v3_key: Option<Secret>,
+    /// Twilio signs the public URL it posted to.
+    pub public_url: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    listen: Option<String>,
+    database_url: Option<String>,
+    data_dir: Option<PathBuf>,
+    public_url: Option<String>,
+    retention_days: Option<u32>,
+    dedup_ttl_days: Option<u32>,
+    max_body_bytes: Option<usize>,
+    demo_destination: Option<bool>,
+    #[serde(default)]
+    source: Vec<RawSource>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSource {
+    slug: String,
+    provider: Provider,
+    #[serde(default)]
+    secrets: Vec<String>,
+    #[serde(default)]
+    mode: Mode,
+    destination: Option<String>,
+    destination_secret: Option<String>,
+    tolerance_secs: Option<u64>,
+    max_attempts: Option<u32>,
+    attempt_timeout_secs: Option<u64>,
+    #[serde(default)]
+    paused: bool,
+    public_key: Option<String>,
+    #[serde(default)]
+    platform_keys: BTreeMap<String, String>,
+    api_v3_key: Option<String>,
+    public_url: Option<String>,
+}
+
+/// Where the config comes from: `--config`, else `$REPLAYSAFE_CONFIG` (clap
+/// folds both into `explicit`), else `./replaysafe.toml` if it exists.
+pub fn load(explicit: Option<&Path>) -> Result<Config, ConfigError> {
+    let env = |name: &str| std::env::var(name).ok();
+    match explicit {
+        Some(path) => load_file(path, &env),
+        None if Path::new(DEFAULT_CONFIG_PATH).exists() => {
+            load_file(Path::new(DEFAULT_CONFIG_PATH), &env)
+        }
+        None => parse_and_validate(None, "", &env),
+    }
+}
+
+fn load_file(path: &Path, env: &dyn Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    parse_and_validate(Some(path), &text, env)
+}
+
+/// Parses and validates config text; `env` reads environment variables (a
+/// parameter so tests need not touch the process environment).
+pub fn parse_and_validate(
+    path: Option<&Path>,
+    text: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Config, ConfigError> {
+    let shown_path = path
+        .map(Path::to_owned)
+        .unwrap_or_else(|| PathBuf::from("(defaults)"));
+    let raw: RawConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
+        path: shown_path.clone(),
+        message: e.to_string(),
+    })?;
+    let invalid = |key: &str, problem: String| ConfigError::Invalid {
+        path: shown_path.clone(),
+        key: key.to_owned(),
+        problem,
+    };
+    let secret = |key: &str, value: &str| -> Result<Secret, ConfigError> {
+        match value.strip_prefix("env:") {
+            Some(name) => env(name).filter(|v| !v.is_empty()).map(Secret).ok_or_else(|| {
+                invalid(
+                    key,
+                    format!("environment variable {name} is not set or empty"),
+                )
+            }),
+            None if value.is_empty() => Err(invalid(key, "must not be empty".into())),
+            None => Ok(Secret(value.to_owned())),
+        }
+    };
+
+    let listen_text = raw.listen.unwrap_or_else(|| "127.0.0.1:3000".into());
+    let listen: SocketAddr = listen_text.parse().map_err(|_| {
+        invalid(
+            "listen",
+            format!("{listen_text:?} is not an address such as \"127.0.0.1:3000\""),
+        )
+    })?;
+
+    // $DATABASE_URL wins over the file.
+    let database_url = match env("DATABASE_URL").filter(|v| !v.is_empty()) {
+        Some(url) => Some(Secret(url)),
+        None => raw
+            .database_url
+            .as_deref()
+            .map(|v| secret("database_url", v))
+            .transpose()?,
+    };
+    if let Some(url) = &database_url {
+        let u = url.expose();
+        if !(u.starts_with("postgres://") || u.starts_with("postgresql://")) {
+            return Err(invalid(
+                "database_url",
+                "must start with postgres:// or postgresql://".into(),
+            ));
+        }
+    }
+
+    // Relative paths are relative to the config file, so `--config` works from anywhere.
+    let base = path
+        .and_then(Path::parent)
+        .map(Path::to_owned)
+        .unwrap_or_default();
+    let data_dir = base.join(raw.data_dir.unwrap_or_else(|| PathBuf::from("./data")));
+
+    let public_url = raw
+        .public_url
+        .unwrap_or_else(|| format!("http://{listen}"))
+        .trim_end_matches('/')
+        .to_owned();
+    check_http_url(&public_url).map_err(|p| invalid("public_url", p))?;
+
+    let retention_days = raw.retention_days.unwrap_or(30);
+    if retention_days == 0 {
+        return Err(invalid("retention_days", "must be at least 1".into()));
+    }
+    let dedup_ttl_days = raw.dedup_ttl_days.unwrap_or(30);
+    if dedup_ttl_days < MIN_DEDUP_TTL_DAYS {
+        return Err(invalid(
+            "dedup_ttl_days",
+            format!("{dedup_ttl_days} is below the minimum of {MIN_DEDUP_TTL_DAYS}: providers retry for days"),
+        ));
+    }
+    let max_body_bytes = raw.max_body_bytes.unwrap_or(DEFAULT_MAX_BODY_BYTES);
+    if max_body_bytes == 0 {
+        return Err(invalid("max_body_bytes", "must be at least 1".into()));
+    }
+
+    let mut sources: Vec<SourceConfig> = Vec::with_capacity(raw.source.len());
+    for (i, s) in raw.source.into_iter().enumerate() {
+        let at = |field: &str| format!("source[{i}].{field}");
+        if !valid_slug(&s.slug) {
+            return Err(invalid(
+                &at("slug"),
+                format!(
+                    "{:?}: use 1-64 lowercase letters, digits, '-' or '_'",
+                    s.slug
+                ),
+            ));
+        }
+        if sources.iter().any(|o| o.slug == s.slug) {
+            return Err(invalid(
+                &at("slug"),
+                format!("{:?} is used by another source", s.slug),
+            ));
+        }
+        let secrets = s
+            .secrets
+            .iter()
+            .enumerate()
+            .map(|(j, v)| secret(&at(&format!("secrets[{j}]")), v))
+            .collect::<Result<Vec<_>, _>>()?;
+        if s.provider.uses_shared_secret() && secrets.is_empty() {
+            return Err(invalid(
+                &at("secrets"),
+                format!(
+                    "provider {} signs with a shared secret: give at least one",
+                    s.provider.as_str()
+                ),
+            ));
+        }
+        if s.provider == Provider::Discord && s.mode != Mode::Sync {
+            return Err(invalid(
+                &at("mode"),
+                "discord interactions must be answered inline: use mode = \"sync\"".into(),
+            ));
+        }
+        if let Some(d) = &s.destination {
+            check_http_url(d).map_err(|p| invalid(&at("destination"), p))?;
+        }
+        let max_attempts = s.max_attempts.unwrap_or(8);
+        if max_attempts == 0 {
+            return Err(invalid(&at("max_attempts"), "must be at least 1".into()));
+        }
+        let attempt_timeout_secs = s.attempt_timeout_secs.unwrap_or(10);
+        if attempt_timeout_secs == 0 {
+            return Err(invalid(
+                &at("attempt_timeout_secs"),
+                "must be at least 1".into(),
+            ));
+        }
+        let destination_secret = s
+            .destination_secret
+            .as_deref()
+            .map(|v| secret(&at("destination_secret"), v))
+            .transpose()?;
+        let api_v3_key = s
+            .api_v3_key
+            .as_deref()
+            .map(|v| secret(&at("api_v3_key"), v))
+            .transpose()?;
+        if let Some(u) = &s.public_url {
+            check_http_url(u).map_err(|p| invalid(&at("public_url"), p))?;
+        }
+        sources.push(SourceConfig {
+            slug: s.slug,
+            provider: s.provider,
+            secrets,
+            mode: s.mode,
+            destination: s.destination,
+            destination_secret,
+            tolerance_secs: s.tolerance_secs.unwrap_or(300),
+            max_attempts,
+            attempt_timeout_secs,
+            paused: s.paused,
+            public_key: s.public_key,
+            platform_keys: s.platform_keys,
+            api_v3_key,
+            public_url: s.public_url,
+        });
+    }
+
+    Ok(Config {
+        path: path.map(Path::to_owned),
+        listen,
+        database_url,
+        data_dir,
+        public_url,
+        retention_days,
+        dedup_ttl_days,
+        max_body_bytes,
+        demo_destination: raw.demo_destination.unwrap_or(false),
+        sources,
+    })
+}
+
+fn valid_slug(slug: &str) -> bool {
+    (1..=64).contains(&slug.len())
+        && slug
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
+}
+
+fn check_http_url(url: &str) -> Result<(), String> {
+    let rest = url
+        .strip_prefix("http://")
+        .or_else(|| url.strip_prefix("https://"));
+    match rest {
+        Some(host) if !host.is_empty() && !host.starts_with('/') => Ok(()),
+        _ => Err(format!("{url:?} is not an http:// or https:// URL")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str, vars: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        let vars: Vec<(String, String)> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let env = move |name: &str| {
+            vars.iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.clone())
+        };
+        parse_and_validate(Some(Path::new("/etc/rs/replaysafe.toml")), text, &env)
+    }
+
+    const STRIPE: &str = r#"
+        [[source]]
+        slug = "stripe"
+        provider = "stripe"
+        secrets = ["env:STRIPE_SECRET", "whsec_old"]
+        destination = "http://127.0.0.1:4000/stripe"
+    "#;
+
+    #[test]
+    fn defaults_apply_and_env_secrets_resolve() {
+        let c = parse(STRIPE, &[("STRIPE_SECRET", "whsec_new")]).unwrap();
+        assert_eq!(c.listen.to_string(), "127.0.0.1:3000");
+        assert_eq!(c.data_dir, PathBuf::from("/etc/rs/./data"));
+        assert_eq!(c.retention_days, 30);
+        assert_eq!(c.max_body_bytes, 1024 * 1024);
+        let s = &c.sources[0];
+        assert_eq!(s.mode, Mode::Ack);
+        assert_eq!(s.max_attempts, 8);
+        assert_eq!(s.secrets[0].expose(), "whsec_new");
+        assert_eq!(s.secrets[1].expose(), "whsec_old");
+    }
+
+    #[test]
+    fn missing_env_secret_names_the_key_and_variable() {
+        let e = parse(STRIPE, &[]).unwrap_err().to_string();
+        assert!(e.contains("source[0].secrets[0]"), "{e}");
+        assert!(e.contains("STRIPE_SECRET"), "{e}");
+    }
+
+    #[test]
+    fn database_url_from_environment_wins() {
+        let text = "database_url = \"postgres://file/db\"";
+        let c = parse(text, &[("DATABASE_URL", "postgres://env/db")]).unwrap();
+        assert_eq!(c.database_url.unwrap().expose(), "postgres://env/db");
+        let c = parse(text, &[]).unwrap();
+        assert_eq!(c.database_url.unwrap().expose(), "postgres://file/db");
+    }
+
+    #[test]
+    fn secrets_never_print() {
+        let c = parse(STRIPE, &[("STRIPE_SECRET", "whsec_topsecret")]).unwrap();
+        let shown = format!("{c:?} {}", c.sources[0].secrets[0]);
+        assert!(!shown.contains("topsecret"), "{shown}");
+        assert!(shown.contains("[redacted]"));
+    }
+
+    #[test]
+    fn unknown_keys_are_refused_by_name() {
+        let e = parse("listne = \"127.0.0.1:1\"", &[])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("listne"), "{e}");
+    }
+
+    #[test]
+    fn invalid_values_name_their_key() {
+        let cases = [
+            ("dedup_ttl_days = 3", "dedup_ttl_days"),
+            ("listen = \"nowhere\"", "listen"),
+            ("database_url = \"mysql://x\"", "database_url"),
+            (
+                "[[source]]\nslug = \"Bad Slug\"\nprovider = \"github\"\nsecrets = [\"x\"]",
+                "source[0].slug",
+            ),
+            (
+                "[[source]]\nslug = \"gh\"\nprovider = \"github\"",
+                "source[0].secrets",
+            ),
+            (
+                "[[source]]\nslug = \"d\"\nprovider = \"discord\"\npublic_key = \"ab\"",
+                "source[0].mode",
+            ),
+            (
+                "[[source]]\nslug = \"gh\"\nprovider = \"github\"\nsecrets = [\"x\"]\ndestination = \"ftp://x\"",
+                "source[0].destination",
+            ),
+            (
+                "[[source]]\nslug = \"a\"\nprovider = \"github\"\nsecrets = [\"x\"]\n[[source]]\nslug = \"a\"\nprovider = \"github\"\nsecrets = [\"x\"]",
+                "source[1].slug",
+            ),
+        ];
+        for (text, key) in cases {
+            let e = parse(text, &[]).unwrap_err().to_string();
+            assert!(e.contains(&format!("`{key}`")), "{text:?} gave {e}");
+        }
+    }
+
+    #[test]
+    fn unknown_provider_is_refused() {
+        let e = parse(
+            "[[source]]\nslug = \"x\"\nprovider = \"paypal\"\nsecrets = [\"s\"]",
+            &[],
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("paypal"), "{e}");
+    }
+}

@@ -1,0 +1,11 @@
+//! replaysafe: an inbound-webhook gateway with safe-replay semantics.
+//! `main` parses the command line and calls into this library.
+
+pub mod cli;
+pub mod config;
+pub mod db;
+pub mod demo;
+pub mod embedded_pg;
+pub mod health;
+pub mod startup;
+pub mod telemetry;
