@@ -61,7 +61,7 @@ CREATE TABLE deliveries (
     id             bigserial PRIMARY KEY,
     source         text NOT NULL REFERENCES sources (slug),
     received_at    timestamptz NOT NULL DEFAULT now(),
-    event_id       bigint REFERENCES events (id) ON DELETE SET NULL,
+    event_id       bigint REFERENCES events (id) ON DELETE SET NULL DEFERRABLE INITIALLY DEFERRED,
     idem_key       text,
     outcome        text NOT NULL
         CHECK (outcome IN ('claimed', 'completed', 'in_progress', 'dead', 'rejected', 'unavailable')),
@@ -86,9 +86,10 @@ CREATE INDEX deliveries_by_event ON deliveries (event_id);
 CREATE INDEX deliveries_by_key ON deliveries (idem_key);
 CREATE INDEX deliveries_by_time ON deliveries (received_at);
 
+-- The claim and its delivery are written in one statement, each pointing at the other.
 ALTER TABLE events
     ADD CONSTRAINT events_first_delivery FOREIGN KEY (first_delivery_id)
-    REFERENCES deliveries (id) ON DELETE SET NULL;
+    REFERENCES deliveries (id) ON DELETE SET NULL DEFERRABLE INITIALLY DEFERRED;
 
 CREATE TABLE attempts (
     id               bigserial PRIMARY KEY,

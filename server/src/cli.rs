@@ -12,7 +12,11 @@ use crate::db::{self, DbError};
 use crate::startup::{self, Application};
 
 #[derive(Parser, Debug)]
-#[command(name = "replaysafe", version, about = "Inbound-webhook gateway with safe-replay semantics")]
+#[command(
+    name = "replaysafe",
+    version,
+    about = "Inbound-webhook gateway with safe-replay semantics"
+)]
 pub struct Cli {
     /// Config file [default: ./replaysafe.toml]
     #[arg(long, global = true, env = "REPLAYSAFE_CONFIG", value_name = "PATH")]

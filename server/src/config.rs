@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+use crate::receiver::providers;
+
 pub const DEFAULT_CONFIG_PATH: &str = "./replaysafe.toml";
 pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
 /// Keys younger than a week must never be forgotten: providers retry for days.
@@ -227,12 +229,15 @@ pub fn parse_and_validate(
     };
     let secret = |key: &str, value: &str| -> Result<Secret, ConfigError> {
         match value.strip_prefix("env:") {
-            Some(name) => env(name).filter(|v| !v.is_empty()).map(Secret).ok_or_else(|| {
-                invalid(
-                    key,
-                    format!("environment variable {name} is not set or empty"),
-                )
-            }),
+            Some(name) => env(name)
+                .filter(|v| !v.is_empty())
+                .map(Secret)
+                .ok_or_else(|| {
+                    invalid(
+                        key,
+                        format!("environment variable {name} is not set or empty"),
+                    )
+                }),
             None if value.is_empty() => Err(invalid(key, "must not be empty".into())),
             None => Ok(Secret(value.to_owned())),
         }
@@ -334,6 +339,25 @@ pub fn parse_and_validate(
                 "discord interactions must be answered inline: use mode = \"sync\"".into(),
             ));
         }
+        if s.mode == Mode::Sync {
+            return Err(invalid(
+                &at("mode"),
+                "sync mode is not supported by this version yet; use \"ack\"".into(),
+            ));
+        }
+        if !providers::is_supported(s.provider) {
+            return Err(invalid(
+                &at("provider"),
+                format!(
+                    "{} is not supported by this version yet",
+                    s.provider.as_str()
+                ),
+            ));
+        }
+        for (j, secret) in secrets.iter().enumerate() {
+            providers::check_secret(s.provider, secret.expose())
+                .map_err(|p| invalid(&at(&format!("secrets[{j}]")), p))?;
+        }
         if let Some(d) = &s.destination {
             check_http_url(d).map_err(|p| invalid(&at("destination"), p))?;
         }
@@ -419,11 +443,7 @@ mod tests {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
-        let env = move |name: &str| {
-            vars.iter()
-                .find(|(k, _)| k == name)
-                .map(|(_, v)| v.clone())
-        };
+        let env = move |name: &str| vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
         parse_and_validate(Some(Path::new("/etc/rs/replaysafe.toml")), text, &env)
     }
 
@@ -506,6 +526,14 @@ mod tests {
             (
                 "[[source]]\nslug = \"a\"\nprovider = \"github\"\nsecrets = [\"x\"]\n[[source]]\nslug = \"a\"\nprovider = \"github\"\nsecrets = [\"x\"]",
                 "source[1].slug",
+            ),
+            (
+                "[[source]]\nslug = \"s\"\nprovider = \"standard\"\nsecrets = [\"whsec_%%%\"]",
+                "source[0].secrets[0]",
+            ),
+            (
+                "[[source]]\nslug = \"t\"\nprovider = \"twilio\"\nsecrets = [\"token\"]",
+                "source[0].provider",
             ),
         ];
         for (text, key) in cases {

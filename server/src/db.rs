@@ -106,10 +106,9 @@ pub async fn migrate(pool: &PgPool) -> Result<(), DbError> {
 
 /// True when every migration this binary knows is applied.
 pub async fn is_migrated(pool: &PgPool) -> Result<bool, sqlx::Error> {
-    let has_table: bool =
-        sqlx::query_scalar("SELECT to_regclass('_sqlx_migrations') IS NOT NULL")
-            .fetch_one(pool)
-            .await?;
+    let has_table: bool = sqlx::query_scalar("SELECT to_regclass('_sqlx_migrations') IS NOT NULL")
+        .fetch_one(pool)
+        .await?;
     if !has_table {
         return Ok(false);
     }

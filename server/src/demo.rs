@@ -52,10 +52,7 @@ async fn receive(
     State(demo): State<DemoDestination>,
     headers: HeaderMap,
 ) -> (StatusCode, &'static str) {
-    let Some(key) = headers
-        .get("idempotency-key")
-        .and_then(|v| v.to_str().ok())
-    else {
+    let Some(key) = headers.get("idempotency-key").and_then(|v| v.to_str().ok()) else {
         return (StatusCode::BAD_REQUEST, "missing Idempotency-Key");
     };
     let attempt = {
@@ -84,7 +81,9 @@ mod tests {
 
     #[test]
     fn every_fate_occurs_among_demo_keys() {
-        let fates: Vec<Fate> = (0..200).map(|i| fate_of(&format!("demo:evt_{i}"))).collect();
+        let fates: Vec<Fate> = (0..200)
+            .map(|i| fate_of(&format!("demo:evt_{i}")))
+            .collect();
         assert!(fates.contains(&Fate::Accept));
         assert!(fates.contains(&Fate::Refuse));
         assert!(fates.iter().any(|f| matches!(f, Fate::FlakyThenAccept(_))));

@@ -179,7 +179,11 @@ impl EmbeddedPostgres {
         if let Some(account) = self.run_as {
             chown(&self.cluster_dir, account)?;
             chown(&pwfile, account)?;
-            let probe = self.command("test").arg("-w").arg(&self.cluster_dir).status();
+            let probe = self
+                .command("test")
+                .arg("-w")
+                .arg(&self.cluster_dir)
+                .status();
             if !matches!(probe, Ok(s) if s.success()) {
                 let _ = std::fs::remove_file(&pwfile);
                 return Err(EmbeddedError::NotAccessible(self.cluster_dir.clone()));

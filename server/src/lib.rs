@@ -7,5 +7,6 @@ pub mod db;
 pub mod demo;
 pub mod embedded_pg;
 pub mod health;
+pub mod receiver;
 pub mod startup;
 pub mod telemetry;

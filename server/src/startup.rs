@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::FromRef;
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::Router;
 use leptos::config::LeptosOptions;
 use leptos::prelude::provide_context;
@@ -59,13 +59,16 @@ pub fn router(state: AppState) -> Router {
     let router = Router::new()
         .route("/healthz", get(crate::health::healthz))
         .route("/readyz", get(crate::health::readyz))
+        .route("/hooks/{slug}", post(crate::receiver::http::hook))
         .leptos_routes_with_context(
             &state,
             routes,
             move || provide_context(pool.clone()),
             move || app::shell(options.clone()),
         )
-        .fallback(leptos_axum::file_and_error_handler::<AppState, _>(app::shell))
+        .fallback(leptos_axum::file_and_error_handler::<AppState, _>(
+            app::shell,
+        ))
         .with_state(state);
     if demo_destination {
         router.merge(crate::demo::router())

@@ -42,15 +42,24 @@ async fn starts_reuses_and_stops_a_private_cluster() {
     // The URL works (password auth); the admin database always exists.
     let admin_url = first.url().expose().replace("/replaysafe", "/postgres");
     let mut conn = sqlx::PgConnection::connect(&admin_url).await.unwrap();
-    sqlx::query("CREATE TABLE kept (v int)").execute(&mut conn).await.unwrap();
-    sqlx::query("INSERT INTO kept VALUES (42)").execute(&mut conn).await.unwrap();
+    sqlx::query("CREATE TABLE kept (v int)")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    sqlx::query("INSERT INTO kept VALUES (42)")
+        .execute(&mut conn)
+        .await
+        .unwrap();
     conn.close().await.unwrap();
     // A wrong password is refused: the cluster is not open to every local user.
     let wrong = admin_url.replace(password.trim(), "wrong");
     assert!(sqlx::PgConnection::connect(&wrong).await.is_err());
 
     first.stop();
-    assert!(!postgres_running_for(&cluster), "postgres left running after stop");
+    assert!(
+        !postgres_running_for(&cluster),
+        "postgres left running after stop"
+    );
 
     // The second start reuses the cluster and its data.
     let second = tokio::task::spawn_blocking({
@@ -69,5 +78,8 @@ async fn starts_reuses_and_stops_a_private_cluster() {
     assert_eq!(kept, 42);
     conn.close().await.unwrap();
     drop(second);
-    assert!(!postgres_running_for(&cluster), "dropping stops postgres too");
+    assert!(
+        !postgres_running_for(&cluster),
+        "dropping stops postgres too"
+    );
 }

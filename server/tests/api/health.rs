@@ -62,7 +62,9 @@ async fn readyz_is_503_when_the_database_is_unreachable() {
     assert_eq!(ready.status(), 503);
     assert_eq!(ready.text().await.unwrap(), "database unreachable");
     assert!(started.elapsed() < std::time::Duration::from_secs(5));
-    let health = reqwest::get(format!("http://{addr}/healthz")).await.unwrap();
+    let health = reqwest::get(format!("http://{addr}/healthz"))
+        .await
+        .unwrap();
     assert_eq!(health.status(), 200);
     shutdown.cancel();
 }

@@ -31,11 +31,7 @@ pub fn test_config(text: &str, vars: &[(&str, &str)]) -> Config {
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
-    let env = move |name: &str| {
-        vars.iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.clone())
-    };
+    let env = move |name: &str| vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
     let mut config =
         config::parse_and_validate(Some(Path::new("/tmp/replaysafe-test.toml")), text, &env)
             .expect("test config is valid");
@@ -46,9 +42,19 @@ pub fn test_config(text: &str, vars: &[(&str, &str)]) -> Config {
 /// Starts the real server on the test's database, migrated and with the
 /// config's sources synced, as `serve` does.
 pub async fn spawn_app(pool: PgPool, config: Config) -> TestApp {
+    replaysafe::startup::prepare_database(
+        pool.clone(),
+        Arc::new(config.clone()),
+        CancellationToken::new(),
+    )
+    .await;
+    spawn_app_with(pool, config).await
+}
+
+/// Starts the server on a pool as it is (another process's view, or a dead database).
+pub async fn spawn_app_with(pool: PgPool, config: Config) -> TestApp {
     let config = Arc::new(config);
     let shutdown = CancellationToken::new();
-    replaysafe::startup::prepare_database(pool.clone(), config.clone(), shutdown.clone()).await;
     let app = Application::bind(config.clone(), pool.clone())
         .await
         .expect("binding a free port");

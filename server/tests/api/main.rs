@@ -4,4 +4,5 @@
 mod embedded;
 mod health;
 mod helpers;
+mod receiver;
 mod sources;

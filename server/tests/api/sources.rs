@@ -14,7 +14,6 @@ destination = "http://127.0.0.1:4000/stripe"
 slug = "slack"
 provider = "slack"
 secrets = ["slack-signing-secret"]
-mode = "sync"
 paused = true
 "#;
 
@@ -49,7 +48,7 @@ async fn configured_sources_are_listed_without_secrets(pool: PgPool) {
         .map(|s| s["slug"].as_str().unwrap())
         .collect();
     assert_eq!(slugs, ["slack", "stripe"]);
-    assert_eq!(sources[0]["mode"], "sync");
+    assert_eq!(sources[0]["mode"], "ack");
     assert_eq!(sources[0]["paused"], true);
     assert_eq!(sources[1]["provider"], "stripe");
     assert_eq!(sources[1]["destination"], "http://127.0.0.1:4000/stripe");
@@ -88,7 +87,10 @@ async fn sync_keeps_an_operators_pause_and_marks_removed_sources(pool: PgPool) {
 
     assert_eq!(sources[0]["slug"], "stripe");
     assert_eq!(sources[0]["destination"], "http://127.0.0.1:5000/new");
-    assert_eq!(sources[0]["paused"], true, "the operator's pause wins over the config");
+    assert_eq!(
+        sources[0]["paused"], true,
+        "the operator's pause wins over the config"
+    );
     assert_eq!(sources[0]["paused_by_operator"], true);
     assert_eq!(sources[1]["slug"], "slack");
     assert_eq!(sources[1]["in_config"], false);
@@ -97,6 +99,11 @@ async fn sync_keeps_an_operators_pause_and_marks_removed_sources(pool: PgPool) {
 #[sqlx::test(migrator = "MIGRATOR")]
 async fn unknown_pages_are_404(pool: PgPool) {
     let app = spawn_app(pool, test_config("", &[])).await;
-    let page = app.client.get(app.url("/no-such-page")).send().await.unwrap();
+    let page = app
+        .client
+        .get(app.url("/no-such-page"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(page.status(), 404);
 }

@@ -1,0 +1,200 @@
+//! The atomic claim (spec section 3, step 4). A delivery is recorded and its
+//! key claimed in one transaction; the unique (source, idem_key) constraint
+//! makes a double claim impossible whatever the interleaving.
+
+use std::time::Instant;
+
+use serde::Serialize;
+use sqlx::PgPool;
+
+use crate::config::Mode;
+
+/// What the dedup layer decided for one delivery (spec section 4).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    Claimed,
+    Completed,
+    InProgress,
+    Dead,
+    Rejected,
+    Unavailable,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Claimed => "claimed",
+            Outcome::Completed => "completed",
+            Outcome::InProgress => "in_progress",
+            Outcome::Dead => "dead",
+            Outcome::Rejected => "rejected",
+            Outcome::Unavailable => "unavailable",
+        }
+    }
+
+    /// A duplicate's outcome follows from the state of the event holding its key.
+    fn of_event_state(state: &str) -> Self {
+        match state {
+            "completed" => Outcome::Completed,
+            "dead" => Outcome::Dead,
+            _ => Outcome::InProgress,
+        }
+    }
+
+    /// The HTTP status for a verified delivery with this outcome.
+    pub fn status(self, mode: Mode) -> u16 {
+        match (self, mode) {
+            (Outcome::InProgress, Mode::Sync) => 409,
+            (Outcome::Rejected, _) => 400,
+            (Outcome::Unavailable, _) => 503,
+            _ => 200,
+        }
+    }
+}
+
+/// A delivery about to be recorded. Secrets never reach it.
+pub struct NewDelivery<'a> {
+    pub source: &'a str,
+    pub idem_key: Option<&'a str>,
+    pub verified: bool,
+    pub verification: String,
+    pub reject_reason: Option<String>,
+    pub query: Option<&'a str>,
+    pub content_type: Option<&'a str>,
+    pub headers: serde_json::Value,
+    pub body: Option<&'a [u8]>,
+    pub body_size: usize,
+    pub remote_addr: Option<&'a str>,
+    pub started: Instant,
+}
+
+impl NewDelivery<'_> {
+    fn ack_micros(&self) -> i32 {
+        i32::try_from(self.started.elapsed().as_micros()).unwrap_or(i32::MAX)
+    }
+    fn body_size(&self) -> i32 {
+        i32::try_from(self.body_size).unwrap_or(i32::MAX)
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Claimed {
+    pub outcome: Outcome,
+    pub event_id: i64,
+    pub delivery_id: i64,
+    pub receive_count: i32,
+}
+
+/// Records a verified delivery and claims its key, in one transaction.
+#[tracing::instrument(name = "claim", skip_all)]
+pub async fn claim(pool: &PgPool, mode: Mode, d: &NewDelivery<'_>) -> Result<Claimed, sqlx::Error> {
+    let key = d.idem_key.unwrap_or_default();
+    let mut tx = pool.begin().await?;
+    // The claim: the event row (also the queue entry) and its first delivery,
+    // in one statement. On conflict nothing is written and no row returns.
+    let won: Option<(i64, i64)> = sqlx::query_as(
+        "WITH claim AS (
+            INSERT INTO events (source, idem_key, state, first_delivery_id)
+            VALUES ($1, $2, 'queued', nextval('deliveries_id_seq'))
+            ON CONFLICT (source, idem_key) DO NOTHING
+            RETURNING id, first_delivery_id
+         )
+         INSERT INTO deliveries (id, source, event_id, idem_key, outcome, http_status, ack_micros,
+                                 verified, verification, query, content_type, headers, body,
+                                 body_size, remote_addr)
+         SELECT claim.first_delivery_id, $1, claim.id, $2, 'claimed', $3, $4,
+                true, $5, $6, $7, $8, $9, $10, $11
+         FROM claim
+         RETURNING event_id, id",
+    )
+    .bind(d.source)
+    .bind(key)
+    .bind(i16::try_from(Outcome::Claimed.status(mode)).unwrap_or(200))
+    .bind(d.ack_micros())
+    .bind(&d.verification)
+    .bind(d.query)
+    .bind(d.content_type)
+    .bind(&d.headers)
+    .bind(d.body)
+    .bind(d.body_size())
+    .bind(d.remote_addr)
+    .fetch_optional(&mut *tx)
+    .await?;
+
+    let claimed = match won {
+        Some((event_id, delivery_id)) => Claimed {
+            outcome: Outcome::Claimed,
+            event_id,
+            delivery_id,
+            receive_count: 1,
+        },
+        None => {
+            // A duplicate. This statement sees the claim that beat us: the
+            // insert above waited for it to commit.
+            let (event_id, state, receive_count): (i64, String, i32) = sqlx::query_as(
+                "UPDATE events SET receive_count = receive_count + 1, last_seen_at = now()
+                 WHERE source = $1 AND idem_key = $2
+                 RETURNING id, state, receive_count",
+            )
+            .bind(d.source)
+            .bind(key)
+            .fetch_one(&mut *tx)
+            .await?;
+            let outcome = Outcome::of_event_state(&state);
+            let delivery_id =
+                insert_delivery(&mut tx, d, Some(event_id), outcome, outcome.status(mode)).await?;
+            Claimed {
+                outcome,
+                event_id,
+                delivery_id,
+                receive_count,
+            }
+        }
+    };
+    tx.commit().await?;
+    Ok(claimed)
+}
+
+/// Records a delivery that failed verification, its key or the limits.
+pub async fn record_rejected(
+    pool: &PgPool,
+    d: &NewDelivery<'_>,
+    status: u16,
+) -> Result<i64, sqlx::Error> {
+    let mut conn = pool.acquire().await?;
+    insert_delivery(&mut conn, d, None, Outcome::Rejected, status).await
+}
+
+async fn insert_delivery(
+    conn: &mut sqlx::PgConnection,
+    d: &NewDelivery<'_>,
+    event_id: Option<i64>,
+    outcome: Outcome,
+    status: u16,
+) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar(
+        "INSERT INTO deliveries (source, event_id, idem_key, outcome, reject_reason, http_status,
+                                 ack_micros, verified, verification, query, content_type, headers,
+                                 body, body_size, remote_addr)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
+         RETURNING id",
+    )
+    .bind(d.source)
+    .bind(event_id)
+    .bind(d.idem_key)
+    .bind(outcome.as_str())
+    .bind(d.reject_reason.as_deref())
+    .bind(i16::try_from(status).unwrap_or(i16::MAX))
+    .bind(d.ack_micros())
+    .bind(d.verified)
+    .bind(&d.verification)
+    .bind(d.query)
+    .bind(d.content_type)
+    .bind(&d.headers)
+    .bind(d.body)
+    .bind(d.body_size())
+    .bind(d.remote_addr)
+    .fetch_one(conn)
+    .await
+}

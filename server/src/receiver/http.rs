@@ -1,0 +1,94 @@
+//! The HTTP adapter: `POST /hooks/{slug}` turns an axum request into an
+//! `Inbound` and a `Reply` back into a response. Limits live here.
+
+use std::net::SocketAddr;
+
+use axum::body::Body;
+use axum::extract::{ConnectInfo, Path, State};
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+
+use super::{receive, record_oversized, Inbound, Receipt, Reply};
+use crate::startup::AppState;
+
+pub async fn hook(
+    State(state): State<AppState>,
+    Path(slug): Path<String>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let receipt = Receipt::now();
+    let Some(source) = state.config.sources.iter().find(|s| s.slug == slug) else {
+        return (
+            StatusCode::NOT_FOUND,
+            [(header::CONTENT_TYPE, "application/json")],
+            r#"{"error":"no source with this slug"}"#,
+        )
+            .into_response();
+    };
+    let mut inbound = Inbound {
+        query: uri.query().map(str::to_owned),
+        headers: headers
+            .iter()
+            .map(|(name, value)| {
+                (
+                    name.as_str().to_owned(),
+                    String::from_utf8_lossy(value.as_bytes()).into_owned(),
+                )
+            })
+            .collect(),
+        body: Vec::new(),
+        remote_addr: Some(peer.ip().to_string()),
+    };
+    let limit = state.config.max_body_bytes;
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if let Some(size) = declared.filter(|&size| size > limit) {
+        return into_response(record_oversized(&state.pool, source, &inbound, size, receipt).await);
+    }
+    match axum::body::to_bytes(body, limit).await {
+        Ok(bytes) => inbound.body = bytes.into(),
+        Err(e) if is_over_limit(&e) => {
+            return into_response(
+                record_oversized(&state.pool, source, &inbound, limit + 1, receipt).await,
+            )
+        }
+        // The sender went away mid-body: nothing to verify, nothing to store.
+        Err(_) => {
+            return (StatusCode::BAD_REQUEST, "request body could not be read").into_response()
+        }
+    }
+    into_response(receive(&state.pool, source, &inbound, receipt).await)
+}
+
+fn is_over_limit(e: &axum::Error) -> bool {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = cause {
+        if err.is::<http_body_util::LengthLimitError>() {
+            return true;
+        }
+        cause = err.source();
+    }
+    false
+}
+
+fn into_response(reply: Reply) -> Response {
+    let mut response = Response::new(Body::from(reply.body));
+    *response.status_mut() =
+        StatusCode::from_u16(reply.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(reply.content_type),
+    );
+    for (name, value) in reply.headers {
+        if let Ok(value) = HeaderValue::from_str(&value) {
+            headers.append(HeaderName::from_static(name), value);
+        }
+    }
+    response
+}

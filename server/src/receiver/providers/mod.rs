@@ -1,0 +1,241 @@
+//! One module per provider, each holding that provider's rules: which headers
+//! carry the signature, what is signed, how it is encoded, the timestamp
+//! window, where the idempotency key lives, and the answer it expects.
+
+pub mod github;
+pub mod shopify;
+pub mod slack;
+pub mod standard;
+pub mod stripe;
+
+use base64::Engine;
+use hmac::{Hmac, Mac};
+use sha2::{Digest, Sha256};
+
+use super::claim::{Claimed, Outcome};
+use super::{Inbound, Reply};
+use crate::config::{Provider, SourceConfig};
+
+/// Why a delivery is refused: 401 (signature), 400 (key), 413 (size).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rejection {
+    pub status: u16,
+    pub reason: String,
+}
+
+impl Rejection {
+    pub fn signature(reason: impl Into<String>) -> Self {
+        Self {
+            status: 401,
+            reason: reason.into(),
+        }
+    }
+    pub fn key(reason: impl Into<String>) -> Self {
+        Self {
+            status: 400,
+            reason: reason.into(),
+        }
+    }
+    pub fn too_large(size: usize) -> Self {
+        Self {
+            status: 413,
+            reason: format!("body of {size} bytes or more is over the limit"),
+        }
+    }
+}
+
+/// The providers the receiver verifies today.
+pub fn is_supported(provider: Provider) -> bool {
+    matches!(
+        provider,
+        Provider::Standard
+            | Provider::Stripe
+            | Provider::Github
+            | Provider::Shopify
+            | Provider::Slack
+    )
+}
+
+/// Checks a configured secret's form at start, so a typo fails loudly then
+/// rather than as 401s later.
+pub fn check_secret(provider: Provider, secret: &str) -> Result<(), String> {
+    match provider {
+        Provider::Standard => standard::decode_secret(secret).map(|_| ()),
+        _ => Ok(()),
+    }
+}
+
+/// Verifies the request with the provider's scheme on the raw bytes. Returns
+/// what matched, for the delivery record (never secret material).
+pub fn verify(
+    source: &SourceConfig,
+    req: &Inbound,
+    now: i64,
+    waive_timestamp: bool,
+) -> Result<String, Rejection> {
+    let window = (!waive_timestamp).then_some(Window {
+        now,
+        tolerance: i64::try_from(source.tolerance_secs).unwrap_or(i64::MAX),
+    });
+    let secrets: Vec<&[u8]> = source
+        .secrets
+        .iter()
+        .map(|s| s.expose().as_bytes())
+        .collect();
+    match source.provider {
+        Provider::Standard => standard::verify(req, &secrets, window),
+        Provider::Stripe => stripe::verify(req, &secrets, window),
+        Provider::Github => github::verify(req, &secrets),
+        Provider::Shopify => shopify::verify(req, &secrets),
+        Provider::Slack => slack::verify(req, &secrets, window),
+        other => Err(Rejection::signature(format!(
+            "provider {} is not supported by this version",
+            other.as_str()
+        ))),
+    }
+}
+
+/// The provider's stable event id; only called on verified requests.
+pub fn idempotency_key(source: &SourceConfig, req: &Inbound) -> Result<String, Rejection> {
+    let key = match source.provider {
+        Provider::Standard => required_header(req, "webhook-id")?,
+        Provider::Stripe => stripe::event_id(&req.body)?,
+        Provider::Github => required_header(req, "x-github-delivery")?,
+        Provider::Shopify => required_header(req, "x-shopify-webhook-id")?,
+        Provider::Slack => slack::event_key(&req.body),
+        other => {
+            return Err(Rejection::key(format!(
+                "provider {} is not supported by this version",
+                other.as_str()
+            )))
+        }
+    };
+    if key.len() > 512 {
+        return Err(Rejection::key("idempotency key longer than 512 bytes"));
+    }
+    Ok(key)
+}
+
+fn required_header(req: &Inbound, name: &str) -> Result<String, Rejection> {
+    match req.header(name).map(str::trim) {
+        Some(v) if !v.is_empty() => Ok(v.to_owned()),
+        _ => Err(Rejection::key(format!("missing {name} header"))),
+    }
+}
+
+/// The answer for a verified delivery, in the form its provider expects.
+pub fn reply(source: &SourceConfig, req: &Inbound, claimed: &Claimed) -> Reply {
+    let outcome = claimed.outcome;
+    let mut reply = json_reply(
+        outcome.status(source.mode),
+        outcome,
+        serde_json::json!({ "outcome": outcome, "event_id": claimed.event_id }),
+    );
+    if source.provider == Provider::Slack
+        && outcome != Outcome::Claimed
+        && req.header("x-slack-retry-num").is_some()
+    {
+        // Slack stops retrying an event we already hold.
+        reply.headers.push(("x-slack-no-retry", "1".into()));
+    }
+    reply
+}
+
+pub fn rejection_reply(_source: &SourceConfig, rejection: &Rejection) -> Reply {
+    json_reply(
+        rejection.status,
+        Outcome::Rejected,
+        serde_json::json!({ "outcome": Outcome::Rejected, "error": rejection.reason }),
+    )
+}
+
+pub fn unavailable_reply() -> Reply {
+    let mut reply = json_reply(
+        503,
+        Outcome::Unavailable,
+        serde_json::json!({ "outcome": Outcome::Unavailable, "error": "storage unavailable; retry later" }),
+    );
+    reply.headers.push(("retry-after", "5".into()));
+    reply
+}
+
+fn json_reply(status: u16, outcome: Outcome, body: serde_json::Value) -> Reply {
+    Reply {
+        status,
+        content_type: "application/json",
+        body: body.to_string().into_bytes(),
+        headers: vec![("x-replaysafe-outcome", outcome.as_str().to_owned())],
+        outcome,
+    }
+}
+
+/// The timestamp window of schemes that sign a timestamp; None when waived.
+#[derive(Clone, Copy, Debug)]
+pub struct Window {
+    pub now: i64,
+    pub tolerance: i64,
+}
+
+/// Parses a signed Unix timestamp and checks it against the window.
+pub fn check_timestamp(value: &str, window: Option<Window>) -> Result<i64, Rejection> {
+    let ts: i64 = value
+        .trim()
+        .parse()
+        .map_err(|_| Rejection::signature("timestamp is not a Unix time in seconds"))?;
+    if let Some(w) = window {
+        if ts < w.now.saturating_sub(w.tolerance) {
+            return Err(Rejection::signature(format!(
+                "timestamp is older than the {} s window",
+                w.tolerance
+            )));
+        }
+        if ts > w.now.saturating_add(w.tolerance) {
+            return Err(Rejection::signature(format!(
+                "timestamp is more than {} s in the future",
+                w.tolerance
+            )));
+        }
+    }
+    Ok(ts)
+}
+
+pub fn hmac_sha256(key: &[u8], parts: &[&[u8]]) -> Hmac<Sha256> {
+    let mut mac = Hmac::<Sha256>::new_from_slice(key).expect("HMAC takes keys of any length");
+    for part in parts {
+        mac.update(part);
+    }
+    mac
+}
+
+/// Constant-time: true when `signature` is the HMAC-SHA256 of `parts` under any key.
+pub fn any_key_signs(keys: &[&[u8]], parts: &[&[u8]], signature: &[u8]) -> Option<usize> {
+    keys.iter()
+        .position(|key| hmac_sha256(key, parts).verify_slice(signature).is_ok())
+}
+
+pub fn decode_hex(value: &str) -> Option<Vec<u8>> {
+    hex::decode(value.trim()).ok()
+}
+
+pub fn decode_base64(value: &str) -> Option<Vec<u8>> {
+    base64::engine::general_purpose::STANDARD
+        .decode(value.trim())
+        .ok()
+}
+
+pub fn sha256_hex(parts: &[&[u8]]) -> String {
+    let mut hasher = Sha256::new();
+    for part in parts {
+        hasher.update(part);
+    }
+    hex::encode(hasher.finalize())
+}
+
+/// Names the matching secret by position, so rotation is visible without exposing it.
+pub fn matched(scheme: &str, index: usize, of: usize) -> String {
+    if of > 1 {
+        format!("{scheme} signature matched secret {} of {of}", index + 1)
+    } else {
+        format!("{scheme} signature matched")
+    }
+}

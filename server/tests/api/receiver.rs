@@ -1,0 +1,362 @@
+//! The receiver over real HTTP against a real database: verify, key, claim.
+
+use std::collections::HashMap;
+
+use base64::Engine;
+use hmac::{Hmac, Mac};
+use replaysafe::db::MIGRATOR;
+use sha2::Sha256;
+use sqlx::PgPool;
+
+use crate::helpers::{spawn_app, spawn_app_with, test_config, TestApp};
+
+const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+const ROTATED_IN: &str = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
+
+fn config() -> replaysafe::config::Config {
+    test_config(
+        &format!(
+            r#"
+max_body_bytes = 4096
+
+[[source]]
+slug = "std"
+provider = "standard"
+secrets = ["{SECRET}", "{ROTATED_IN}"]
+
+[[source]]
+slug = "stripe"
+provider = "stripe"
+secrets = ["whsec_stripe"]
+
+[[source]]
+slug = "slack"
+provider = "slack"
+secrets = ["slack-secret"]
+"#
+        ),
+        &[],
+    )
+}
+
+fn hmac(key: &[u8], data: &[u8]) -> Vec<u8> {
+    let mut mac = Hmac::<Sha256>::new_from_slice(key).unwrap();
+    mac.update(data);
+    mac.finalize().into_bytes().to_vec()
+}
+
+fn now() -> i64 {
+    chrono::Utc::now().timestamp()
+}
+
+/// Headers of a Standard Webhooks delivery signed with `secret`.
+fn standard_headers(secret: &str, id: &str, ts: i64, body: &str) -> Vec<(String, String)> {
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let key = b64.decode(secret.trim_start_matches("whsec_")).unwrap();
+    let sig = b64.encode(hmac(&key, format!("{id}.{ts}.{body}").as_bytes()));
+    vec![
+        ("webhook-id".into(), id.into()),
+        ("webhook-timestamp".into(), ts.to_string()),
+        ("webhook-signature".into(), format!("v1,{sig}")),
+        ("content-type".into(), "application/json".into()),
+    ]
+}
+
+async fn post(
+    app: &TestApp,
+    slug: &str,
+    headers: &[(String, String)],
+    body: &str,
+) -> reqwest::Response {
+    let mut request = app
+        .client
+        .post(app.url(&format!("/hooks/{slug}")))
+        .body(body.to_owned());
+    for (name, value) in headers {
+        request = request.header(name, value);
+    }
+    request.send().await.unwrap()
+}
+
+fn outcome(response: &reqwest::Response) -> String {
+    response.headers()["x-replaysafe-outcome"]
+        .to_str()
+        .unwrap()
+        .to_owned()
+}
+
+async fn count(pool: &PgPool, sql: &str) -> i64 {
+    sqlx::query_scalar(sql).fetch_one(pool).await.unwrap()
+}
+
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn a_signed_delivery_is_claimed_recorded_and_queued(pool: PgPool) {
+    let app = spawn_app(pool.clone(), config()).await;
+    let body = r#"{"type":"invoice.paid","amount":42}"#;
+    let mut headers = standard_headers(SECRET, "msg_1", now(), body);
+    headers.push(("authorization".into(), "Bearer provider-token".into()));
+
+    let response = post(&app, "std", &headers, body).await;
+    assert_eq!(response.status(), 200);
+    assert_eq!(outcome(&response), "claimed");
+
+    let (state, receive_count): (String, i32) = sqlx::query_as(
+        "SELECT state, receive_count FROM events WHERE source = 'std' AND idem_key = 'msg_1'",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!((state.as_str(), receive_count), ("queued", 1));
+    let (stored_body, headers, verification, status): (Vec<u8>, serde_json::Value, String, i16) =
+        sqlx::query_as(
+            "SELECT d.body, d.headers, d.verification, d.http_status FROM deliveries d
+         JOIN events e ON e.first_delivery_id = d.id WHERE e.idem_key = 'msg_1'",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        stored_body,
+        body.as_bytes(),
+        "the body is kept byte for byte"
+    );
+    assert_eq!(status, 200);
+    assert_eq!(verification, "v1 signature matched secret 1 of 2");
+    let shown = headers.to_string();
+    assert!(
+        !shown.contains("provider-token"),
+        "Authorization is redacted: {shown}"
+    );
+    assert!(shown.contains("[redacted]"));
+}
+
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn the_same_delivery_ten_times_claims_once(pool: PgPool) {
+    let app = spawn_app(pool.clone(), config()).await;
+    let body = r#"{"n":1}"#;
+    let headers = standard_headers(SECRET, "msg_repeat", now(), body);
+    let mut outcomes = Vec::new();
+    for _ in 0..10 {
+        let response = post(&app, "std", &headers, body).await;
+        assert_eq!(response.status(), 200);
+        outcomes.push(outcome(&response));
+    }
+    assert_eq!(outcomes[0], "claimed");
+    assert!(
+        outcomes[1..].iter().all(|o| o == "in_progress"),
+        "{outcomes:?}"
+    );
+    assert_eq!(count(&pool, "SELECT count(*) FROM events").await, 1);
+    assert_eq!(
+        count(&pool, "SELECT receive_count::bigint FROM events").await,
+        10
+    );
+    assert_eq!(count(&pool, "SELECT count(*) FROM deliveries").await, 10);
+    assert_eq!(
+        count(
+            &pool,
+            "SELECT count(*) FROM deliveries WHERE outcome = 'claimed'"
+        )
+        .await,
+        1
+    );
+}
+
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn twenty_at_once_claim_exactly_once(pool: PgPool) {
+    let app = spawn_app(pool.clone(), config()).await;
+    let body = r#"{"n":2}"#;
+    let headers = standard_headers(SECRET, "msg_storm", now(), body);
+    let sends = (0..20).map(|_| post(&app, "std", &headers, body));
+    let responses = futures_util::future::join_all(sends).await;
+    let mut tally: HashMap<String, usize> = HashMap::new();
+    for response in &responses {
+        assert_eq!(response.status(), 200);
+        *tally.entry(outcome(response)).or_default() += 1;
+    }
+    assert_eq!(tally.get("claimed"), Some(&1), "{tally:?}");
+    assert_eq!(tally.get("in_progress"), Some(&19), "{tally:?}");
+    assert_eq!(count(&pool, "SELECT count(*) FROM events").await, 1);
+}
+
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn two_servers_on_one_database_claim_once(pool: PgPool) {
+    let url = replaysafe::config::Secret::new(database_url(&pool).await);
+    let first = spawn_app(pool.clone(), config()).await;
+    let second = spawn_app_with(replaysafe::db::pool(&url, 8).unwrap(), config()).await;
+    let body = r#"{"n":3}"#;
+    let headers = standard_headers(SECRET, "msg_two_servers", now(), body);
+    let sends = (0..20).map(|i| {
+        let app = if i % 2 == 0 { &first } else { &second };
+        post(app, "std", &headers, body)
+    });
+    let responses = futures_util::future::join_all(sends).await;
+    let claimed = responses.iter().filter(|r| outcome(r) == "claimed").count();
+    assert_eq!(claimed, 1);
+    assert_eq!(count(&pool, "SELECT count(*) FROM events").await, 1);
+    assert_eq!(count(&pool, "SELECT count(*) FROM deliveries").await, 20);
+}
+
+/// The URL of the test's own database, for a second, independent pool.
+async fn database_url(pool: &PgPool) -> String {
+    let name: String = sqlx::query_scalar("SELECT current_database()")
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    let base = std::env::var("DATABASE_URL").unwrap();
+    let (server, _) = base.rsplit_once('/').unwrap();
+    format!("{server}/{name}")
+}
+
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn a_rotated_in_secret_is_accepted(pool: PgPool) {
+    let app = spawn_app(pool, config()).await;
+    let body = "{}";
+    let response = post(
+        &app,
+        "std",
+        &standard_headers(ROTATED_IN, "msg_rot", now(), body),
+        body,
+    )
+    .await;
+    assert_eq!(response.status(), 200);
+}
+
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn bad_signatures_are_401_and_recorded_with_their_reason(pool: PgPool) {
+    let app = spawn_app(pool.clone(), config()).await;
+    let body = r#"{"amount":1}"#;
+    let good = standard_headers(SECRET, "msg_bad", now(), body);
+
+    let tampered = post(&app, "std", &good, r#"{"amount":1000}"#).await;
+    assert_eq!(tampered.status(), 401);
+    assert_eq!(outcome(&tampered), "rejected");
+    let wrong_secret = standard_headers("whsec_AAAAAAAAAAAAAAAAAAAAAAAA", "msg_bad", now(), body);
+    assert_eq!(post(&app, "std", &wrong_secret, body).await.status(), 401);
+    let stale = standard_headers(SECRET, "msg_bad", now() - 301, body);
+    assert_eq!(post(&app, "std", &stale, body).await.status(), 401);
+    let future = standard_headers(SECRET, "msg_bad", now() + 301, body);
+    assert_eq!(post(&app, "std", &future, body).await.status(), 401);
+    let unsigned: Vec<(String, String)> = good
+        .iter()
+        .filter(|(n, _)| n != "webhook-signature")
+        .cloned()
+        .collect();
+    assert_eq!(post(&app, "std", &unsigned, body).await.status(), 401);
+
+    assert_eq!(
+        count(&pool, "SELECT count(*) FROM events").await,
+        0,
+        "nothing claimed"
+    );
+    let reasons: Vec<String> = sqlx::query_scalar(
+        "SELECT reject_reason FROM deliveries WHERE outcome = 'rejected' ORDER BY id",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(reasons.len(), 5);
+    assert_eq!(reasons[0], "no v1 signature matches");
+    assert!(reasons[2].contains("older than"), "{reasons:?}");
+    assert!(reasons[3].contains("future"), "{reasons:?}");
+    assert_eq!(reasons[4], "missing webhook-signature header");
+    let statuses: Vec<i16> = sqlx::query_scalar("SELECT http_status FROM deliveries")
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+    assert!(statuses.iter().all(|&s| s == 401));
+}
+
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn a_verified_delivery_without_its_key_is_400(pool: PgPool) {
+    let app = spawn_app(pool.clone(), config()).await;
+    let body = r#"{"object":"event"}"#;
+    let t = now();
+    let sig = hex::encode(hmac(b"whsec_stripe", format!("{t}.{body}").as_bytes()));
+    let headers = vec![("stripe-signature".to_owned(), format!("t={t},v1={sig}"))];
+    let response = post(&app, "stripe", &headers, body).await;
+    assert_eq!(response.status(), 400);
+    let reason: String = sqlx::query_scalar("SELECT reject_reason FROM deliveries")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(reason, "Stripe event has no id");
+}
+
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn limits_unknown_slugs_and_methods(pool: PgPool) {
+    let app = spawn_app(pool.clone(), config()).await;
+    let big = "x".repeat(5000);
+    let response = post(
+        &app,
+        "std",
+        &standard_headers(SECRET, "msg_big", now(), &big),
+        &big,
+    )
+    .await;
+    assert_eq!(response.status(), 413);
+    let (outcome, body_stored): (String, bool) =
+        sqlx::query_as("SELECT outcome, body IS NOT NULL FROM deliveries")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!((outcome.as_str(), body_stored), ("rejected", false));
+
+    assert_eq!(post(&app, "nope", &[], "{}").await.status(), 404);
+    let get = app.client.get(app.url("/hooks/std")).send().await.unwrap();
+    assert_eq!(get.status(), 405);
+}
+
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn slack_retries_of_held_events_are_told_not_to_retry(pool: PgPool) {
+    let app = spawn_app(pool, config()).await;
+    let body = r#"{"type":"event_callback","event_id":"Ev42"}"#;
+    let ts = now();
+    let sig = hex::encode(hmac(b"slack-secret", format!("v0:{ts}:{body}").as_bytes()));
+    let mut headers = vec![
+        ("x-slack-request-timestamp".to_owned(), ts.to_string()),
+        ("x-slack-signature".to_owned(), format!("v0={sig}")),
+    ];
+    let first = post(&app, "slack", &headers, body).await;
+    assert_eq!(outcome(&first), "claimed");
+    assert!(first.headers().get("x-slack-no-retry").is_none());
+    headers.push(("x-slack-retry-num".to_owned(), "1".to_owned()));
+    let retry = post(&app, "slack", &headers, body).await;
+    assert_eq!(retry.status(), 200);
+    assert_eq!(retry.headers()["x-slack-no-retry"], "1");
+}
+
+#[tokio::test]
+async fn an_unreachable_database_answers_503_within_5_seconds() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead_port = listener.local_addr().unwrap().port();
+    drop(listener);
+    let url = replaysafe::config::Secret::new(format!("postgres://nobody@127.0.0.1:{dead_port}/x"));
+    let app = spawn_app_with(replaysafe::db::pool(&url, 2).unwrap(), config()).await;
+    let body = "{}";
+    let started = std::time::Instant::now();
+    let response = post(
+        &app,
+        "std",
+        &standard_headers(SECRET, "msg_down", now(), body),
+        body,
+    )
+    .await;
+    assert_eq!(response.status(), 503);
+    assert_eq!(response.headers()["retry-after"], "5");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    // A client's mistake is still the client's: not a 5xx.
+    let big = "x".repeat(5000);
+    let response = post(
+        &app,
+        "std",
+        &standard_headers(SECRET, "msg_big", now(), &big),
+        &big,
+    )
+    .await;
+    assert_eq!(response.status(), 413);
+}
