@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 
 /// A configured source as the Sources page shows it. Secrets never leave the server.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(sqlx::FromRow))]
 pub struct SourceSummary {
     pub slug: String,
     pub provider: String,
@@ -22,30 +23,16 @@ pub struct SourceSummary {
 pub async fn list_sources() -> Result<Vec<SourceSummary>, ServerFnError> {
     use ssr::*;
     let pool = pool()?;
-    let rows: Vec<(String, String, String, Option<String>, bool, bool, bool)> = sqlx::query_as(
+    sqlx::query_as::<_, SourceSummary>(
         "SELECT slug, provider, mode, destination,
-                coalesce(paused_override, config_paused), paused_override IS NOT NULL, in_config
+                coalesce(paused_override, config_paused) AS paused,
+                paused_override IS NOT NULL AS paused_by_operator,
+                in_config
          FROM sources ORDER BY in_config DESC, slug",
     )
     .fetch_all(&pool)
     .await
-    .map_err(db_error)?;
-    Ok(rows
-        .into_iter()
-        .map(
-            |(slug, provider, mode, destination, paused, paused_by_operator, in_config)| {
-                SourceSummary {
-                    slug,
-                    provider,
-                    mode,
-                    destination,
-                    paused,
-                    paused_by_operator,
-                    in_config,
-                }
-            },
-        )
-        .collect())
+    .map_err(db_error)
 }
 
 #[cfg(feature = "ssr")]

@@ -261,7 +261,7 @@ fn find_bin_dir() -> Option<PathBuf> {
             Some((version, e.path().join("bin")))
         })
         .collect();
-    debian.sort_by(|a, b| b.0.cmp(&a.0));
+    debian.sort_by_key(|(version, _)| std::cmp::Reverse(*version));
     from_path
         .into_iter()
         .chain(debian.into_iter().map(|(_, p)| p))
