@@ -31,6 +31,8 @@ pub enum Command {
     Serve,
     /// Apply database migrations (idempotent) and exit
     Migrate,
+    /// Sign sample events with a source's scheme and send them to its receiver
+    Send(crate::send::SendArgs),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -44,6 +46,8 @@ pub enum CliError {
         addr: std::net::SocketAddr,
         source: std::io::Error,
     },
+    #[error(transparent)]
+    Send(#[from] crate::send::SendError),
     #[error("server error: {0}")]
     Serve(std::io::Error),
 }
@@ -53,6 +57,7 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
     match cli.command.unwrap_or(Command::Serve) {
         Command::Serve => serve(config).await,
         Command::Migrate => migrate(config).await,
+        Command::Send(args) => Ok(crate::send::run(&config, args).await?),
     }
 }
 

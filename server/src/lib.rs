@@ -8,5 +8,6 @@ pub mod demo;
 pub mod embedded_pg;
 pub mod health;
 pub mod receiver;
+pub mod send;
 pub mod startup;
 pub mod telemetry;

@@ -360,3 +360,54 @@ async fn an_unreachable_database_answers_503_within_5_seconds() {
     .await;
     assert_eq!(response.status(), 413);
 }
+
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn send_signs_every_supported_provider_and_repeats_make_duplicates(pool: PgPool) {
+    let mut config = test_config(
+        r#"
+[[source]]
+slug = "std"
+provider = "standard"
+secrets = ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]
+[[source]]
+slug = "stripe"
+provider = "stripe"
+secrets = ["whsec_stripe"]
+[[source]]
+slug = "gh"
+provider = "github"
+secrets = ["gh-secret"]
+[[source]]
+slug = "shop"
+provider = "shopify"
+secrets = ["shop-secret"]
+[[source]]
+slug = "slack"
+provider = "slack"
+secrets = ["slack-secret"]
+"#,
+        &[],
+    );
+    let app = spawn_app(pool.clone(), config.clone()).await;
+    config.public_url = app.url("");
+    for source in ["std", "stripe", "gh", "shop", "slack"] {
+        let args = replaysafe::send::SendArgs {
+            source: source.into(),
+            events: 2,
+            repeat: 3,
+            concurrency: 3,
+            url: None,
+        };
+        replaysafe::send::run(&config, args).await.unwrap();
+        let (events, deliveries, claimed): (i64, i64, i64) = sqlx::query_as(
+            "SELECT (SELECT count(*) FROM events WHERE source = $1),
+                    (SELECT count(*) FROM deliveries WHERE source = $1),
+                    (SELECT count(*) FROM deliveries WHERE source = $1 AND outcome = 'claimed')",
+        )
+        .bind(source)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        assert_eq!((events, deliveries, claimed), (2, 6, 2), "{source}");
+    }
+}
