@@ -20,6 +20,7 @@ CREATE TABLE sources (
     provider          text NOT NULL,
     mode              text NOT NULL CHECK (mode IN ('ack', 'sync')),
     destination       text,
+    attempt_timeout_secs integer NOT NULL DEFAULT 10,  -- sizes the workers' lease
     config_paused     boolean NOT NULL DEFAULT false,
     paused_override   boolean,                 -- NULL: follow config_paused
     paused_changed_at timestamptz,

@@ -28,11 +28,30 @@ pub struct Cli {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Receive, verify, claim and forward webhooks, and serve the dashboard (the default)
-    Serve,
+    Serve(ServeArgs),
     /// Apply database migrations (idempotent) and exit
     Migrate,
     /// Sign sample events with a source's scheme and send them to its receiver
     Send(crate::send::SendArgs),
+}
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct ServeArgs {
+    /// Workers forwarding events in this process; 0 runs a receiver only
+    #[arg(long, default_value_t = 8)]
+    pub workers: usize,
+    /// Run workers only: no receiver and no dashboard, just /healthz and /readyz
+    #[arg(long)]
+    pub worker_only: bool,
+}
+
+impl Default for ServeArgs {
+    fn default() -> Self {
+        Self {
+            workers: 8,
+            worker_only: false,
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -54,8 +73,8 @@ pub enum CliError {
 
 pub async fn run(cli: Cli) -> Result<(), CliError> {
     let config = config::load(cli.config.as_deref())?;
-    match cli.command.unwrap_or(Command::Serve) {
-        Command::Serve => serve(config).await,
+    match cli.command.unwrap_or(Command::Serve(ServeArgs::default())) {
+        Command::Serve(args) => serve(config, args).await,
         Command::Migrate => migrate(config).await,
         Command::Send(args) => Ok(crate::send::run(&config, args).await?),
     }
@@ -73,13 +92,19 @@ async fn migrate(config: Config) -> Result<(), CliError> {
     Ok(())
 }
 
-async fn serve(config: Config) -> Result<(), CliError> {
+async fn serve(config: Config, args: ServeArgs) -> Result<(), CliError> {
     let config = Arc::new(config);
     let database = db::locate(&config).await?;
     let pool = db::pool(&database.url, 32)?;
     let shutdown = CancellationToken::new();
+    let wake = Arc::new(tokio::sync::Notify::new());
+    let role = if args.worker_only {
+        startup::Role::WorkerOnly
+    } else {
+        startup::Role::Full
+    };
 
-    let app = Application::bind(config.clone(), pool.clone())
+    let app = Application::bind(config.clone(), pool.clone(), wake.clone(), role)
         .await
         .map_err(|source| CliError::Listen {
             addr: config.listen,
@@ -96,6 +121,13 @@ async fn serve(config: Config) -> Result<(), CliError> {
         shutdown.clone(),
     ));
     let server = tokio::spawn(app.run(shutdown.clone()));
+    let mut workers = crate::processing::worker::Workers::new(pool.clone(), config.clone(), wake)
+        .spawn(args.workers, shutdown.clone());
+    tracing::info!(
+        workers = args.workers,
+        worker_only = args.worker_only,
+        "processing started"
+    );
 
     tokio::select! {
         _ = startup::shutdown_signal() => tracing::info!("shutting down"),
@@ -103,6 +135,7 @@ async fn serve(config: Config) -> Result<(), CliError> {
     }
     shutdown.cancel();
     let served = server.await;
+    while workers.join_next().await.is_some() {}
     let _ = prepare.await;
     pool.close().await;
     // Dropping the database stops an embedded PostgreSQL.

@@ -129,17 +129,21 @@ pub async fn sync_sources(pool: &PgPool, config: &Config) -> Result<(), sqlx::Er
     let mut tx = pool.begin().await?;
     for s in &config.sources {
         sqlx::query(
-            "INSERT INTO sources (slug, provider, mode, destination, config_paused, in_config, synced_at)
-             VALUES ($1, $2, $3, $4, $5, true, now())
+            "INSERT INTO sources (slug, provider, mode, destination, attempt_timeout_secs,
+                                  config_paused, in_config, synced_at)
+             VALUES ($1, $2, $3, $4, $5, $6, true, now())
              ON CONFLICT (slug) DO UPDATE SET
                 provider = excluded.provider, mode = excluded.mode,
-                destination = excluded.destination, config_paused = excluded.config_paused,
+                destination = excluded.destination,
+                attempt_timeout_secs = excluded.attempt_timeout_secs,
+                config_paused = excluded.config_paused,
                 in_config = true, synced_at = now()",
         )
         .bind(&s.slug)
         .bind(s.provider.as_str())
         .bind(s.mode.as_str())
         .bind(&s.destination)
+        .bind(i32::try_from(s.attempt_timeout_secs).unwrap_or(i32::MAX))
         .bind(s.paused)
         .execute(&mut *tx)
         .await?;

@@ -7,6 +7,7 @@ pub mod db;
 pub mod demo;
 pub mod embedded_pg;
 pub mod health;
+pub mod processing;
 pub mod receiver;
 pub mod send;
 pub mod startup;

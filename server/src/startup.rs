@@ -12,6 +12,7 @@ use leptos::prelude::provide_context;
 use leptos_axum::{generate_route_list, LeptosRoutes};
 use sqlx::PgPool;
 use tokio::net::TcpListener;
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
@@ -25,6 +26,16 @@ pub struct AppState {
     pub leptos_options: LeptosOptions,
     pub pool: PgPool,
     pub config: Arc<Config>,
+    /// Wakes this process's workers when the receiver queues an event.
+    pub wake: Arc<Notify>,
+}
+
+/// What a `serve` process answers besides health: everything, or nothing
+/// (a worker-only process scales forwarding apart from receiving).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    Full,
+    WorkerOnly,
 }
 
 impl FromRef<AppState> for LeptosOptions {
@@ -51,7 +62,13 @@ fn leptos_options(addr: SocketAddr) -> LeptosOptions {
         .build()
 }
 
-pub fn router(state: AppState) -> Router {
+pub fn router(state: AppState, role: Role) -> Router {
+    if role == Role::WorkerOnly {
+        return Router::new()
+            .route("/healthz", get(crate::health::healthz))
+            .route("/readyz", get(crate::health::readyz))
+            .with_state(state);
+    }
     let routes = generate_route_list(app::App);
     let pool = state.pool.clone();
     let options = state.leptos_options.clone();
@@ -85,18 +102,24 @@ pub struct Application {
 }
 
 impl Application {
-    pub async fn bind(config: Arc<Config>, pool: PgPool) -> std::io::Result<Self> {
+    pub async fn bind(
+        config: Arc<Config>,
+        pool: PgPool,
+        wake: Arc<Notify>,
+        role: Role,
+    ) -> std::io::Result<Self> {
         let listener = TcpListener::bind(config.listen).await?;
         let addr = listener.local_addr()?;
         let state = AppState {
             leptos_options: leptos_options(addr),
             pool,
             config,
+            wake,
         };
         Ok(Self {
             addr,
             listener,
-            router: router(state),
+            router: router(state, role),
         })
     }
 

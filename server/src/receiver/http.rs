@@ -62,7 +62,11 @@ pub async fn hook(
             return (StatusCode::BAD_REQUEST, "request body could not be read").into_response()
         }
     }
-    into_response(receive(&state.pool, source, &inbound, receipt).await)
+    let reply = receive(&state.pool, source, &inbound, receipt).await;
+    if reply.outcome == super::claim::Outcome::Claimed {
+        state.wake.notify_one();
+    }
+    into_response(reply)
 }
 
 fn is_over_limit(e: &axum::Error) -> bool {

@@ -1,6 +1,11 @@
+use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use replaysafe::processing::retry::RetryPolicy;
+use replaysafe::processing::worker::Workers;
 
 use replaysafe::config::{self, Config};
 use replaysafe::startup::Application;
@@ -9,6 +14,8 @@ use tokio_util::sync::CancellationToken;
 
 pub struct TestApp {
     pub addr: SocketAddr,
+    pub pool: PgPool,
+    pub config: Arc<Config>,
     pub client: reqwest::Client,
     shutdown: CancellationToken,
 }
@@ -16,6 +23,106 @@ pub struct TestApp {
 impl TestApp {
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{}", self.addr, path)
+    }
+
+    /// Workers to drive by hand (`run_once`), with retries due at once.
+    pub fn workers(&self) -> Workers {
+        let mut workers = Workers::new(self.pool.clone(), self.config.clone(), Default::default());
+        workers.policy = Arc::new(RetryPolicy {
+            schedule: vec![Duration::ZERO],
+            jitter: 0.0,
+            min_retry_after: Duration::ZERO,
+            max_retry_after: Duration::from_secs(3600),
+        });
+        workers
+    }
+
+    /// Runs one worker until no event is due.
+    pub async fn drain(&self) -> usize {
+        let workers = self.workers();
+        let mut processed = 0;
+        while workers.run_once("test-worker").await.unwrap() {
+            processed += 1;
+        }
+        processed
+    }
+}
+
+/// What a test destination received.
+#[derive(Clone, Debug)]
+pub struct Captured {
+    pub headers: axum::http::HeaderMap,
+    pub body: Vec<u8>,
+}
+
+/// Scripted answer of a test destination: status, extra headers, delay.
+#[derive(Clone, Debug)]
+pub struct Scripted {
+    pub status: u16,
+    pub headers: Vec<(&'static str, String)>,
+    pub delay: Duration,
+}
+
+impl Scripted {
+    pub fn status(status: u16) -> Self {
+        Self {
+            status,
+            headers: vec![],
+            delay: Duration::ZERO,
+        }
+    }
+}
+
+/// A destination application on a free port: records every request and
+/// answers from its script, then 200 once the script runs out.
+#[derive(Clone)]
+pub struct Destination {
+    pub url: String,
+    pub received: Arc<Mutex<Vec<Captured>>>,
+}
+
+impl Destination {
+    pub async fn start(script: Vec<Scripted>) -> Self {
+        let received: Arc<Mutex<Vec<Captured>>> = Default::default();
+        let script = Arc::new(Mutex::new(VecDeque::from(script)));
+        let (r, s) = (received.clone(), script);
+        let app = axum::Router::new().route(
+            "/hook",
+            axum::routing::post(
+                move |headers: axum::http::HeaderMap, body: axum::body::Bytes| {
+                    let (r, s) = (r.clone(), s.clone());
+                    async move {
+                        r.lock().unwrap().push(Captured {
+                            headers,
+                            body: body.to_vec(),
+                        });
+                        let next = s
+                            .lock()
+                            .unwrap()
+                            .pop_front()
+                            .unwrap_or(Scripted::status(200));
+                        tokio::time::sleep(next.delay).await;
+                        let mut response = axum::response::Response::new(axum::body::Body::from(
+                            "answer from the test destination",
+                        ));
+                        *response.status_mut() =
+                            axum::http::StatusCode::from_u16(next.status).unwrap();
+                        for (name, value) in next.headers {
+                            response.headers_mut().insert(name, value.parse().unwrap());
+                        }
+                        response
+                    }
+                },
+            ),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/hook", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        Self { url, received }
+    }
+
+    pub fn count(&self) -> usize {
+        self.received.lock().unwrap().len()
     }
 }
 
@@ -55,13 +162,20 @@ pub async fn spawn_app(pool: PgPool, config: Config) -> TestApp {
 pub async fn spawn_app_with(pool: PgPool, config: Config) -> TestApp {
     let config = Arc::new(config);
     let shutdown = CancellationToken::new();
-    let app = Application::bind(config.clone(), pool.clone())
-        .await
-        .expect("binding a free port");
+    let app = Application::bind(
+        config.clone(),
+        pool.clone(),
+        Default::default(),
+        replaysafe::startup::Role::Full,
+    )
+    .await
+    .expect("binding a free port");
     let addr = app.addr;
     tokio::spawn(app.run(shutdown.clone()));
     TestApp {
         addr,
+        pool,
+        config,
         client: reqwest::Client::new(),
         shutdown,
     }

@@ -4,5 +4,6 @@
 mod embedded;
 mod health;
 mod helpers;
+mod processing;
 mod receiver;
 mod sources;

@@ -1,0 +1,7 @@
+//! Processing (spec section 5): workers lease due events, forward them to
+//! their destination, and retry, complete or dead-letter them.
+
+pub mod forward;
+pub mod queue;
+pub mod retry;
+pub mod worker;

@@ -1,0 +1,132 @@
+//! The worker pool. Each worker leases one due event at a time, forwards it
+//! with no lock held, and records the outcome. Workers wake at once when this
+//! process claims an event, and poll for work claimed by other processes.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqlx::PgPool;
+use tokio::sync::Notify;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use super::forward;
+use super::queue::{self, Next};
+use super::retry::{classify, RetryPolicy, Verdict};
+use crate::config::Config;
+
+/// How often idle workers look for work they were not told about.
+pub const POLL_INTERVAL: Duration = Duration::from_millis(500);
+
+#[derive(Clone)]
+pub struct Workers {
+    pub pool: PgPool,
+    pub config: Arc<Config>,
+    pub client: reqwest::Client,
+    pub policy: Arc<RetryPolicy>,
+    /// Notified when this process queues an event.
+    pub wake: Arc<Notify>,
+}
+
+impl Workers {
+    pub fn new(pool: PgPool, config: Arc<Config>, wake: Arc<Notify>) -> Self {
+        let client = reqwest::Client::builder()
+            .pool_max_idle_per_host(64)
+            .connect_timeout(Duration::from_secs(5))
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .expect("building the HTTP client");
+        Self {
+            pool,
+            config,
+            client,
+            policy: Arc::new(RetryPolicy::default()),
+            wake,
+        }
+    }
+
+    /// Starts `count` workers; they stop, finishing any attempt in flight, when
+    /// `shutdown` is cancelled.
+    pub fn spawn(&self, count: usize, shutdown: CancellationToken) -> JoinSet<()> {
+        let process = format!("{}:{}", hostname(), std::process::id());
+        let mut set = JoinSet::new();
+        for n in 0..count {
+            let worker = self.clone();
+            let id = format!("{process}:{n}:{:08x}", rand::random::<u32>());
+            let shutdown = shutdown.clone();
+            set.spawn(async move { worker.run(id, shutdown).await });
+        }
+        set
+    }
+
+    async fn run(self, id: String, shutdown: CancellationToken) {
+        while !shutdown.is_cancelled() {
+            match self.run_once(&id).await {
+                Ok(true) => continue,
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::warn!(worker = %id, error = %e, "worker: database error; retrying")
+                }
+            }
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                _ = self.wake.notified() => {}
+                _ = tokio::time::sleep(POLL_INTERVAL) => {}
+            }
+        }
+    }
+
+    /// Leases and processes one due event; false when none was due.
+    pub async fn run_once(&self, worker: &str) -> Result<bool, sqlx::Error> {
+        let Some(leased) = queue::lease_due(&self.pool, worker, 1).await?.pop() else {
+            return Ok(false);
+        };
+        let Some(source) = self.config.sources.iter().find(|s| s.slug == leased.source) else {
+            // Leasing only picks configured sources; a config reload could race it.
+            return Ok(true);
+        };
+        let span = tracing::info_span!("attempt", source = %source.slug, event = leased.event_id, attempt = leased.attempt);
+        let _entered = span.enter();
+        let answer = forward::forward(&self.client, source, &leased, &[]).await;
+        let next = match classify(answer.record.status, answer.retry_after) {
+            Verdict::Delivered => Next::Completed,
+            Verdict::Fatal => Next::Dead(format!(
+                "destination refused the event with {}",
+                answer.record.status.unwrap_or_default()
+            )),
+            Verdict::Retry { .. } if leased.attempt >= source.max_attempts as i32 => {
+                Next::Dead(format!(
+                    "gave up after {} attempts; last: {}",
+                    leased.attempt,
+                    describe(&answer.record)
+                ))
+            }
+            Verdict::Retry { retry_after } => {
+                Next::RetryIn(self.policy.delay(leased.attempt as u32, retry_after))
+            }
+        };
+        let mut record = answer.record;
+        if record.error.is_none() && !matches!(next, Next::Completed) {
+            record.error = Some(describe(&record));
+        }
+        let moved = queue::finish(&self.pool, worker, &leased, &record, &next).await?;
+        if !moved {
+            tracing::warn!("lease lost before the attempt finished; its successor decides");
+        }
+        Ok(true)
+    }
+}
+
+fn describe(record: &queue::AttemptRecord) -> String {
+    match (&record.error, record.status) {
+        (Some(e), _) => e.clone(),
+        (None, Some(status)) => format!("HTTP {status}"),
+        (None, None) => "no answer".into(),
+    }
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .unwrap_or_else(|_| "host".into())
+}

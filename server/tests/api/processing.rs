@@ -1,0 +1,276 @@
+//! Processing against real destinations: forwarding, retries, dead letters,
+//! lease takeover.
+
+use std::time::Duration;
+
+use base64::Engine;
+use hmac::{Hmac, Mac};
+use replaysafe::db::MIGRATOR;
+use sha2::Sha256;
+use sqlx::PgPool;
+
+use crate::helpers::{spawn_app, test_config, Destination, Scripted, TestApp};
+
+const DESTINATION_SECRET: &str = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
+
+fn config(destination: &str, max_attempts: u32) -> replaysafe::config::Config {
+    test_config(
+        &format!(
+            r#"
+[[source]]
+slug = "gh"
+provider = "github"
+secrets = ["gh-secret"]
+destination = "{destination}"
+destination_secret = "{DESTINATION_SECRET}"
+max_attempts = {max_attempts}
+attempt_timeout_secs = 2
+"#
+        ),
+        &[],
+    )
+}
+
+fn hmac_hex(key: &[u8], data: &[u8]) -> String {
+    let mut mac = Hmac::<Sha256>::new_from_slice(key).unwrap();
+    mac.update(data);
+    hex::encode(mac.finalize().into_bytes())
+}
+
+/// A GitHub delivery, as GitHub signs it.
+async fn deliver(app: &TestApp, delivery_id: &str, body: &str) -> reqwest::Response {
+    app.client
+        .post(app.url("/hooks/gh"))
+        .header("content-type", "application/json")
+        .header("x-github-event", "push")
+        .header("x-github-delivery", delivery_id)
+        .header(
+            "x-hub-signature-256",
+            format!("sha256={}", hmac_hex(b"gh-secret", body.as_bytes())),
+        )
+        .body(body.to_owned())
+        .send()
+        .await
+        .unwrap()
+}
+
+async fn event_state(pool: &PgPool, key: &str) -> (String, i32, Option<String>) {
+    sqlx::query_as("SELECT state, attempt_count, dead_reason FROM events WHERE idem_key = $1")
+        .bind(key)
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn forwards_the_body_byte_for_byte_with_our_signature(pool: PgPool) {
+    let destination = Destination::start(vec![]).await;
+    let app = spawn_app(pool.clone(), config(&destination.url, 3)).await;
+    let body = "{\"ref\":\"refs/heads/main\",\n \"odd\": \"caf\u{e9} \\u0000\"}  ";
+    assert_eq!(deliver(&app, "d-1", body).await.status(), 200);
+
+    assert_eq!(app.drain().await, 1);
+    let received = destination.received.lock().unwrap().clone();
+    assert_eq!(received.len(), 1);
+    let got = &received[0];
+    assert_eq!(got.body, body.as_bytes());
+    let h = |name: &str| {
+        got.headers
+            .get(name)
+            .map(|v| v.to_str().unwrap().to_owned())
+    };
+    assert_eq!(h("content-type").as_deref(), Some("application/json"));
+    assert_eq!(h("idempotency-key").as_deref(), Some("gh:d-1"));
+    assert_eq!(h("x-github-event").as_deref(), Some("push"));
+    assert_eq!(h("x-github-delivery").as_deref(), Some("d-1"));
+    assert_eq!(
+        h("x-hub-signature-256"),
+        None,
+        "the provider's signature is not passed on"
+    );
+
+    // The application verifies replaysafe's Standard Webhooks signature.
+    let (id, ts, sig) = (
+        h("webhook-id").unwrap(),
+        h("webhook-timestamp").unwrap(),
+        h("webhook-signature").unwrap(),
+    );
+    let key = base64::engine::general_purpose::STANDARD
+        .decode(DESTINATION_SECRET.trim_start_matches("whsec_"))
+        .unwrap();
+    let mut mac = Hmac::<Sha256>::new_from_slice(&key).unwrap();
+    mac.update(format!("{id}.{ts}.").as_bytes());
+    mac.update(body.as_bytes());
+    let expected = base64::engine::general_purpose::STANDARD.encode(mac.finalize().into_bytes());
+    assert_eq!(sig, format!("v1,{expected}"));
+
+    assert_eq!(event_state(&pool, "d-1").await.0, "completed");
+    let (status, excerpt): (i16, String) =
+        sqlx::query_as("SELECT status, response_excerpt FROM attempts")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        (status, excerpt.as_str()),
+        (200, "answer from the test destination")
+    );
+}
+
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn a_duplicate_storm_is_forwarded_exactly_once(pool: PgPool) {
+    let destination = Destination::start(vec![]).await;
+    let app = spawn_app(pool.clone(), config(&destination.url, 3)).await;
+    let storm = (0..20).map(|_| deliver(&app, "d-storm", "{}"));
+    futures_util::future::join_all(storm).await;
+    // Several workers race for the work.
+    let workers = app.workers();
+    let racers = (0..4).map(|i| {
+        let w = workers.clone();
+        async move { while w.run_once(&format!("racer-{i}")).await.unwrap() {} }
+    });
+    futures_util::future::join_all(racers).await;
+    // Duplicates after completion are not forwarded either.
+    deliver(&app, "d-storm", "{}").await;
+    app.drain().await;
+    assert_eq!(destination.count(), 1);
+    assert_eq!(event_state(&pool, "d-storm").await.0, "completed");
+}
+
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn a_flapping_destination_ends_with_one_success(pool: PgPool) {
+    let destination = Destination::start(vec![
+        Scripted::status(500),
+        Scripted {
+            status: 200,
+            headers: vec![],
+            delay: Duration::from_secs(4),
+        }, // times out
+        Scripted::status(503),
+    ])
+    .await;
+    let app = spawn_app(pool.clone(), config(&destination.url, 8)).await;
+    deliver(&app, "d-flap", "{}").await;
+    app.drain().await;
+
+    assert_eq!(destination.count(), 4);
+    let (state, attempts, _) = event_state(&pool, "d-flap").await;
+    assert_eq!((state.as_str(), attempts), ("completed", 4));
+    let errors: Vec<Option<String>> = sqlx::query_scalar("SELECT error FROM attempts ORDER BY id")
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+    assert_eq!(errors[0].as_deref(), Some("HTTP 500"));
+    assert_eq!(errors[1].as_deref(), Some("timed out after 2 s"));
+    assert_eq!(errors[2].as_deref(), Some("HTTP 503"));
+    assert_eq!(errors[3], None);
+}
+
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn a_400_is_dead_at_once_and_later_duplicates_are_not_forwarded(pool: PgPool) {
+    let destination = Destination::start(vec![Scripted::status(400)]).await;
+    let app = spawn_app(pool.clone(), config(&destination.url, 8)).await;
+    deliver(&app, "d-400", "{}").await;
+    app.drain().await;
+    let (state, attempts, reason) = event_state(&pool, "d-400").await;
+    assert_eq!((state.as_str(), attempts), ("dead", 1));
+    assert_eq!(
+        reason.as_deref(),
+        Some("destination refused the event with 400")
+    );
+
+    let again = deliver(&app, "d-400", "{}").await;
+    assert_eq!(again.status(), 200);
+    assert_eq!(again.headers()["x-replaysafe-outcome"], "dead");
+    app.drain().await;
+    assert_eq!(destination.count(), 1);
+}
+
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn retries_stop_at_max_attempts_with_the_last_error(pool: PgPool) {
+    let destination = Destination::start(vec![Scripted::status(502); 3]).await;
+    let app = spawn_app(pool.clone(), config(&destination.url, 3)).await;
+    deliver(&app, "d-max", "{}").await;
+    app.drain().await;
+    let (state, attempts, reason) = event_state(&pool, "d-max").await;
+    assert_eq!((state.as_str(), attempts), ("dead", 3));
+    assert_eq!(
+        reason.as_deref(),
+        Some("gave up after 3 attempts; last: HTTP 502")
+    );
+}
+
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn retry_after_is_honoured(pool: PgPool) {
+    let destination = Destination::start(vec![Scripted {
+        status: 429,
+        headers: vec![("retry-after", "120".into())],
+        delay: Duration::ZERO,
+    }])
+    .await;
+    let app = spawn_app(pool.clone(), config(&destination.url, 8)).await;
+    deliver(&app, "d-429", "{}").await;
+    app.drain().await;
+    let (state, wait): (String, f64) = sqlx::query_as(
+        "SELECT state, extract(epoch FROM next_attempt_at - now())::float8 FROM events WHERE idem_key = 'd-429'",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(state, "retrying");
+    assert!((110.0..=121.0).contains(&wait), "next attempt in {wait} s");
+    assert_eq!(destination.count(), 1, "not retried before its time");
+}
+
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn a_dead_workers_lease_is_taken_over(pool: PgPool) {
+    let destination = Destination::start(vec![]).await;
+    let app = spawn_app(pool.clone(), config(&destination.url, 8)).await;
+    deliver(&app, "d-crash", "{}").await;
+
+    // A worker leases the event and dies before forwarding it.
+    let leased = replaysafe::processing::queue::lease_due(&pool, "doomed", 1)
+        .await
+        .unwrap();
+    assert_eq!(leased.len(), 1);
+    let lease_secs: f64 = sqlx::query_scalar(
+        "SELECT extract(epoch FROM lease_expires_at - now())::float8 FROM events",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert!(
+        lease_secs <= 2.0 + 30.0 && lease_secs > 2.0,
+        "lease {lease_secs} s: attempt timeout 2 s + margin"
+    );
+    // While the lease holds, nobody else takes the event.
+    assert_eq!(app.drain().await, 0);
+
+    // Time passes: the lease expires (moved back rather than waited for).
+    sqlx::query("UPDATE events SET lease_expires_at = now() - interval '1 second'")
+        .execute(&pool)
+        .await
+        .unwrap();
+    assert_eq!(app.drain().await, 1);
+    assert_eq!(destination.count(), 1);
+    let (state, attempts, _) = event_state(&pool, "d-crash").await;
+    assert_eq!((state.as_str(), attempts), ("completed", 2));
+    let abandoned: String =
+        sqlx::query_scalar("SELECT error FROM attempts WHERE worker = 'doomed'")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!(abandoned, "worker lost its lease; taken over");
+
+    // The dead worker's late report changes nothing.
+    let moved = replaysafe::processing::queue::finish(
+        &pool,
+        "doomed",
+        &leased[0],
+        &Default::default(),
+        &replaysafe::processing::queue::Next::Dead("late".into()),
+    )
+    .await
+    .unwrap();
+    assert!(!moved);
+    assert_eq!(event_state(&pool, "d-crash").await.0, "completed");
+}
