@@ -6,4 +6,5 @@ mod health;
 mod helpers;
 mod processing;
 mod receiver;
+mod sdk;
 mod sources;
