@@ -33,6 +33,19 @@ pub enum Command {
     Migrate,
     /// Sign sample events with a source's scheme and send them to its receiver
     Send(crate::send::SendArgs),
+    /// Pause or resume a source's forwarding (stored in the database)
+    Source {
+        #[command(subcommand)]
+        action: SourceAction,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum SourceAction {
+    /// Keep receiving, verifying and claiming, but forward nothing until resumed
+    Pause { slug: String },
+    /// Forward again, starting with what was held
+    Resume { slug: String },
 }
 
 #[derive(clap::Args, Debug, Clone)]
@@ -67,6 +80,8 @@ pub enum CliError {
     },
     #[error(transparent)]
     Send(#[from] crate::send::SendError),
+    #[error(transparent)]
+    Source(#[from] crate::sources::SourceError),
     #[error("server error: {0}")]
     Serve(std::io::Error),
 }
@@ -77,6 +92,7 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Serve(args) => serve(config, args).await,
         Command::Migrate => migrate(config).await,
         Command::Send(args) => Ok(crate::send::run(&config, args).await?),
+        Command::Source { action } => source(config, action).await,
     }
 }
 
@@ -89,6 +105,30 @@ async fn migrate(config: Config) -> Result<(), CliError> {
         .map_err(DbError::from)?;
     pool.close().await;
     println!("migrations applied");
+    Ok(())
+}
+
+async fn source(config: Config, action: SourceAction) -> Result<(), CliError> {
+    let database = db::locate(&config).await?;
+    let pool = db::pool(&database.url, 2)?;
+    db::migrate(&pool).await?;
+    db::sync_sources(&pool, &config)
+        .await
+        .map_err(DbError::from)?;
+    let (slug, paused) = match &action {
+        SourceAction::Pause { slug } => (slug, true),
+        SourceAction::Resume { slug } => (slug, false),
+    };
+    let actor = format!(
+        "cli:{}",
+        std::env::var("USER").unwrap_or_else(|_| "unknown".into())
+    );
+    crate::sources::set_paused(&pool, slug, paused, &actor, None).await?;
+    pool.close().await;
+    println!(
+        "source {slug} {}",
+        if paused { "paused" } else { "resumed" }
+    );
     Ok(())
 }
 
@@ -121,6 +161,12 @@ async fn serve(config: Config, args: ServeArgs) -> Result<(), CliError> {
         shutdown.clone(),
     ));
     let server = tokio::spawn(app.run(shutdown.clone()));
+    let pruner = tokio::spawn(crate::retention::run(
+        pool.clone(),
+        config.retention_days,
+        config.dedup_ttl_days,
+        shutdown.clone(),
+    ));
     let mut workers = crate::processing::worker::Workers::new(pool.clone(), config.clone(), wake)
         .spawn(args.workers, shutdown.clone());
     tracing::info!(
@@ -136,6 +182,7 @@ async fn serve(config: Config, args: ServeArgs) -> Result<(), CliError> {
     shutdown.cancel();
     let served = server.await;
     while workers.join_next().await.is_some() {}
+    let _ = pruner.await;
     let _ = prepare.await;
     pool.close().await;
     // Dropping the database stops an embedded PostgreSQL.

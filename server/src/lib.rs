@@ -9,6 +9,8 @@ pub mod embedded_pg;
 pub mod health;
 pub mod processing;
 pub mod receiver;
+pub mod retention;
 pub mod send;
+pub mod sources;
 pub mod startup;
 pub mod telemetry;

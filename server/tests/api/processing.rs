@@ -274,3 +274,100 @@ async fn a_dead_workers_lease_is_taken_over(pool: PgPool) {
     assert!(!moved);
     assert_eq!(event_state(&pool, "d-crash").await.0, "completed");
 }
+
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn pause_holds_and_resume_drains(pool: PgPool) {
+    let destination = Destination::start(vec![]).await;
+    let app = spawn_app(pool.clone(), config(&destination.url, 8)).await;
+    replaysafe::sources::set_paused(&pool, "gh", true, "test", None)
+        .await
+        .unwrap();
+
+    // Still received, verified and claimed while paused...
+    let response = deliver(&app, "d-paused", "{}").await;
+    assert_eq!(response.headers()["x-replaysafe-outcome"], "claimed");
+    // ...but not forwarded.
+    assert_eq!(app.drain().await, 0);
+    assert_eq!(destination.count(), 0);
+    assert_eq!(event_state(&pool, "d-paused").await.0, "queued");
+
+    replaysafe::sources::set_paused(&pool, "gh", false, "test", None)
+        .await
+        .unwrap();
+    assert_eq!(app.drain().await, 1);
+    assert_eq!(destination.count(), 1);
+    let audit: Vec<String> = sqlx::query_scalar("SELECT action FROM audit_log ORDER BY id")
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+    assert_eq!(audit, ["source.pause", "source.resume"]);
+    assert!(
+        replaysafe::sources::set_paused(&pool, "nope", true, "test", None)
+            .await
+            .is_err()
+    );
+}
+
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn retention_prunes_only_what_is_due(pool: PgPool) {
+    let destination = Destination::start(vec![Scripted::status(400)]).await;
+    let app = spawn_app(pool.clone(), config(&destination.url, 8)).await;
+    for key in ["old-done", "old-dead", "old-waiting", "fresh"] {
+        deliver(&app, key, "{}").await;
+    }
+    let workers = app.workers();
+    // One event goes dead (the destination's first answer is 400), one completes, one waits.
+    sqlx::query("UPDATE events SET next_attempt_at = now() + interval '1 hour' WHERE idem_key IN ('old-waiting', 'fresh', 'old-done')")
+        .execute(&pool).await.unwrap();
+    assert!(workers.run_once("w").await.unwrap()); // old-dead: 400, dead
+    sqlx::query("UPDATE events SET next_attempt_at = now() WHERE idem_key = 'old-done'")
+        .execute(&pool)
+        .await
+        .unwrap();
+    assert!(workers.run_once("w").await.unwrap()); // old-done: 200, completed
+    assert_eq!(event_state(&pool, "old-dead").await.0, "dead");
+    assert_eq!(event_state(&pool, "old-done").await.0, "completed");
+
+    // Age everything but "fresh" beyond both limits.
+    sqlx::query(
+        "UPDATE deliveries SET received_at = now() - interval '40 days' WHERE idem_key <> 'fresh'",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    sqlx::query(
+        "UPDATE events SET last_seen_at = now() - interval '40 days' WHERE idem_key <> 'fresh'",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+
+    let pruned = replaysafe::retention::prune(&pool, 30, 30).await.unwrap();
+    assert_eq!(
+        pruned,
+        replaysafe::retention::Pruned {
+            deliveries: 2,
+            events: 2
+        }
+    );
+    let left: Vec<String> = sqlx::query_scalar("SELECT idem_key FROM events ORDER BY idem_key")
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        left,
+        ["fresh", "old-waiting"],
+        "an event still waiting keeps its key"
+    );
+    let payloads: Vec<String> =
+        sqlx::query_scalar("SELECT idem_key FROM deliveries ORDER BY idem_key")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    assert_eq!(payloads, ["fresh", "old-waiting"], "and its payload");
+    // A second run finds nothing more.
+    assert_eq!(
+        replaysafe::retention::prune(&pool, 30, 30).await.unwrap(),
+        Default::default()
+    );
+}
