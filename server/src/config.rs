@@ -339,12 +339,6 @@ pub fn parse_and_validate(
                 "discord interactions must be answered inline: use mode = \"sync\"".into(),
             ));
         }
-        if s.mode == Mode::Sync {
-            return Err(invalid(
-                &at("mode"),
-                "sync mode is not supported by this version yet; use \"ack\"".into(),
-            ));
-        }
         if !providers::is_supported(s.provider) {
             return Err(invalid(
                 &at("provider"),

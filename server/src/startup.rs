@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::db;
+use crate::processing::retry::RetryPolicy;
 
 /// The name cargo-leptos gives the wasm, JS and CSS bundle (`output-name`).
 pub const SITE_OUTPUT_NAME: &str = "replaysafe";
@@ -28,6 +29,9 @@ pub struct AppState {
     pub config: Arc<Config>,
     /// Wakes this process's workers when the receiver queues an event.
     pub wake: Arc<Notify>,
+    /// Sync mode calls destinations inside the request.
+    pub client: reqwest::Client,
+    pub policy: Arc<RetryPolicy>,
 }
 
 /// What a `serve` process answers besides health: everything, or nothing
@@ -115,6 +119,8 @@ impl Application {
             pool,
             config,
             wake,
+            client: crate::processing::worker::http_client(),
+            policy: Arc::new(RetryPolicy::default()),
         };
         Ok(Self {
             addr,

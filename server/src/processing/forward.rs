@@ -85,13 +85,18 @@ pub fn message_id(event_id: i64) -> String {
 pub struct Answer {
     pub record: AttemptRecord,
     pub retry_after: Option<Duration>,
+    pub content_type: Option<String>,
+    /// The response body, up to the `keep_bytes` asked for.
+    pub body: Vec<u8>,
 }
 
+/// Forwards one leased event. Keeps up to `keep_bytes` of the response body
+/// (an excerpt for the timeline, or the whole answer in sync mode).
 pub async fn forward(
     client: &reqwest::Client,
     source: &SourceConfig,
     leased: &Leased,
-    extra: &[(&str, String)],
+    keep_bytes: usize,
 ) -> Answer {
     let started = Instant::now();
     let elapsed_ms = || i32::try_from(started.elapsed().as_millis()).unwrap_or(i32::MAX);
@@ -103,6 +108,8 @@ pub async fn forward(
             error: Some(error),
         },
         retry_after: None,
+        content_type: None,
+        body: Vec::new(),
     };
     let (Some(destination), Some(body)) = (source.destination.as_deref(), leased.body.as_deref())
     else {
@@ -138,9 +145,6 @@ pub async fn forward(
     for (name, value) in event_headers(leased.headers.as_ref()) {
         request = request.header(name, value);
     }
-    for (name, value) in extra {
-        request = request.header(*name, value);
-    }
     let mut response = match request.body(body.to_vec()).send().await {
         Ok(r) => r,
         Err(e) if e.is_timeout() => {
@@ -155,14 +159,19 @@ pub async fn forward(
         .get("retry-after")
         .and_then(|v| v.to_str().ok())
         .and_then(|v| super::retry::parse_retry_after(v, chrono::Utc::now()));
-    let mut excerpt = Vec::new();
+    let content_type = response
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let mut kept = Vec::new();
     let mut error = None;
     loop {
         match response.chunk().await {
             Ok(Some(chunk)) => {
-                let room = EXCERPT_BYTES - excerpt.len();
-                excerpt.extend_from_slice(&chunk[..chunk.len().min(room)]);
-                if excerpt.len() >= EXCERPT_BYTES {
+                let room = keep_bytes - kept.len();
+                kept.extend_from_slice(&chunk[..chunk.len().min(room)]);
+                if kept.len() >= keep_bytes {
                     break;
                 }
             }
@@ -177,10 +186,14 @@ pub async fn forward(
         record: AttemptRecord {
             status: Some(status),
             latency_ms: elapsed_ms(),
-            response_excerpt: Some(String::from_utf8_lossy(&excerpt).into_owned()),
+            response_excerpt: Some(
+                String::from_utf8_lossy(&kept[..kept.len().min(EXCERPT_BYTES)]).into_owned(),
+            ),
             error,
         },
         retry_after,
+        content_type,
+        body: kept,
     }
 }
 

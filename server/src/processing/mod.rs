@@ -4,4 +4,5 @@
 pub mod forward;
 pub mod queue;
 pub mod retry;
+pub mod sync;
 pub mod worker;

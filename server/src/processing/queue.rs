@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use sqlx::PgPool;
 
+use crate::receiver::claim::StoredResponse;
+
 /// An event leased to one worker for one attempt, with what it forwards.
 #[derive(Clone, Debug, sqlx::FromRow)]
 pub struct Leased {
@@ -23,7 +25,8 @@ pub struct Leased {
 
 /// Leases up to `limit` due events: queued or retrying ones whose time has
 /// come, and processing ones whose worker lost its lease. Paused sources,
-/// sources without a destination and sources no longer configured are left.
+/// sources without a destination, sources no longer configured and sync-mode
+/// sources (their deliveries forward inside the request) are left.
 /// The lease lasts the source's attempt timeout plus a margin; a takeover
 /// closes the abandoned attempt.
 pub async fn lease_due(
@@ -34,7 +37,7 @@ pub async fn lease_due(
     sqlx::query_as::<_, Leased>(
         "WITH runnable AS (
              SELECT slug FROM sources
-             WHERE in_config AND destination IS NOT NULL
+             WHERE in_config AND destination IS NOT NULL AND mode = 'ack'
                AND NOT coalesce(paused_override, config_paused)
          ),
          candidates AS (
@@ -118,6 +121,7 @@ pub async fn finish(
     leased: &Leased,
     record: &AttemptRecord,
     next: &Next,
+    sync_response: Option<&StoredResponse>,
 ) -> Result<bool, sqlx::Error> {
     let (state, delay_secs, reason) = match next {
         Next::Completed => ("completed", None, None),
@@ -138,7 +142,10 @@ pub async fn finish(
                                     ELSE now() + make_interval(secs => $8) END,
              completed_at = CASE WHEN $9 = 'completed' THEN now() END,
              last_error = $10,
-             dead_reason = CASE WHEN $9 = 'dead' THEN $10 END
+             dead_reason = CASE WHEN $9 = 'dead' THEN $10 END,
+             response_status = coalesce($11, response_status),
+             response_content_type = CASE WHEN $11 IS NULL THEN response_content_type ELSE $12 END,
+             response_body = coalesce($13, response_body)
          WHERE id = $1 AND state = 'processing' AND lease_owner = $2
          RETURNING id",
     )
@@ -152,6 +159,9 @@ pub async fn finish(
     .bind(delay_secs)
     .bind(state)
     .bind(reason.as_deref())
+    .bind(sync_response.map(|r| r.status))
+    .bind(sync_response.and_then(|r| r.content_type.as_deref()))
+    .bind(sync_response.map(|r| r.body.as_slice()))
     .fetch_optional(pool)
     .await?;
     Ok(moved.is_some())

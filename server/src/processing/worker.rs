@@ -30,16 +30,10 @@ pub struct Workers {
 
 impl Workers {
     pub fn new(pool: PgPool, config: Arc<Config>, wake: Arc<Notify>) -> Self {
-        let client = reqwest::Client::builder()
-            .pool_max_idle_per_host(64)
-            .connect_timeout(Duration::from_secs(5))
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .expect("building the HTTP client");
         Self {
             pool,
             config,
-            client,
+            client: http_client(),
             policy: Arc::new(RetryPolicy::default()),
             wake,
         }
@@ -87,34 +81,40 @@ impl Workers {
         };
         let span = tracing::info_span!("attempt", source = %source.slug, event = leased.event_id, attempt = leased.attempt);
         let _entered = span.enter();
-        let answer = forward::forward(&self.client, source, &leased, &[]).await;
-        let next = match classify(answer.record.status, answer.retry_after) {
-            Verdict::Delivered => Next::Completed,
-            Verdict::Fatal => Next::Dead(format!(
-                "destination refused the event with {}",
-                answer.record.status.unwrap_or_default()
-            )),
-            Verdict::Retry { .. } if leased.attempt >= source.max_attempts as i32 => {
-                Next::Dead(format!(
-                    "gave up after {} attempts; last: {}",
-                    leased.attempt,
-                    describe(&answer.record)
-                ))
-            }
-            Verdict::Retry { retry_after } => {
-                Next::RetryIn(self.policy.delay(leased.attempt as u32, retry_after))
-            }
-        };
-        let mut record = answer.record;
-        if record.error.is_none() && !matches!(next, Next::Completed) {
-            record.error = Some(describe(&record));
-        }
-        let moved = queue::finish(&self.pool, worker, &leased, &record, &next).await?;
+        let answer = forward::forward(&self.client, source, &leased, forward::EXCERPT_BYTES).await;
+        let (next, record) = decide(&self.policy, source.max_attempts, leased.attempt, answer);
+        let moved = queue::finish(&self.pool, worker, &leased, &record, &next, None).await?;
         if !moved {
             tracing::warn!("lease lost before the attempt finished; its successor decides");
         }
         Ok(true)
     }
+}
+
+/// Where an event goes after an attempt's answer, and the attempt as recorded.
+pub fn decide(
+    policy: &RetryPolicy,
+    max_attempts: u32,
+    attempt: i32,
+    answer: forward::Answer,
+) -> (Next, queue::AttemptRecord) {
+    let next = match classify(answer.record.status, answer.retry_after) {
+        Verdict::Delivered => Next::Completed,
+        Verdict::Fatal => Next::Dead(format!(
+            "destination refused the event with {}",
+            answer.record.status.unwrap_or_default()
+        )),
+        Verdict::Retry { .. } if attempt >= max_attempts as i32 => Next::Dead(format!(
+            "gave up after {attempt} attempts; last: {}",
+            describe(&answer.record)
+        )),
+        Verdict::Retry { retry_after } => Next::RetryIn(policy.delay(attempt as u32, retry_after)),
+    };
+    let mut record = answer.record;
+    if record.error.is_none() && next != Next::Completed {
+        record.error = Some(describe(&record));
+    }
+    (next, record)
 }
 
 fn describe(record: &queue::AttemptRecord) -> String {
@@ -123,6 +123,17 @@ fn describe(record: &queue::AttemptRecord) -> String {
         (None, Some(status)) => format!("HTTP {status}"),
         (None, None) => "no answer".into(),
     }
+}
+
+/// The client for destinations: pooled connections, no redirects followed
+/// (a redirect is the application's answer, not a new destination).
+pub fn http_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .pool_max_idle_per_host(64)
+        .connect_timeout(Duration::from_secs(5))
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .expect("building the HTTP client")
 }
 
 fn hostname() -> String {

@@ -84,19 +84,56 @@ pub struct Claimed {
     pub event_id: i64,
     pub delivery_id: i64,
     pub receive_count: i32,
+    /// Sync mode: the destination's stored answer, returned to duplicates.
+    pub stored_response: Option<StoredResponse>,
 }
+
+#[derive(Clone, Debug, PartialEq, Eq, sqlx::FromRow)]
+pub struct StoredResponse {
+    pub status: i16,
+    pub content_type: Option<String>,
+    pub body: Vec<u8>,
+}
+
+/// Sync mode holds the claim with a lease while the destination is called
+/// inside the request; a later delivery takes over once the lease expired.
+#[derive(Clone, Debug)]
+pub struct SyncLease {
+    pub owner: String,
+    pub secs: f64,
+}
+
+type Duplicate = (
+    i64,
+    String,
+    i32,
+    Option<i16>,
+    Option<String>,
+    Option<Vec<u8>>,
+);
 
 /// Records a verified delivery and claims its key, in one transaction.
 #[tracing::instrument(name = "claim", skip_all)]
-pub async fn claim(pool: &PgPool, mode: Mode, d: &NewDelivery<'_>) -> Result<Claimed, sqlx::Error> {
+pub async fn claim(
+    pool: &PgPool,
+    mode: Mode,
+    d: &NewDelivery<'_>,
+    lease: Option<&SyncLease>,
+) -> Result<Claimed, sqlx::Error> {
     let key = d.idem_key.unwrap_or_default();
+    let (owner, lease_secs) = match lease {
+        Some(l) => (Some(l.owner.as_str()), l.secs),
+        None => (None, 0.0),
+    };
     let mut tx = pool.begin().await?;
     // The claim: the event row (also the queue entry) and its first delivery,
     // in one statement. On conflict nothing is written and no row returns.
     let won: Option<(i64, i64)> = sqlx::query_as(
         "WITH claim AS (
-            INSERT INTO events (source, idem_key, state, first_delivery_id)
-            VALUES ($1, $2, 'queued', nextval('deliveries_id_seq'))
+            INSERT INTO events (source, idem_key, state, first_delivery_id, lease_owner, lease_expires_at)
+            VALUES ($1, $2, CASE WHEN $12::text IS NULL THEN 'queued' ELSE 'processing' END,
+                    nextval('deliveries_id_seq'), $12,
+                    CASE WHEN $12::text IS NULL THEN NULL ELSE now() + make_interval(secs => $13) END)
             ON CONFLICT (source, idem_key) DO NOTHING
             RETURNING id, first_delivery_id
          )
@@ -119,6 +156,8 @@ pub async fn claim(pool: &PgPool, mode: Mode, d: &NewDelivery<'_>) -> Result<Cla
     .bind(d.body)
     .bind(d.body_size())
     .bind(d.remote_addr)
+    .bind(owner)
+    .bind(lease_secs)
     .fetch_optional(&mut *tx)
     .await?;
 
@@ -128,32 +167,81 @@ pub async fn claim(pool: &PgPool, mode: Mode, d: &NewDelivery<'_>) -> Result<Cla
             event_id,
             delivery_id,
             receive_count: 1,
+            stored_response: None,
         },
         None => {
             // A duplicate. This statement sees the claim that beat us: the
-            // insert above waited for it to commit.
-            let (event_id, state, receive_count): (i64, String, i32) = sqlx::query_as(
-                "UPDATE events SET receive_count = receive_count + 1, last_seen_at = now()
-                 WHERE source = $1 AND idem_key = $2
-                 RETURNING id, state, receive_count",
-            )
-            .bind(d.source)
-            .bind(key)
-            .fetch_one(&mut *tx)
-            .await?;
-            let outcome = Outcome::of_event_state(&state);
+            // insert above waited for it to commit. In sync mode it takes the
+            // claim over when the holder's lease expired or its try failed.
+            let (event_id, state, receive_count, status, content_type, body): Duplicate =
+                sqlx::query_as(
+                    // The takeover test reads the row's latest version (row-locked
+                    // update), so two duplicates can never both take over.
+                    "UPDATE events SET receive_count = receive_count + 1, last_seen_at = now(),
+                         state = CASE WHEN $3::text IS NOT NULL AND (state = 'retrying'
+                                      OR (state = 'processing' AND lease_expires_at < now()))
+                                 THEN 'processing' ELSE state END,
+                         lease_expires_at = CASE WHEN $3::text IS NOT NULL AND (state = 'retrying'
+                                      OR (state = 'processing' AND lease_expires_at < now()))
+                                 THEN now() + make_interval(secs => $4) ELSE lease_expires_at END,
+                         lease_owner = CASE WHEN $3::text IS NOT NULL AND (state = 'retrying'
+                                      OR (state = 'processing' AND lease_expires_at < now()))
+                                 THEN $3 ELSE lease_owner END
+                     WHERE source = $1 AND idem_key = $2
+                     RETURNING id, CASE WHEN lease_owner = $3 THEN 'taken_over' ELSE state END,
+                               receive_count, response_status, response_content_type, response_body",
+                )
+                .bind(d.source)
+                .bind(key)
+                .bind(owner)
+                .bind(lease_secs)
+                .fetch_one(&mut *tx)
+                .await?;
+            let outcome = match state.as_str() {
+                "taken_over" => Outcome::Claimed,
+                other => Outcome::of_event_state(other),
+            };
+            let stored_response = match (status, body) {
+                (Some(status), Some(body)) => Some(StoredResponse {
+                    status,
+                    content_type,
+                    body,
+                }),
+                _ => None,
+            };
+            // Sync mode answers a settled event's duplicate with the stored response.
+            let answered = match (&stored_response, mode, outcome) {
+                (Some(r), Mode::Sync, Outcome::Completed | Outcome::Dead) => r.status as u16,
+                _ => outcome.status(mode),
+            };
             let delivery_id =
-                insert_delivery(&mut tx, d, Some(event_id), outcome, outcome.status(mode)).await?;
+                insert_delivery(&mut tx, d, Some(event_id), outcome, answered).await?;
             Claimed {
                 outcome,
                 event_id,
                 delivery_id,
                 receive_count,
+                stored_response,
             }
         }
     };
     tx.commit().await?;
     Ok(claimed)
+}
+
+/// Sync mode: the status the provider got is known only once the destination
+/// answered; it completes the delivery's record.
+pub async fn set_answered_status(
+    pool: &PgPool,
+    delivery_id: i64,
+    status: u16,
+) -> Result<(), sqlx::Error> {
+    sqlx::query("UPDATE deliveries SET http_status = $2 WHERE id = $1")
+        .bind(delivery_id)
+        .bind(status as i16)
+        .execute(pool)
+        .await?;
+    Ok(())
 }
 
 /// Records a delivery that failed verification, its key or the limits.

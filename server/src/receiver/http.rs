@@ -8,7 +8,7 @@ use axum::extract::{ConnectInfo, Path, State};
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 
-use super::{receive, record_oversized, Inbound, Receipt, Reply};
+use super::{receive, record_oversized, Forwarding, Inbound, Receipt, Reply};
 use crate::startup::AppState;
 
 pub async fn hook(
@@ -62,7 +62,12 @@ pub async fn hook(
             return (StatusCode::BAD_REQUEST, "request body could not be read").into_response()
         }
     }
-    let reply = receive(&state.pool, source, &inbound, receipt).await;
+    let forwarding = Forwarding {
+        client: &state.client,
+        policy: &state.policy,
+        keep_bytes: state.config.max_body_bytes,
+    };
+    let reply = receive(&state.pool, source, &inbound, receipt, &forwarding).await;
     if reply.outcome == super::claim::Outcome::Claimed {
         state.wake.notify_one();
     }
@@ -85,10 +90,9 @@ fn into_response(reply: Reply) -> Response {
     *response.status_mut() =
         StatusCode::from_u16(reply.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let headers = response.headers_mut();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static(reply.content_type),
-    );
+    if let Ok(content_type) = HeaderValue::from_str(&reply.content_type) {
+        headers.insert(header::CONTENT_TYPE, content_type);
+    }
     for (name, value) in reply.headers {
         if let Ok(value) = HeaderValue::from_str(&value) {
             headers.append(HeaderName::from_static(name), value);

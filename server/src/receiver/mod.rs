@@ -9,8 +9,11 @@ use std::time::Instant;
 
 use sqlx::PgPool;
 
-use crate::config::SourceConfig;
-use claim::{NewDelivery, Outcome};
+use crate::config::{Mode, SourceConfig};
+use crate::processing::queue::LEASE_MARGIN;
+use crate::processing::retry::RetryPolicy;
+use crate::processing::sync::{self, SyncResult};
+use claim::{NewDelivery, Outcome, SyncLease};
 use providers::Rejection;
 
 /// One request as it reached a source: raw bytes, nothing trusted yet.
@@ -38,7 +41,7 @@ impl Inbound {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Reply {
     pub status: u16,
-    pub content_type: &'static str,
+    pub content_type: String,
     pub body: Vec<u8>,
     pub headers: Vec<(&'static str, String)>,
     pub outcome: Outcome,
@@ -96,6 +99,7 @@ pub async fn receive(
     source: &SourceConfig,
     inbound: &Inbound,
     receipt: Receipt,
+    forwarding: &Forwarding<'_>,
 ) -> Reply {
     let checked = providers::verify(source, inbound, receipt.now, receipt.waive_timestamp)
         .and_then(|verification| {
@@ -128,15 +132,78 @@ pub async fn receive(
             delivery.verified = true;
             delivery.verification = verification;
             delivery.idem_key = Some(&key);
-            claim::claim(pool, source.mode, &delivery)
-                .await
-                .map(|claimed| providers::reply(source, inbound, &claimed))
+            let lease = (source.mode == Mode::Sync).then(|| SyncLease {
+                owner: format!("sync:{:016x}", rand::random::<u64>()),
+                secs: source.attempt_timeout_secs as f64 + LEASE_MARGIN.as_secs_f64(),
+            });
+            match claim::claim(pool, source.mode, &delivery, lease.as_ref()).await {
+                Ok(claimed) if claimed.outcome == Outcome::Claimed && lease.is_some() => {
+                    let owner = lease.as_ref().map(|l| l.owner.as_str()).unwrap_or_default();
+                    sync_reply(pool, source, inbound, &claimed, owner, &key, forwarding).await
+                }
+                Ok(claimed) => Ok(providers::reply(source, inbound, &claimed)),
+                Err(e) => Err(e),
+            }
         }
     };
     result.unwrap_or_else(|e| {
         tracing::error!(error = %e, "database unavailable: answering 503 so the provider retries");
         providers::unavailable_reply()
     })
+}
+
+/// What the receiver needs to call a destination inside the request (sync mode).
+pub struct Forwarding<'a> {
+    pub client: &'a reqwest::Client,
+    pub policy: &'a RetryPolicy,
+    /// The most of a destination's answer kept and returned.
+    pub keep_bytes: usize,
+}
+
+/// Sync mode: the claim's holder forwards now and answers with the destination's reply.
+async fn sync_reply(
+    pool: &PgPool,
+    source: &SourceConfig,
+    inbound: &Inbound,
+    claimed: &claim::Claimed,
+    owner: &str,
+    key: &str,
+    forwarding: &Forwarding<'_>,
+) -> Result<Reply, sqlx::Error> {
+    let result = sync::forward_inline(
+        pool,
+        forwarding.client,
+        forwarding.policy,
+        source,
+        inbound,
+        claimed,
+        owner,
+        key,
+        forwarding.keep_bytes,
+    )
+    .await?;
+    let reply = match result {
+        SyncResult::Answered(response) => Reply {
+            status: response.status as u16,
+            content_type: response
+                .content_type
+                .unwrap_or_else(|| "application/octet-stream".into()),
+            body: response.body,
+            headers: vec![("x-replaysafe-outcome", Outcome::Claimed.as_str().to_owned())],
+            outcome: Outcome::Claimed,
+        },
+        SyncResult::Failed(reason) => {
+            // 502: the provider retries, and its retry takes the claim over.
+            let mut reply = providers::reply(source, inbound, claimed);
+            reply.status = 502;
+            reply.body = serde_json::json!({"outcome": Outcome::Claimed, "error": reason})
+                .to_string()
+                .into_bytes();
+            reply
+        }
+    };
+    claim::set_answered_status(pool, claimed.delivery_id, reply.status).await?;
+    Ok(reply)
 }
 
 /// A request rejected before it could be read whole (over the body limit).

@@ -268,6 +268,7 @@ async fn a_dead_workers_lease_is_taken_over(pool: PgPool) {
         &leased[0],
         &Default::default(),
         &replaysafe::processing::queue::Next::Dead("late".into()),
+        None,
     )
     .await
     .unwrap();
@@ -370,4 +371,164 @@ async fn retention_prunes_only_what_is_due(pool: PgPool) {
         replaysafe::retention::prune(&pool, 30, 30).await.unwrap(),
         Default::default()
     );
+}
+
+fn sync_config(destination: &str) -> replaysafe::config::Config {
+    test_config(
+        &format!(
+            r#"
+[[source]]
+slug = "slack"
+provider = "slack"
+secrets = ["slack-secret"]
+mode = "sync"
+destination = "{destination}"
+attempt_timeout_secs = 1
+max_attempts = 5
+"#
+        ),
+        &[],
+    )
+}
+
+/// A Slack interactivity request, as Slack signs it.
+async fn interact(app: &TestApp, body: &str) -> reqwest::Response {
+    let ts = chrono::Utc::now().timestamp();
+    app.client
+        .post(app.url("/hooks/slack"))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .header("x-slack-request-timestamp", ts.to_string())
+        .header(
+            "x-slack-signature",
+            format!(
+                "v0={}",
+                hmac_hex(b"slack-secret", format!("v0:{ts}:{body}").as_bytes())
+            ),
+        )
+        .body(body.to_owned())
+        .send()
+        .await
+        .unwrap()
+}
+
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn sync_mode_returns_the_destinations_answer_and_replays_it_byte_for_byte(pool: PgPool) {
+    let destination = Destination::start(vec![Scripted {
+        status: 201,
+        headers: vec![("content-type", "text/xml; charset=utf-8".into())],
+        delay: Duration::ZERO,
+    }])
+    .await;
+    let app = spawn_app(pool.clone(), sync_config(&destination.url)).await;
+    let first = interact(&app, "payload=one").await;
+    assert_eq!(first.status(), 201);
+    assert_eq!(first.headers()["x-replaysafe-outcome"], "claimed");
+    assert_eq!(first.headers()["content-type"], "text/xml; charset=utf-8");
+    let first_body = first.bytes().await.unwrap();
+    assert_eq!(&first_body[..], b"answer from the test destination");
+
+    let later = interact(&app, "payload=one").await;
+    assert_eq!(later.status(), 201);
+    assert_eq!(later.headers()["x-replaysafe-outcome"], "completed");
+    assert_eq!(later.headers()["content-type"], "text/xml; charset=utf-8");
+    assert_eq!(later.bytes().await.unwrap(), first_body);
+    assert_eq!(destination.count(), 1, "forwarded once");
+    // Workers never touch sync events.
+    assert_eq!(app.drain().await, 0);
+    let statuses: Vec<i16> = sqlx::query_scalar("SELECT http_status FROM deliveries ORDER BY id")
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+    assert_eq!(statuses, [201, 201]);
+}
+
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn sync_mode_answers_a_concurrent_duplicate_with_409(pool: PgPool) {
+    let destination = Destination::start(vec![Scripted {
+        status: 200,
+        headers: vec![],
+        delay: Duration::from_millis(700),
+    }])
+    .await;
+    let app = spawn_app(pool.clone(), sync_config(&destination.url)).await;
+    let (first, second) = tokio::join!(interact(&app, "payload=two"), async {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        interact(&app, "payload=two").await
+    });
+    assert_eq!(first.status(), 200);
+    assert_eq!(second.status(), 409);
+    assert_eq!(second.headers()["x-replaysafe-outcome"], "in_progress");
+    assert_eq!(destination.count(), 1);
+}
+
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn sync_mode_retry_takes_over_after_a_failure_or_a_crash(pool: PgPool) {
+    // The first try times out (attempt timeout 1 s): 502, and the provider retries.
+    let destination = Destination::start(vec![Scripted {
+        status: 200,
+        headers: vec![],
+        delay: Duration::from_secs(3),
+    }])
+    .await;
+    let app = spawn_app(pool.clone(), sync_config(&destination.url)).await;
+    let failed = interact(&app, "payload=three").await;
+    assert_eq!(failed.status(), 502);
+    let retry = interact(&app, "payload=three").await;
+    assert_eq!(retry.status(), 200);
+    assert_eq!(retry.headers()["x-replaysafe-outcome"], "claimed");
+
+    // A process claims and dies before answering: once its lease expires, a
+    // later delivery takes over.
+    let orphan = "payload=four";
+    let dead_holder = replaysafe::receiver::claim::SyncLease {
+        owner: "sync:crashed".into(),
+        secs: 60.0,
+    };
+    let config = sync_config(&destination.url);
+    let key = format!(
+        "sha256:{}",
+        hex::encode(<sha2::Sha256 as sha2::Digest>::digest(orphan.as_bytes()))
+    );
+    let delivery = replaysafe::receiver::claim::NewDelivery {
+        source: "slack",
+        idem_key: Some(&key),
+        verified: true,
+        verification: "test".into(),
+        reject_reason: None,
+        query: None,
+        content_type: None,
+        headers: serde_json::json!([]),
+        body: Some(orphan.as_bytes()),
+        body_size: orphan.len(),
+        remote_addr: None,
+        started: std::time::Instant::now(),
+    };
+    let held = replaysafe::receiver::claim::claim(
+        &pool,
+        config.sources[0].mode,
+        &delivery,
+        Some(&dead_holder),
+    )
+    .await
+    .unwrap();
+    assert_eq!(held.outcome, replaysafe::receiver::claim::Outcome::Claimed);
+    assert_eq!(
+        interact(&app, orphan).await.status(),
+        409,
+        "the lease still holds"
+    );
+    sqlx::query("UPDATE events SET lease_expires_at = now() - interval '1 second' WHERE id = $1")
+        .bind(held.event_id)
+        .execute(&pool)
+        .await
+        .unwrap();
+    let taken = interact(&app, orphan).await;
+    assert_eq!(taken.status(), 200);
+    assert_eq!(taken.headers()["x-replaysafe-outcome"], "claimed");
+    let state: String = sqlx::query_scalar("SELECT state FROM events WHERE id = $1")
+        .bind(held.event_id)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(state, "completed");
 }

@@ -14,7 +14,7 @@ use sha2::{Digest, Sha256};
 
 use super::claim::{Claimed, Outcome};
 use super::{Inbound, Reply};
-use crate::config::{Provider, SourceConfig};
+use crate::config::{Mode, Provider, SourceConfig};
 
 /// Why a delivery is refused: 401 (signature), 400 (key), 413 (size).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -126,6 +126,21 @@ fn required_header(req: &Inbound, name: &str) -> Result<String, Rejection> {
 /// The answer for a verified delivery, in the form its provider expects.
 pub fn reply(source: &SourceConfig, req: &Inbound, claimed: &Claimed) -> Reply {
     let outcome = claimed.outcome;
+    // Sync mode: a later duplicate gets the destination's stored answer, byte for byte.
+    if let (Mode::Sync, Some(stored)) = (source.mode, &claimed.stored_response) {
+        if matches!(outcome, Outcome::Completed | Outcome::Dead) {
+            return Reply {
+                status: stored.status as u16,
+                content_type: stored
+                    .content_type
+                    .clone()
+                    .unwrap_or_else(|| "application/octet-stream".into()),
+                body: stored.body.clone(),
+                headers: vec![("x-replaysafe-outcome", outcome.as_str().to_owned())],
+                outcome,
+            };
+        }
+    }
     let mut reply = json_reply(
         outcome.status(source.mode),
         outcome,
@@ -162,7 +177,7 @@ pub fn unavailable_reply() -> Reply {
 fn json_reply(status: u16, outcome: Outcome, body: serde_json::Value) -> Reply {
     Reply {
         status,
-        content_type: "application/json",
+        content_type: "application/json".into(),
         body: body.to_string().into_bytes(),
         headers: vec![("x-replaysafe-outcome", outcome.as_str().to_owned())],
         outcome,
