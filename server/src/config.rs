@@ -147,6 +147,19 @@ pub struct SourceConfig {
     pub api_v3_key: Option<Secret>,
     /// Twilio signs the public URL it posted to.
     pub public_url: Option<String>,
+    /// Public keys parsed once at start from `public_key` and `platform_keys`.
+    pub verify_keys: VerifyKeys,
+}
+
+/// Keys of the providers that sign with a private key.
+#[derive(Clone, Debug, Default)]
+pub struct VerifyKeys {
+    /// Alipay's RSA public key.
+    pub rsa: Option<rsa::RsaPublicKey>,
+    /// WeChat Pay platform keys by serial.
+    pub platform: Vec<(String, rsa::RsaPublicKey)>,
+    /// Discord's application public key.
+    pub ed25519: Option<ed25519_dalek::VerifyingKey>,
 }
 
 #[derive(Deserialize)]
@@ -339,15 +352,6 @@ pub fn parse_and_validate(
                 "discord interactions must be answered inline: use mode = \"sync\"".into(),
             ));
         }
-        if !providers::is_supported(s.provider) {
-            return Err(invalid(
-                &at("provider"),
-                format!(
-                    "{} is not supported by this version yet",
-                    s.provider.as_str()
-                ),
-            ));
-        }
         for (j, secret) in secrets.iter().enumerate() {
             providers::check_secret(s.provider, secret.expose())
                 .map_err(|p| invalid(&at(&format!("secrets[{j}]")), p))?;
@@ -379,6 +383,65 @@ pub fn parse_and_validate(
         if let Some(u) = &s.public_url {
             check_http_url(u).map_err(|p| invalid(&at("public_url"), p))?;
         }
+        let mut verify_keys = VerifyKeys::default();
+        let needs = |field: &str, what: &str| {
+            invalid(&at(field), format!("{} needs {what}", s.provider.as_str()))
+        };
+        match s.provider {
+            Provider::Alipay => {
+                let text = s.public_key.as_deref().ok_or_else(|| {
+                    needs("public_key", "Alipay's RSA public key (PEM or base64)")
+                })?;
+                verify_keys.rsa = Some(
+                    providers::alipay::parse_public_key(text)
+                        .map_err(|p| invalid(&at("public_key"), p))?,
+                );
+            }
+            Provider::Discord => {
+                let text = s.public_key.as_deref().ok_or_else(|| {
+                    needs("public_key", "the application's Ed25519 public key (hex)")
+                })?;
+                verify_keys.ed25519 = Some(
+                    providers::discord::parse_public_key(text)
+                        .map_err(|p| invalid(&at("public_key"), p))?,
+                );
+            }
+            Provider::Wechatpay => {
+                if s.platform_keys.is_empty() {
+                    return Err(needs(
+                        "platform_keys",
+                        "its platform public keys by serial (platform_keys = { SERIAL = \"PEM\" })",
+                    ));
+                }
+                for (serial, pem) in &s.platform_keys {
+                    let key = providers::wechatpay::parse_public_key(pem)
+                        .map_err(|p| invalid(&at(&format!("platform_keys.{serial}")), p))?;
+                    verify_keys.platform.push((serial.clone(), key));
+                }
+                match &api_v3_key {
+                    Some(k) if k.expose().len() == 32 => {}
+                    Some(_) => {
+                        return Err(invalid(
+                            &at("api_v3_key"),
+                            "must be the 32-character API v3 key".into(),
+                        ))
+                    }
+                    None => {
+                        return Err(needs(
+                            "api_v3_key",
+                            "the API v3 key to decrypt notifications",
+                        ))
+                    }
+                }
+            }
+            Provider::Twilio if s.public_url.is_none() => {
+                return Err(needs(
+                    "public_url",
+                    "the public URL Twilio posts to: it is part of what Twilio signs",
+                ));
+            }
+            _ => {}
+        }
         sources.push(SourceConfig {
             slug: s.slug,
             provider: s.provider,
@@ -394,6 +457,7 @@ pub fn parse_and_validate(
             platform_keys: s.platform_keys,
             api_v3_key,
             public_url: s.public_url,
+            verify_keys,
         });
     }
 
@@ -527,7 +591,15 @@ mod tests {
             ),
             (
                 "[[source]]\nslug = \"t\"\nprovider = \"twilio\"\nsecrets = [\"token\"]",
-                "source[0].provider",
+                "source[0].public_url",
+            ),
+            (
+                "[[source]]\nslug = \"a\"\nprovider = \"alipay\"\npublic_key = \"not a key\"",
+                "source[0].public_key",
+            ),
+            (
+                "[[source]]\nslug = \"w\"\nprovider = \"wechatpay\"\napi_v3_key = \"0123456789abcdef0123456789abcdef\"",
+                "source[0].platform_keys",
             ),
         ];
         for (text, key) in cases {

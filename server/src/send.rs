@@ -153,14 +153,69 @@ pub fn sign_sample(source: &SourceConfig, event_id: &str, now: i64) -> Result<Si
                 body,
             }
         }
-        other => {
+        Provider::Twilio => {
+            let url = crate::receiver::providers::twilio::request_url(
+                source.public_url.as_deref().unwrap_or_default(),
+                None,
+            );
+            let mut params = [
+                (
+                    "AccountSid",
+                    "AC00000000000000000000000000000000".to_owned(),
+                ),
+                ("Body", "hello from replaysafe send".to_owned()),
+                ("From", "+14155550100".to_owned()),
+                ("MessageSid", format!("SM{event_id}")),
+                ("To", "+14155550199".to_owned()),
+            ];
+            params.sort();
+            let signed_text: String = params.iter().map(|(k, v)| format!("{k}{v}")).collect();
+            let mac = hmac::Hmac::<sha1::Sha1>::new_from_slice(secret.as_bytes())
+                .expect("HMAC takes keys of any length")
+                .chain_update(url.as_bytes())
+                .chain_update(signed_text.as_bytes());
+            let body = params
+                .iter()
+                .map(|(k, v)| format!("{k}={}", form_encode(v)))
+                .collect::<Vec<_>>()
+                .join("&");
+            Signed {
+                headers: vec![
+                    (
+                        "content-type".into(),
+                        "application/x-www-form-urlencoded".into(),
+                    ),
+                    ("i-twilio-idempotency-token".into(), event_id.into()),
+                    (
+                        "x-twilio-signature".into(),
+                        b64.encode(mac.finalize().into_bytes()),
+                    ),
+                ],
+                body: body.into_bytes(),
+            }
+        }
+        // These sign with the provider's private key; replaysafe holds only the public one.
+        other @ (Provider::Alipay | Provider::Wechatpay | Provider::Discord) => {
             return Err(SendError::Sign(
                 other.as_str(),
-                "not supported by this version".into(),
+                "the provider signs with its private key, which replaysafe does not hold".into(),
             ))
         }
     };
     Ok(signed)
+}
+
+fn form_encode(value: &str) -> String {
+    value
+        .bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            b' ' => "+".to_owned(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
 }
 
 pub async fn run(config: &Config, args: SendArgs) -> Result<(), SendError> {

@@ -18,6 +18,10 @@ use tokio_util::sync::CancellationToken;
 use crate::config::Config;
 use crate::db;
 use crate::processing::retry::RetryPolicy;
+use crate::receiver::batch::ClaimBatcher;
+
+/// Transactions committing claims at once; each carries a batch.
+pub const CLAIM_COMMITTERS: usize = 4;
 
 /// The name cargo-leptos gives the wasm, JS and CSS bundle (`output-name`).
 pub const SITE_OUTPUT_NAME: &str = "replaysafe";
@@ -32,6 +36,8 @@ pub struct AppState {
     /// Sync mode calls destinations inside the request.
     pub client: reqwest::Client,
     pub policy: Arc<RetryPolicy>,
+    /// Group commit for ack-mode claims.
+    pub claims: ClaimBatcher,
 }
 
 /// What a `serve` process answers besides health: everything, or nothing
@@ -115,6 +121,7 @@ impl Application {
         let listener = TcpListener::bind(config.listen).await?;
         let addr = listener.local_addr()?;
         let state = AppState {
+            claims: ClaimBatcher::start(pool.clone(), CLAIM_COMMITTERS),
             leptos_options: leptos_options(addr),
             pool,
             config,

@@ -6,11 +6,10 @@ use sqlx::PgPool;
 
 use super::forward;
 use super::queue::{self, Leased, Next};
-use super::retry::RetryPolicy;
 use super::worker::decide;
 use crate::config::SourceConfig;
 use crate::receiver::claim::{Claimed, StoredResponse};
-use crate::receiver::{stored_headers, Inbound};
+use crate::receiver::{stored_headers, Inbound, Pipeline};
 
 /// What the destination answered (or why it did not), for the provider.
 pub enum SyncResult {
@@ -18,18 +17,28 @@ pub enum SyncResult {
     Failed(String),
 }
 
+/// The delivery that holds a sync claim, about to be forwarded.
+pub struct SyncCall<'a> {
+    pub source: &'a SourceConfig,
+    pub inbound: &'a Inbound,
+    pub claimed: &'a Claimed,
+    pub lease_owner: &'a str,
+    pub idem_key: &'a str,
+}
+
 /// Forwards the delivery that holds the claim and records the attempt.
 pub async fn forward_inline(
     pool: &PgPool,
-    client: &reqwest::Client,
-    policy: &RetryPolicy,
-    source: &SourceConfig,
-    inbound: &Inbound,
-    claimed: &Claimed,
-    lease_owner: &str,
-    idem_key: &str,
-    keep_bytes: usize,
+    pipeline: &Pipeline<'_>,
+    call: &SyncCall<'_>,
 ) -> Result<SyncResult, sqlx::Error> {
+    let SyncCall {
+        source,
+        inbound,
+        claimed,
+        lease_owner,
+        idem_key,
+    } = *call;
     let started: Option<(i64, i32)> = sqlx::query_as(
         "WITH ev AS (
              UPDATE events SET attempt_count = attempt_count + 1
@@ -59,13 +68,13 @@ pub async fn forward_inline(
         content_type: inbound.header("content-type").map(str::to_owned),
         headers: Some(stored_headers(&inbound.headers)),
     };
-    let answer = forward::forward(client, source, &leased, keep_bytes).await;
+    let answer = forward::forward(pipeline.client, source, &leased, pipeline.keep_bytes).await;
     let response = answer.record.status.map(|status| StoredResponse {
         status: status as i16,
         content_type: answer.content_type.clone(),
         body: answer.body.clone(),
     });
-    let (next, record) = decide(policy, source.max_attempts, attempt, answer);
+    let (next, record) = decide(pipeline.policy, source.max_attempts, attempt, answer);
     let stored = (next == Next::Completed)
         .then_some(response.as_ref())
         .flatten();
@@ -74,4 +83,28 @@ pub async fn forward_inline(
         (Next::Completed, Some(response)) => SyncResult::Answered(response),
         _ => SyncResult::Failed(record.error.unwrap_or_else(|| "destination failed".into())),
     })
+}
+
+/// Settles a sync claim that needs no destination (Discord's PING), storing
+/// the answer so duplicates get it too.
+pub async fn complete_inline(
+    pool: &PgPool,
+    event_id: i64,
+    lease_owner: &str,
+    response: &StoredResponse,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "UPDATE events SET state = 'completed', state_changed_at = now(), completed_at = now(),
+             lease_owner = NULL, lease_expires_at = NULL,
+             response_status = $3, response_content_type = $4, response_body = $5
+         WHERE id = $1 AND lease_owner = $2 AND state = 'processing'",
+    )
+    .bind(event_id)
+    .bind(lease_owner)
+    .bind(response.status)
+    .bind(response.content_type.as_deref())
+    .bind(&response.body)
+    .execute(pool)
+    .await?;
+    Ok(())
 }

@@ -120,12 +120,25 @@ pub async fn claim(
     d: &NewDelivery<'_>,
     lease: Option<&SyncLease>,
 ) -> Result<Claimed, sqlx::Error> {
+    let mut tx = pool.begin().await?;
+    let claimed = claim_in(&mut tx, mode, d, lease).await?;
+    tx.commit().await?;
+    Ok(claimed)
+}
+
+/// The claim's statements inside a caller's transaction: nothing is
+/// acknowledged until that transaction commits.
+pub async fn claim_in(
+    tx: &mut sqlx::PgConnection,
+    mode: Mode,
+    d: &NewDelivery<'_>,
+    lease: Option<&SyncLease>,
+) -> Result<Claimed, sqlx::Error> {
     let key = d.idem_key.unwrap_or_default();
     let (owner, lease_secs) = match lease {
         Some(l) => (Some(l.owner.as_str()), l.secs),
         None => (None, 0.0),
     };
-    let mut tx = pool.begin().await?;
     // The claim: the event row (also the queue entry) and its first delivery,
     // in one statement. On conflict nothing is written and no row returns.
     let won: Option<(i64, i64)> = sqlx::query_as(
@@ -214,8 +227,7 @@ pub async fn claim(
                 (Some(r), Mode::Sync, Outcome::Completed | Outcome::Dead) => r.status as u16,
                 _ => outcome.status(mode),
             };
-            let delivery_id =
-                insert_delivery(&mut tx, d, Some(event_id), outcome, answered).await?;
+            let delivery_id = insert_delivery(tx, d, Some(event_id), outcome, answered).await?;
             Claimed {
                 outcome,
                 event_id,
@@ -225,7 +237,6 @@ pub async fn claim(
             }
         }
     };
-    tx.commit().await?;
     Ok(claimed)
 }
 

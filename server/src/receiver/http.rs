@@ -8,7 +8,7 @@ use axum::extract::{ConnectInfo, Path, State};
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 
-use super::{receive, record_oversized, Forwarding, Inbound, Receipt, Reply};
+use super::{receive, record_oversized, Inbound, Pipeline, Receipt, Reply};
 use crate::startup::AppState;
 
 pub async fn hook(
@@ -62,12 +62,13 @@ pub async fn hook(
             return (StatusCode::BAD_REQUEST, "request body could not be read").into_response()
         }
     }
-    let forwarding = Forwarding {
+    let pipeline = Pipeline {
+        claims: &state.claims,
         client: &state.client,
         policy: &state.policy,
         keep_bytes: state.config.max_body_bytes,
     };
-    let reply = receive(&state.pool, source, &inbound, receipt, &forwarding).await;
+    let reply = receive(&state.pool, source, &inbound, receipt, &pipeline).await;
     if reply.outcome == super::claim::Outcome::Claimed {
         state.wake.notify_one();
     }

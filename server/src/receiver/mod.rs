@@ -1,6 +1,7 @@
 //! The receiver's core (spec section 3): verify, key, claim. Plain code over
 //! bytes and a database transaction; the HTTP adapter lives in `http`.
 
+pub mod batch;
 pub mod claim;
 pub mod http;
 pub mod providers;
@@ -9,10 +10,11 @@ use std::time::Instant;
 
 use sqlx::PgPool;
 
-use crate::config::{Mode, SourceConfig};
+use crate::config::{Mode, Provider, SourceConfig};
 use crate::processing::queue::LEASE_MARGIN;
 use crate::processing::retry::RetryPolicy;
 use crate::processing::sync::{self, SyncResult};
+use batch::{ClaimBatcher, PendingClaim};
 use claim::{NewDelivery, Outcome, SyncLease};
 use providers::Rejection;
 
@@ -99,7 +101,7 @@ pub async fn receive(
     source: &SourceConfig,
     inbound: &Inbound,
     receipt: Receipt,
-    forwarding: &Forwarding<'_>,
+    pipeline: &Pipeline<'_>,
 ) -> Reply {
     let checked = providers::verify(source, inbound, receipt.now, receipt.waive_timestamp)
         .and_then(|verification| {
@@ -136,13 +138,40 @@ pub async fn receive(
                 owner: format!("sync:{:016x}", rand::random::<u64>()),
                 secs: source.attempt_timeout_secs as f64 + LEASE_MARGIN.as_secs_f64(),
             });
-            match claim::claim(pool, source.mode, &delivery, lease.as_ref()).await {
-                Ok(claimed) if claimed.outcome == Outcome::Claimed && lease.is_some() => {
-                    let owner = lease.as_ref().map(|l| l.owner.as_str()).unwrap_or_default();
-                    sync_reply(pool, source, inbound, &claimed, owner, &key, forwarding).await
-                }
-                Ok(claimed) => Ok(providers::reply(source, inbound, &claimed)),
-                Err(e) => Err(e),
+            match lease {
+                // Ack mode: claimed in a shared transaction with concurrent deliveries.
+                None => pipeline
+                    .claims
+                    .claim(PendingClaim {
+                        source: source.slug.clone(),
+                        idem_key: key.clone(),
+                        verification: delivery.verification,
+                        query: inbound.query.clone(),
+                        content_type: inbound.header("content-type").map(str::to_owned),
+                        headers: delivery.headers,
+                        body: inbound.body.clone(),
+                        remote_addr: inbound.remote_addr.clone(),
+                        started: receipt.started,
+                    })
+                    .await
+                    .map(|claimed| providers::reply(source, inbound, &claimed)),
+                Some(lease) => match claim::claim(pool, source.mode, &delivery, Some(&lease)).await
+                {
+                    Ok(claimed) if claimed.outcome == Outcome::Claimed => {
+                        sync_reply(
+                            pool,
+                            source,
+                            inbound,
+                            &claimed,
+                            &lease.owner,
+                            &key,
+                            pipeline,
+                        )
+                        .await
+                    }
+                    Ok(claimed) => Ok(providers::reply(source, inbound, &claimed)),
+                    Err(e) => Err(e),
+                },
             }
         }
     };
@@ -152,8 +181,10 @@ pub async fn receive(
     })
 }
 
-/// What the receiver needs to call a destination inside the request (sync mode).
-pub struct Forwarding<'a> {
+/// What the receiver shares across requests: the group-commit batcher for
+/// ack-mode claims, and what sync mode needs to call a destination inline.
+pub struct Pipeline<'a> {
+    pub claims: &'a ClaimBatcher,
     pub client: &'a reqwest::Client,
     pub policy: &'a RetryPolicy,
     /// The most of a destination's answer kept and returned.
@@ -168,20 +199,28 @@ async fn sync_reply(
     claimed: &claim::Claimed,
     owner: &str,
     key: &str,
-    forwarding: &Forwarding<'_>,
+    pipeline: &Pipeline<'_>,
 ) -> Result<Reply, sqlx::Error> {
-    let result = sync::forward_inline(
-        pool,
-        forwarding.client,
-        forwarding.policy,
-        source,
-        inbound,
-        claimed,
-        owner,
-        key,
-        forwarding.keep_bytes,
-    )
-    .await?;
+    let result =
+        if source.provider == Provider::Discord && providers::discord::is_ping(&inbound.body) {
+            // Discord checks the endpoint with PINGs; they are answered here, not forwarded.
+            let pong = claim::StoredResponse {
+                status: 200,
+                content_type: Some("application/json".into()),
+                body: br#"{"type":1}"#.to_vec(),
+            };
+            sync::complete_inline(pool, claimed.event_id, owner, &pong).await?;
+            SyncResult::Answered(pong)
+        } else {
+            let call = sync::SyncCall {
+                source,
+                inbound,
+                claimed,
+                lease_owner: owner,
+                idem_key: key,
+            };
+            sync::forward_inline(pool, pipeline, &call).await?
+        };
     let reply = match result {
         SyncResult::Answered(response) => Reply {
             status: response.status as u16,

@@ -181,3 +181,104 @@ async fn slack_sdk(pool: PgPool) {
     );
     claimed_then_tampered_refused(&app, "slack", signed).await;
 }
+
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn twilio_sdk_form_and_json_bodies(pool: PgPool) {
+    let token = "twilio-auth-token-1234";
+    let mut config = test_config(
+        &format!(
+            r#"
+[[source]]
+slug = "twilio"
+provider = "twilio"
+secrets = ["{token}"]
+public_url = "https://hooks.example.com/hooks/twilio"
+"#
+        ),
+        &[],
+    );
+    config.public_url = "https://hooks.example.com".into();
+    let app = spawn_app(pool, config).await;
+    let signed = sdk_sign(
+        "sign.mjs",
+        json!([
+            {"provider": "twilio", "secret": token, "url": "https://hooks.example.com/hooks/twilio?region=eu",
+             "params": {"CallSid": "CA1", "From": "+14158675310", "Digits": "1 2&3", "To": "+18005551212"}, "id": "idem-tw-1"},
+            {"provider": "twilio", "secret": token, "url": "https://hooks.example.com/hooks/twilio",
+             "body": r#"{"MessageSid":"SM1","Body":"caf\u00e9"}"#, "id": "idem-tw-2"},
+        ]),
+    );
+    for s in &signed {
+        // The SDK signed the public URL; the request reaches us on the local one, same path and query.
+        let url = s["url"]
+            .as_str()
+            .unwrap()
+            .replace("https://hooks.example.com", &app.url(""));
+        let mut request = app
+            .client
+            .post(url)
+            .body(s["body"].as_str().unwrap().to_owned());
+        for (name, value) in s["headers"].as_object().unwrap() {
+            request = request.header(name, value.as_str().unwrap());
+        }
+        let response = request.send().await.unwrap();
+        assert_eq!(response.status(), 200, "{}", response.text().await.unwrap());
+        assert_eq!(response.headers()["x-replaysafe-outcome"], "claimed");
+    }
+    // The same signature on another path is refused: the URL is signed.
+    let s = &signed[0];
+    let mut request = app
+        .client
+        .post(app.url("/hooks/twilio?region=us"))
+        .body(s["body"].as_str().unwrap().to_owned());
+    for (name, value) in s["headers"].as_object().unwrap() {
+        request = request.header(name, value.as_str().unwrap());
+    }
+    assert_eq!(request.send().await.unwrap().status(), 401);
+}
+
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn discord_signatures_checked_by_discord_interactions(pool: PgPool) {
+    let seed = "9d61b19deffd5a60ba844af492ec2cc44449c5697b326919703bac031cae7f60";
+    let body =
+        |id: &str, kind: u8| json!({"id": id, "type": kind, "application_id": "1"}).to_string();
+    let signed = sdk_sign(
+        "sign.mjs",
+        json!([
+            {"provider": "discord", "secret": seed, "body": body("ping-1", 1), "timestamp": now()},
+            {"provider": "discord", "secret": seed, "body": body("interaction-1", 2), "timestamp": now()},
+        ]),
+    );
+    let public_key = signed[0]["public_key"].as_str().unwrap();
+    let destination = crate::helpers::Destination::start(vec![]).await;
+    let config = test_config(
+        &format!(
+            r#"
+[[source]]
+slug = "discord"
+provider = "discord"
+public_key = "{public_key}"
+mode = "sync"
+destination = "{}"
+"#,
+            destination.url
+        ),
+        &[],
+    );
+    let app = spawn_app(pool, config).await;
+    // A PING is answered by replaysafe itself.
+    let ping = send(&app, "discord", &signed[0]).await;
+    assert_eq!(ping.status(), 200);
+    assert_eq!(ping.text().await.unwrap(), r#"{"type":1}"#);
+    // An interaction is forwarded inline and answered with the application's reply.
+    let interaction = send(&app, "discord", &signed[1]).await;
+    assert_eq!(interaction.status(), 200);
+    assert_eq!(
+        interaction.text().await.unwrap(),
+        "answer from the test destination"
+    );
+    assert_eq!(destination.count(), 1);
+    let mut tampered = signed[1].clone();
+    tampered["body"] = json!(body("interaction-2", 2));
+    assert_eq!(send(&app, "discord", &tampered).await.status(), 401);
+}

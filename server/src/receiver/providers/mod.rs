@@ -2,11 +2,15 @@
 //! carry the signature, what is signed, how it is encoded, the timestamp
 //! window, where the idempotency key lives, and the answer it expects.
 
+pub mod alipay;
+pub mod discord;
 pub mod github;
 pub mod shopify;
 pub mod slack;
 pub mod standard;
 pub mod stripe;
+pub mod twilio;
+pub mod wechatpay;
 
 use base64::Engine;
 use hmac::{Hmac, Mac};
@@ -44,18 +48,6 @@ impl Rejection {
     }
 }
 
-/// The providers the receiver verifies today.
-pub fn is_supported(provider: Provider) -> bool {
-    matches!(
-        provider,
-        Provider::Standard
-            | Provider::Stripe
-            | Provider::Github
-            | Provider::Shopify
-            | Provider::Slack
-    )
-}
-
 /// Checks a configured secret's form at start, so a typo fails loudly then
 /// rather than as 401s later.
 pub fn check_secret(provider: Provider, secret: &str) -> Result<(), String> {
@@ -88,10 +80,20 @@ pub fn verify(
         Provider::Github => github::verify(req, &secrets),
         Provider::Shopify => shopify::verify(req, &secrets),
         Provider::Slack => slack::verify(req, &secrets, window),
-        other => Err(Rejection::signature(format!(
-            "provider {} is not supported by this version",
-            other.as_str()
-        ))),
+        Provider::Twilio => twilio::verify(
+            req,
+            &secrets,
+            source.public_url.as_deref().unwrap_or_default(),
+        ),
+        Provider::Alipay => match &source.verify_keys.rsa {
+            Some(key) => alipay::verify(req, key),
+            None => Err(Rejection::signature("no Alipay public key configured")),
+        },
+        Provider::Wechatpay => wechatpay::verify(req, &source.verify_keys.platform, window),
+        Provider::Discord => match &source.verify_keys.ed25519 {
+            Some(key) => discord::verify(req, key, window),
+            None => Err(Rejection::signature("no Discord public key configured")),
+        },
     }
 }
 
@@ -103,12 +105,21 @@ pub fn idempotency_key(source: &SourceConfig, req: &Inbound) -> Result<String, R
         Provider::Github => required_header(req, "x-github-delivery")?,
         Provider::Shopify => required_header(req, "x-shopify-webhook-id")?,
         Provider::Slack => slack::event_key(&req.body),
-        other => {
-            return Err(Rejection::key(format!(
-                "provider {} is not supported by this version",
-                other.as_str()
-            )))
+        Provider::Twilio => {
+            twilio::idempotency_key(req, source.public_url.as_deref().unwrap_or_default())
         }
+        Provider::Alipay => alipay::idempotency_key(req)?,
+        Provider::Wechatpay => {
+            // A notification the API v3 key cannot open is useless to the application.
+            let key = source
+                .api_v3_key
+                .as_ref()
+                .map(|k| k.expose().as_bytes())
+                .unwrap_or_default();
+            wechatpay::decrypt_resource(&req.body, key)?;
+            wechatpay::idempotency_key(req)?
+        }
+        Provider::Discord => discord::idempotency_key(req)?,
     };
     if key.len() > 512 {
         return Err(Rejection::key("idempotency key longer than 512 bytes"));
@@ -146,6 +157,19 @@ pub fn reply(source: &SourceConfig, req: &Inbound, claimed: &Claimed) -> Reply {
         outcome,
         serde_json::json!({ "outcome": outcome, "event_id": claimed.event_id }),
     );
+    match source.provider {
+        // Alipay keeps retrying until the body is exactly `success`.
+        Provider::Alipay if reply.status == 200 => {
+            reply.content_type = "text/plain".into();
+            reply.body = b"success".to_vec();
+        }
+        // WeChat Pay wants 200 or 204 and no body on success.
+        Provider::Wechatpay if reply.status == 200 => {
+            reply.status = 204;
+            reply.body.clear();
+        }
+        _ => {}
+    }
     if source.provider == Provider::Slack
         && outcome != Outcome::Claimed
         && req.header("x-slack-retry-num").is_some()
