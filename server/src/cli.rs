@@ -155,11 +155,6 @@ async fn serve(config: Config, args: ServeArgs) -> Result<(), CliError> {
         app.addr,
         config.public_url
     );
-    let prepare = tokio::spawn(startup::prepare_database(
-        pool.clone(),
-        config.clone(),
-        shutdown.clone(),
-    ));
     let server = tokio::spawn(app.run(shutdown.clone()));
     let pruner = tokio::spawn(crate::retention::run(
         pool.clone(),
@@ -167,23 +162,32 @@ async fn serve(config: Config, args: ServeArgs) -> Result<(), CliError> {
         config.dedup_ttl_days,
         shutdown.clone(),
     ));
-    let mut workers = crate::processing::worker::Workers::new(pool.clone(), config.clone(), wake)
-        .spawn(args.workers, shutdown.clone());
-    tracing::info!(
-        workers = args.workers,
-        worker_only = args.worker_only,
-        "processing started"
-    );
-
+    // Workers start once the schema is in place.
+    let processing = tokio::spawn({
+        let (pool, config, shutdown) = (pool.clone(), config.clone(), shutdown.clone());
+        async move {
+            startup::prepare_database(pool.clone(), config.clone(), shutdown.clone()).await;
+            if shutdown.is_cancelled() {
+                return;
+            }
+            let mut workers = crate::processing::worker::Workers::new(pool, config, wake)
+                .spawn(args.workers, shutdown);
+            tracing::info!(
+                workers = args.workers,
+                worker_only = args.worker_only,
+                "processing started"
+            );
+            while workers.join_next().await.is_some() {}
+        }
+    });
     tokio::select! {
         _ = startup::shutdown_signal() => tracing::info!("shutting down"),
         _ = shutdown.cancelled() => {}
     }
     shutdown.cancel();
     let served = server.await;
-    while workers.join_next().await.is_some() {}
+    let _ = processing.await;
     let _ = pruner.await;
-    let _ = prepare.await;
     pool.close().await;
     // Dropping the database stops an embedded PostgreSQL.
     drop(database);
