@@ -180,3 +180,58 @@ pub async fn spawn_app_with(pool: PgPool, config: Config) -> TestApp {
         shutdown,
     }
 }
+
+/// The URL of the test's own database, for another pool or another process.
+pub async fn database_url(pool: &PgPool) -> String {
+    let name: String = sqlx::query_scalar("SELECT current_database()")
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    let base = std::env::var("DATABASE_URL").unwrap();
+    let (server, _) = base.rsplit_once('/').unwrap();
+    format!("{server}/{name}")
+}
+
+/// A real `replaysafe serve` process on a free port, killed when dropped.
+pub struct ServerProcess {
+    pub base: String,
+    _child: tokio::process::Child,
+    _dir: tempfile::TempDir,
+}
+
+impl ServerProcess {
+    pub async fn start(config: &str, database_url: &str, args: &[&str]) -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("replaysafe.toml");
+        std::fs::write(&path, format!("listen = \"127.0.0.1:{port}\"\n{config}")).unwrap();
+        let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_replaysafe"))
+            .arg("serve")
+            .arg("--config")
+            .arg(&path)
+            .args(args)
+            .env("DATABASE_URL", database_url)
+            .env("RUST_LOG", "warn")
+            .kill_on_drop(true)
+            .spawn()
+            .expect("starting replaysafe");
+        let base = format!("http://127.0.0.1:{port}");
+        for _ in 0..100 {
+            if let Ok(r) = reqwest::get(format!("{base}/readyz")).await {
+                if r.status() == 200 {
+                    return Self {
+                        base,
+                        _child: child,
+                        _dir: dir,
+                    };
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("replaysafe did not become ready at {base}");
+    }
+}

@@ -181,7 +181,7 @@ async fn twenty_at_once_claim_exactly_once(pool: PgPool) {
 
 #[sqlx::test(migrator = "MIGRATOR")]
 async fn two_servers_on_one_database_claim_once(pool: PgPool) {
-    let url = replaysafe::config::Secret::new(database_url(&pool).await);
+    let url = replaysafe::config::Secret::new(crate::helpers::database_url(&pool).await);
     let first = spawn_app(pool.clone(), config()).await;
     let second = spawn_app_with(replaysafe::db::pool(&url, 8).unwrap(), config()).await;
     let body = r#"{"n":3}"#;
@@ -195,17 +195,6 @@ async fn two_servers_on_one_database_claim_once(pool: PgPool) {
     assert_eq!(claimed, 1);
     assert_eq!(count(&pool, "SELECT count(*) FROM events").await, 1);
     assert_eq!(count(&pool, "SELECT count(*) FROM deliveries").await, 20);
-}
-
-/// The URL of the test's own database, for a second, independent pool.
-async fn database_url(pool: &PgPool) -> String {
-    let name: String = sqlx::query_scalar("SELECT current_database()")
-        .fetch_one(pool)
-        .await
-        .unwrap();
-    let base = std::env::var("DATABASE_URL").unwrap();
-    let (server, _) = base.rsplit_once('/').unwrap();
-    format!("{server}/{name}")
 }
 
 #[sqlx::test(migrator = "MIGRATOR")]
@@ -410,4 +399,152 @@ secrets = ["slack-secret"]
         .unwrap();
         assert_eq!((events, deliveries, claimed), (2, 6, 2), "{source}");
     }
+}
+
+/// Alipay and WeChat Pay sign with their private keys: keys generated here,
+/// requests signed as their docs describe, over real HTTP.
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn alipay_and_wechatpay_with_keys_generated_in_the_test(pool: PgPool) {
+    use aes_gcm::aead::{Aead, KeyInit, Payload};
+    use rsa::pkcs8::{EncodePublicKey, LineEnding};
+    use rsa::signature::{SignatureEncoding, Signer};
+
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let mut rng = rand::thread_rng();
+    let alipay_key = rsa::RsaPrivateKey::new(&mut rng, 2048).unwrap();
+    let wechat_key = rsa::RsaPrivateKey::new(&mut rng, 2048).unwrap();
+    let pem = |k: &rsa::RsaPrivateKey| k.to_public_key().to_public_key_pem(LineEnding::LF).unwrap();
+    let api_v3_key = "0123456789abcdef0123456789ABCDEF";
+    let config = test_config(
+        &format!(
+            r#"
+[[source]]
+slug = "alipay"
+provider = "alipay"
+public_key = """{}"""
+
+[[source]]
+slug = "wechat"
+provider = "wechatpay"
+api_v3_key = "{api_v3_key}"
+platform_keys = {{ "5157F09EFDC096DE15EBE81A47057A7232F1B8E1" = """{}""" }}
+"#,
+            pem(&alipay_key),
+            pem(&wechat_key)
+        ),
+        &[],
+    );
+    let app = spawn_app(pool.clone(), config).await;
+
+    // Alipay: RSA2 over the sorted params except sign and sign_type, values decoded.
+    let params = [
+        ("notify_id", "ac05099524730693a8b330c5ecf72da9786"),
+        ("out_trade_no", "6823789339978248"),
+        ("subject", "caf\u{e9} & cake"),
+        ("total_amount", "88.88"),
+        ("trade_status", "TRADE_SUCCESS"),
+    ];
+    let signed_text = params
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join("&");
+    let signer = rsa::pkcs1v15::SigningKey::<Sha256>::new(alipay_key);
+    let sign = b64.encode(signer.sign(signed_text.as_bytes()).to_bytes());
+    let form = |params: &[(&str, &str)], sign: &str| {
+        let mut pairs: Vec<String> = params
+            .iter()
+            .map(|(k, v)| format!("{k}={}", urlencode(v)))
+            .collect();
+        pairs.push(format!("sign={}", urlencode(sign)));
+        pairs.push("sign_type=RSA2".into());
+        pairs.join("&")
+    };
+    let content_type = [(
+        "content-type".to_owned(),
+        "application/x-www-form-urlencoded".to_owned(),
+    )];
+    let response = post(&app, "alipay", &content_type, &form(&params, &sign)).await;
+    assert_eq!(response.status(), 200);
+    assert_eq!(
+        response.text().await.unwrap(),
+        "success",
+        "Alipay needs exactly this body"
+    );
+    let mut tampered = params;
+    tampered[3] = ("total_amount", "0.01");
+    assert_eq!(
+        post(&app, "alipay", &content_type, &form(&tampered, &sign))
+            .await
+            .status(),
+        401
+    );
+
+    // WeChat Pay API v3: resource encrypted under the API v3 key, RSA over ts\nnonce\nbody\n.
+    let cipher = aes_gcm::Aes256Gcm::new_from_slice(api_v3_key.as_bytes()).unwrap();
+    let ciphertext = cipher
+        .encrypt(
+            aes_gcm::Nonce::from_slice(b"fdasflkja484"),
+            Payload {
+                msg: br#"{"out_trade_no":"1217752501201407033233368018"}"#,
+                aad: b"transaction",
+            },
+        )
+        .unwrap();
+    let body = serde_json::json!({
+        "id": "EV-2018022511223320873",
+        "event_type": "TRANSACTION.SUCCESS",
+        "resource": {"algorithm": "AEAD_AES_256_GCM", "ciphertext": b64.encode(ciphertext),
+                     "nonce": "fdasflkja484", "associated_data": "transaction"}
+    })
+    .to_string();
+    let ts = now().to_string();
+    let signer = rsa::pkcs1v15::SigningKey::<Sha256>::new(wechat_key);
+    let signature = b64.encode(
+        signer
+            .sign(format!("{ts}\nnonce-1\n{body}\n").as_bytes())
+            .to_bytes(),
+    );
+    let headers = |signature: &str| {
+        vec![
+            ("content-type".to_owned(), "application/json".to_owned()),
+            (
+                "wechatpay-serial".to_owned(),
+                "5157F09EFDC096DE15EBE81A47057A7232F1B8E1".to_owned(),
+            ),
+            ("wechatpay-timestamp".to_owned(), ts.clone()),
+            ("wechatpay-nonce".to_owned(), "nonce-1".to_owned()),
+            ("wechatpay-signature".to_owned(), signature.to_owned()),
+        ]
+    };
+    let response = post(&app, "wechat", &headers(&signature), &body).await;
+    assert_eq!(response.status(), 204);
+    assert_eq!(response.headers()["x-replaysafe-outcome"], "claimed");
+    let probe = post(
+        &app,
+        "wechat",
+        &headers(&format!("WECHATPAY/SIGNTEST/{signature}")),
+        &body,
+    )
+    .await;
+    assert_eq!(probe.status(), 401, "signature probes must fail");
+    let reason: String = sqlx::query_scalar(
+        "SELECT reject_reason FROM deliveries WHERE source = 'wechat' AND outcome = 'rejected'",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert!(reason.contains("probe"), "{reason}");
+}
+
+fn urlencode(value: &str) -> String {
+    value
+        .bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
 }

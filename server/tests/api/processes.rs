@@ -1,0 +1,113 @@
+//! Several real replaysafe processes on one database: the claim and the
+//! queue hold across processes, not only across tasks.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use hmac::{Hmac, Mac};
+use replaysafe::db::MIGRATOR;
+use sha2::Sha256;
+use sqlx::PgPool;
+
+use crate::helpers::{database_url, Destination, ServerProcess};
+
+fn signed_github(
+    client: &reqwest::Client,
+    base: &str,
+    delivery: &str,
+    body: &str,
+) -> reqwest::RequestBuilder {
+    let mut mac = Hmac::<Sha256>::new_from_slice(b"gh-secret").unwrap();
+    mac.update(body.as_bytes());
+    client
+        .post(format!("{base}/hooks/gh"))
+        .header("content-type", "application/json")
+        .header("x-github-delivery", delivery)
+        .header(
+            "x-hub-signature-256",
+            format!("sha256={}", hex::encode(mac.finalize().into_bytes())),
+        )
+        .body(body.to_owned())
+}
+
+fn config(destination: &str) -> String {
+    format!(
+        r#"
+[[source]]
+slug = "gh"
+provider = "github"
+secrets = ["gh-secret"]
+destination = "{destination}"
+"#
+    )
+}
+
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn two_processes_claim_a_storm_once(pool: PgPool) {
+    let url = database_url(&pool).await;
+    let cfg = config("http://127.0.0.1:9/unused");
+    let (a, b) = tokio::join!(
+        ServerProcess::start(&cfg, &url, &["--workers", "0"]),
+        ServerProcess::start(&cfg, &url, &["--workers", "0"])
+    );
+    let client = reqwest::Client::new();
+    let storm = (0..20).map(|i| {
+        let base = if i % 2 == 0 { &a.base } else { &b.base };
+        signed_github(&client, base, "storm-1", "{}").send()
+    });
+    let responses = futures_util::future::join_all(storm).await;
+    let claimed = responses
+        .iter()
+        .filter(|r| r.as_ref().unwrap().headers()["x-replaysafe-outcome"] == "claimed")
+        .count();
+    assert_eq!(claimed, 1);
+    let deliveries: i64 = sqlx::query_scalar("SELECT count(*) FROM deliveries")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(deliveries, 20);
+}
+
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn two_processes_forward_each_event_once(pool: PgPool) {
+    let destination = Destination::start(vec![]).await;
+    let url = database_url(&pool).await;
+    let cfg = config(&destination.url);
+    let (a, b) = tokio::join!(
+        ServerProcess::start(&cfg, &url, &["--workers", "4"]),
+        ServerProcess::start(&cfg, &url, &["--workers", "4"])
+    );
+    let client = reqwest::Client::new();
+    let sends = (0..90).map(|i| {
+        let base = if i % 2 == 0 { &a.base } else { &b.base };
+        signed_github(&client, base, &format!("evt-{}", i % 30), "{\"n\":1}").send()
+    });
+    for r in futures_util::future::join_all(sends).await {
+        assert_eq!(r.unwrap().status(), 200);
+    }
+    for _ in 0..100 {
+        let done: i64 = sqlx::query_scalar("SELECT count(*) FROM events WHERE state = 'completed'")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        if done == 30 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Give a would-be second forward time to show up.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let received = destination.received.lock().unwrap().clone();
+    let keys: HashSet<String> = received
+        .iter()
+        .map(|c| c.headers["idempotency-key"].to_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(received.len(), 30, "each event forwarded exactly once");
+    assert_eq!(keys.len(), 30);
+    let workers: i64 =
+        sqlx::query_scalar("SELECT count(DISTINCT split_part(worker, ':', 2)) FROM attempts")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert!(workers >= 1);
+}
