@@ -235,3 +235,55 @@ impl ServerProcess {
         panic!("replaysafe did not become ready at {base}");
     }
 }
+
+/// A TCP proxy in front of PostgreSQL that a test can cut and restore, to
+/// play a database outage without stopping the shared test server.
+pub struct DbProxy {
+    pub port: u16,
+    up: Arc<std::sync::atomic::AtomicBool>,
+    links: Arc<Mutex<Vec<tokio::task::AbortHandle>>>,
+}
+
+impl DbProxy {
+    pub async fn start(target: &str) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let up = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let links: Arc<Mutex<Vec<tokio::task::AbortHandle>>> = Default::default();
+        let (target, up2, links2) = (target.to_owned(), up.clone(), links.clone());
+        tokio::spawn(async move {
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                if !up2.load(std::sync::atomic::Ordering::SeqCst) {
+                    continue; // refused: dropped at once
+                }
+                let target = target.clone();
+                let link = tokio::spawn(async move {
+                    if let Ok(mut outbound) = tokio::net::TcpStream::connect(&target).await {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                    }
+                });
+                links2.lock().unwrap().push(link.abort_handle());
+            }
+        });
+        Self { port, up, links }
+    }
+
+    /// The database "goes away": open connections die, new ones are refused.
+    pub fn cut(&self) {
+        self.up.store(false, std::sync::atomic::Ordering::SeqCst);
+        for link in self.links.lock().unwrap().drain(..) {
+            link.abort();
+        }
+    }
+
+    pub fn restore(&self) {
+        self.up.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// The test database's URL through this proxy.
+    pub fn url(&self, direct: &str) -> String {
+        let (scheme_user, rest) = direct.split_once('@').unwrap();
+        let (_, path) = rest.split_once('/').unwrap();
+        format!("{scheme_user}@127.0.0.1:{}/{path}", self.port)
+    }
+}

@@ -4,6 +4,7 @@
 mod embedded;
 mod health;
 mod helpers;
+mod outage;
 mod processes;
 mod processing;
 mod receiver;

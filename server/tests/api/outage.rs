@@ -1,0 +1,123 @@
+//! A database outage: the receiver answers 503 (never a 2xx for what is not
+//! stored) and recovers without a restart; an attempt cut off mid-way is not
+//! lost, it is forwarded again under the same Idempotency-Key.
+
+use std::time::Duration;
+
+use hmac::{Hmac, Mac};
+use replaysafe::config::Secret;
+use replaysafe::db::MIGRATOR;
+use sha2::Sha256;
+use sqlx::PgPool;
+
+use crate::helpers::{database_url, spawn_app_with, test_config, DbProxy, Destination, Scripted};
+
+async fn deliver(client: &reqwest::Client, url: &str, id: &str) -> reqwest::Response {
+    let body = format!("{{\"id\":\"{id}\"}}");
+    let mut mac = Hmac::<Sha256>::new_from_slice(b"gh-secret").unwrap();
+    mac.update(body.as_bytes());
+    client
+        .post(url)
+        .header("x-github-delivery", id)
+        .header(
+            "x-hub-signature-256",
+            format!("sha256={}", hex::encode(mac.finalize().into_bytes())),
+        )
+        .body(body)
+        .send()
+        .await
+        .unwrap()
+}
+
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn an_outage_loses_nothing_and_heals_without_a_restart(pool: PgPool) {
+    let destination = Destination::start(vec![Scripted {
+        status: 200,
+        headers: vec![],
+        delay: Duration::from_millis(800),
+    }])
+    .await;
+    let direct = database_url(&pool).await;
+    let db_host = direct
+        .split_once('@')
+        .unwrap()
+        .1
+        .split_once('/')
+        .unwrap()
+        .0
+        .to_owned();
+    let proxy = DbProxy::start(&db_host).await;
+    let config = test_config(
+        &format!(
+            "[[source]]\nslug = \"gh\"\nprovider = \"github\"\nsecrets = [\"gh-secret\"]\ndestination = \"{}\"\nattempt_timeout_secs = 5",
+            destination.url
+        ),
+        &[],
+    );
+    replaysafe::db::sync_sources(&pool, &config).await.unwrap();
+    let through_proxy = replaysafe::db::pool(&Secret::new(proxy.url(&direct)), 8).unwrap();
+    let app = spawn_app_with(through_proxy, config).await;
+    let hook = app.url("/hooks/gh");
+
+    assert_eq!(deliver(&app.client, &hook, "before").await.status(), 200);
+
+    // The first attempt is under way (the destination answers slowly) when the database goes.
+    let workers = app.workers();
+    let attempt = tokio::spawn({
+        let w = workers.clone();
+        async move { w.run_once("cut-off").await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    proxy.cut();
+    assert!(
+        attempt.await.unwrap().is_err(),
+        "the attempt could not record its result"
+    );
+
+    let started = std::time::Instant::now();
+    let during = deliver(&app.client, &hook, "during").await;
+    assert_eq!(during.status(), 503, "nothing unstored is acknowledged");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+
+    proxy.restore();
+    // The provider's retry of the same event now succeeds: no restart needed.
+    assert_eq!(deliver(&app.client, &hook, "during").await.status(), 200);
+
+    // The cut-off attempt's lease expires; the event is forwarded again.
+    let state: String = sqlx::query_scalar("SELECT state FROM events WHERE idem_key = 'before'")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(state, "processing", "still leased to the cut-off worker");
+    sqlx::query("UPDATE events SET lease_expires_at = now() - interval '1 second' WHERE idem_key = 'before'")
+        .execute(&pool)
+        .await
+        .unwrap();
+    assert_eq!(app.drain().await, 2);
+    let states: Vec<(String, String)> =
+        sqlx::query_as("SELECT idem_key, state FROM events ORDER BY idem_key")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        states,
+        [
+            ("before".into(), "completed".into()),
+            ("during".into(), "completed".into())
+        ]
+    );
+    let keys: Vec<String> = destination
+        .received
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|c| c.headers["idempotency-key"].to_str().unwrap().to_owned())
+        .collect();
+    // At least once: "before" twice under one key, which lets the application dedupe.
+    assert_eq!(keys.iter().filter(|k| *k == "gh:before").count(), 2);
+    assert_eq!(keys.iter().filter(|k| *k == "gh:during").count(), 1);
+}
