@@ -195,7 +195,7 @@ pub async fn database_url(pool: &PgPool) -> String {
 /// A real `replaysafe serve` process on a free port, killed when dropped.
 pub struct ServerProcess {
     pub base: String,
-    _child: tokio::process::Child,
+    pub child: tokio::process::Child,
     _dir: tempfile::TempDir,
 }
 
@@ -225,7 +225,7 @@ impl ServerProcess {
                 if r.status() == 200 {
                     return Self {
                         base,
-                        _child: child,
+                        child,
                         _dir: dir,
                     };
                 }

@@ -111,3 +111,65 @@ async fn two_processes_forward_each_event_once(pool: PgPool) {
             .unwrap();
     assert!(workers >= 1);
 }
+
+/// A process killed outright (SIGKILL) in the middle of an attempt: another
+/// process takes the event over once its lease expires, within the attempt
+/// timeout plus 30 s, and it is delivered.
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn a_killed_workers_event_is_taken_over_by_another_process(pool: PgPool) {
+    // The first forward hangs, as a slow application would, while its worker dies.
+    let destination = Destination::start(vec![crate::helpers::Scripted {
+        status: 200,
+        headers: vec![],
+        delay: Duration::from_secs(60),
+    }])
+    .await;
+    let url = database_url(&pool).await;
+    let cfg = format!("{}attempt_timeout_secs = 1\n", config(&destination.url));
+    let mut doomed = ServerProcess::start(&cfg, &url, &["--workers", "1"]).await;
+    let client = reqwest::Client::new();
+    let sent = signed_github(&client, &doomed.base, "evt-crash", "{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(sent.status(), 200);
+    for _ in 0..100 {
+        if destination.count() == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(destination.count(), 1, "the first attempt is in flight");
+    doomed.child.start_kill().unwrap();
+    doomed.child.wait().await.unwrap();
+    let killed_at = std::time::Instant::now();
+
+    let _survivor = ServerProcess::start(&cfg, &url, &["--workers", "1"]).await;
+    let mut state = String::new();
+    while killed_at.elapsed() < Duration::from_secs(1 + 30 + 5) {
+        state = sqlx::query_scalar("SELECT state FROM events WHERE idem_key = 'evt-crash'")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        if state == "completed" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(state, "completed");
+    assert!(
+        killed_at.elapsed() <= Duration::from_secs(1 + 30),
+        "taken over after {:?}",
+        killed_at.elapsed()
+    );
+    assert_eq!(
+        destination.count(),
+        2,
+        "forwarded again, under the same Idempotency-Key"
+    );
+    let abandoned: String = sqlx::query_scalar("SELECT error FROM attempts WHERE number = 1")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(abandoned, "worker lost its lease; taken over");
+}
