@@ -1,8 +1,9 @@
 //! Group commit for ack-mode claims. Concurrent deliveries are claimed in
 //! shared transactions: one commit (one disk sync) makes a whole batch
 //! durable, and each delivery is answered only after the commit that holds
-//! it. Within a batch claims run in key order, so two batches waiting on each
-//! other's keys can never deadlock.
+//! it. A batch is two statements whatever its size; rows are claimed and
+//! locked in key order, so two batches waiting on each other's keys can never
+//! deadlock.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -10,8 +11,7 @@ use std::time::Instant;
 use sqlx::PgPool;
 use tokio::sync::{mpsc, oneshot, Mutex};
 
-use super::claim::{self, Claimed, NewDelivery};
-use crate::config::Mode;
+use super::claim::{Claimed, Outcome};
 
 /// Most claims in one transaction: bigger batches add latency, not throughput.
 pub const MAX_BATCH: usize = 64;
@@ -27,25 +27,6 @@ pub struct PendingClaim {
     pub body: Vec<u8>,
     pub remote_addr: Option<String>,
     pub started: Instant,
-}
-
-impl PendingClaim {
-    fn as_delivery(&self) -> NewDelivery<'_> {
-        NewDelivery {
-            source: &self.source,
-            idem_key: Some(&self.idem_key),
-            verified: true,
-            verification: self.verification.clone(),
-            reject_reason: None,
-            query: self.query.as_deref(),
-            content_type: self.content_type.as_deref(),
-            headers: self.headers.clone(),
-            body: Some(&self.body),
-            body_size: self.body.len(),
-            remote_addr: self.remote_addr.as_deref(),
-            started: self.started,
-        }
-    }
 }
 
 type Job = (PendingClaim, oneshot::Sender<Result<Claimed, sqlx::Error>>);
@@ -95,7 +76,6 @@ async fn commit_loop(pool: PgPool, queue: Arc<Mutex<mpsc::Receiver<Job>>>) {
                 }
             }
         }
-        batch.sort_by(|a, b| (&a.0.source, &a.0.idem_key).cmp(&(&b.0.source, &b.0.idem_key)));
         match commit_batch(&pool, &batch).await {
             Ok(results) => {
                 for ((_, reply), result) in batch.into_iter().zip(results) {
@@ -113,12 +93,163 @@ async fn commit_loop(pool: PgPool, queue: Arc<Mutex<mpsc::Receiver<Job>>>) {
     }
 }
 
+/// One batch in one transaction, whatever its size: the claims in one
+/// statement, the duplicates (of stored events or within the batch) in a
+/// second. Results come back in the batch's order.
 async fn commit_batch(pool: &PgPool, batch: &[Job]) -> Result<Vec<Claimed>, sqlx::Error> {
+    let n = batch.len();
+    let column =
+        |f: &dyn Fn(&PendingClaim) -> String| batch.iter().map(|(p, _)| f(p)).collect::<Vec<_>>();
+    let optional = |f: &dyn Fn(&PendingClaim) -> Option<String>| {
+        batch.iter().map(|(p, _)| f(p)).collect::<Vec<_>>()
+    };
+    let ord: Vec<i32> = (0..n as i32).collect();
+    let sources = column(&|p| p.source.clone());
+    let keys = column(&|p| p.idem_key.clone());
+    let verifications = column(&|p| p.verification.clone());
+    let queries = optional(&|p| p.query.clone());
+    let content_types = optional(&|p| p.content_type.clone());
+    let remote_addrs = optional(&|p| p.remote_addr.clone());
+    let headers: Vec<serde_json::Value> = batch.iter().map(|(p, _)| p.headers.clone()).collect();
+    let bodies: Vec<&[u8]> = batch.iter().map(|(p, _)| p.body.as_slice()).collect();
+    let sizes: Vec<i32> = batch
+        .iter()
+        .map(|(p, _)| i32::try_from(p.body.len()).unwrap_or(i32::MAX))
+        .collect();
+    let acks: Vec<i32> = batch
+        .iter()
+        .map(|(p, _)| i32::try_from(p.started.elapsed().as_micros()).unwrap_or(i32::MAX))
+        .collect();
+
     let mut tx = pool.begin().await?;
-    let mut results = Vec::with_capacity(batch.len());
-    for (pending, _) in batch {
-        results.push(claim::claim_in(&mut tx, Mode::Ack, &pending.as_delivery(), None).await?);
+    // The first delivery of each key in the batch tries to claim it.
+    let won: Vec<(i32, i64, i64)> = sqlx::query_as(
+        "WITH input AS (
+             SELECT * FROM unnest($1::int[], $2::text[], $3::text[], $4::text[], $5::text[],
+                                  $6::text[], $7::jsonb[], $8::bytea[], $9::int[], $10::text[], $11::int[])
+                 AS t(ord, source, idem_key, verification, query, content_type, headers, body,
+                      body_size, remote_addr, ack_micros)
+         ),
+         firsts AS (
+             SELECT DISTINCT ON (source, idem_key) * FROM input ORDER BY source, idem_key, ord
+         ),
+         claim AS (
+             INSERT INTO events (source, idem_key, state, first_delivery_id)
+             SELECT source, idem_key, 'queued', nextval('deliveries_id_seq')
+             FROM firsts ORDER BY source, idem_key
+             ON CONFLICT (source, idem_key) DO NOTHING
+             RETURNING id, source, idem_key, first_delivery_id
+         ),
+         recorded AS (
+             INSERT INTO deliveries (id, source, event_id, idem_key, outcome, http_status, ack_micros,
+                                     verified, verification, query, content_type, headers, body,
+                                     body_size, remote_addr)
+             SELECT c.first_delivery_id, f.source, c.id, f.idem_key, 'claimed', 200, f.ack_micros,
+                    true, f.verification, f.query, f.content_type, f.headers, f.body, f.body_size,
+                    f.remote_addr
+             FROM claim c JOIN firsts f USING (source, idem_key)
+             RETURNING id, event_id, source, idem_key
+         )
+         SELECT f.ord, r.event_id, r.id FROM recorded r JOIN firsts f USING (source, idem_key)",
+    )
+    .bind(&ord)
+    .bind(&sources)
+    .bind(&keys)
+    .bind(&verifications)
+    .bind(&queries)
+    .bind(&content_types)
+    .bind(&headers)
+    .bind(&bodies)
+    .bind(&sizes)
+    .bind(&remote_addrs)
+    .bind(&acks)
+    .fetch_all(&mut *tx)
+    .await?;
+
+    let mut results: Vec<Option<Claimed>> = vec![None; n];
+    for (ord, event_id, delivery_id) in won {
+        results[ord as usize] = Some(Claimed {
+            outcome: Outcome::Claimed,
+            event_id,
+            delivery_id,
+            receive_count: 1,
+            stored_response: None,
+        });
     }
+
+    // Everything else is a duplicate: counted on its event, recorded with the
+    // event's state as outcome. Rows are locked in key order, as claims are.
+    let dups: Vec<usize> = (0..n).filter(|&i| results[i].is_none()).collect();
+    if !dups.is_empty() {
+        let pick = |v: &[String]| dups.iter().map(|&i| v[i].clone()).collect::<Vec<_>>();
+        let pick_opt =
+            |v: &[Option<String>]| dups.iter().map(|&i| v[i].clone()).collect::<Vec<_>>();
+        let rows: Vec<(i32, i64, i64, String, i32)> = sqlx::query_as(
+            "WITH input AS (
+                 SELECT nextval('deliveries_id_seq') AS delivery_id, *
+                 FROM unnest($1::int[], $2::text[], $3::text[], $4::text[], $5::text[],
+                             $6::text[], $7::jsonb[], $8::bytea[], $9::int[], $10::text[], $11::int[])
+                     AS t(ord, source, idem_key, verification, query, content_type, headers, body,
+                          body_size, remote_addr, ack_micros)
+             ),
+             counts AS (
+                 SELECT source, idem_key, count(*)::int AS n FROM input GROUP BY source, idem_key
+             ),
+             locked AS (
+                 SELECT e.id, c.n FROM events e JOIN counts c USING (source, idem_key)
+                 ORDER BY e.source, e.idem_key
+                 FOR UPDATE OF e
+             ),
+             counted AS (
+                 UPDATE events e SET receive_count = e.receive_count + l.n, last_seen_at = now()
+                 FROM locked l WHERE e.id = l.id
+                 RETURNING e.id, e.source, e.idem_key, e.state, e.receive_count
+             ),
+             recorded AS (
+                 INSERT INTO deliveries (id, source, event_id, idem_key, outcome, http_status,
+                                         ack_micros, verified, verification, query, content_type,
+                                         headers, body, body_size, remote_addr)
+                 SELECT i.delivery_id, i.source, c.id, i.idem_key,
+                        CASE c.state WHEN 'completed' THEN 'completed' WHEN 'dead' THEN 'dead'
+                                     ELSE 'in_progress' END,
+                        200, i.ack_micros, true, i.verification, i.query, i.content_type, i.headers,
+                        i.body, i.body_size, i.remote_addr
+                 FROM input i JOIN counted c USING (source, idem_key)
+                 RETURNING id
+             )
+             SELECT i.ord, i.delivery_id, c.id, c.state, c.receive_count
+             FROM input i JOIN counted c USING (source, idem_key)",
+        )
+        .bind(dups.iter().map(|&i| ord[i]).collect::<Vec<_>>())
+        .bind(pick(&sources))
+        .bind(pick(&keys))
+        .bind(pick(&verifications))
+        .bind(pick_opt(&queries))
+        .bind(pick_opt(&content_types))
+        .bind(dups.iter().map(|&i| headers[i].clone()).collect::<Vec<_>>())
+        .bind(dups.iter().map(|&i| bodies[i]).collect::<Vec<_>>())
+        .bind(dups.iter().map(|&i| sizes[i]).collect::<Vec<_>>())
+        .bind(pick_opt(&remote_addrs))
+        .bind(dups.iter().map(|&i| acks[i]).collect::<Vec<_>>())
+        .fetch_all(&mut *tx)
+        .await?;
+        for (ord, delivery_id, event_id, state, receive_count) in rows {
+            results[ord as usize] = Some(Claimed {
+                outcome: Outcome::of_event_state(&state),
+                event_id,
+                delivery_id,
+                receive_count,
+                stored_response: None,
+            });
+        }
+    }
+    // A key whose event vanished between the statements (pruned) cannot be answered truthfully.
+    let results = results
+        .into_iter()
+        .collect::<Option<Vec<_>>>()
+        .ok_or_else(|| {
+            sqlx::Error::Protocol("an event vanished while its duplicate was recorded".into())
+        })?;
     tx.commit().await?;
     Ok(results)
 }

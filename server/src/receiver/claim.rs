@@ -34,7 +34,7 @@ impl Outcome {
     }
 
     /// A duplicate's outcome follows from the state of the event holding its key.
-    fn of_event_state(state: &str) -> Self {
+    pub(crate) fn of_event_state(state: &str) -> Self {
         match state {
             "completed" => Outcome::Completed,
             "dead" => Outcome::Dead,

@@ -548,3 +548,58 @@ fn urlencode(value: &str) -> String {
         })
         .collect()
 }
+
+/// The group-commit batcher directly: duplicates inside one batch, duplicates
+/// of stored events, and one claim per key whatever the interleaving.
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn batched_claims_claim_each_key_once(pool: PgPool) {
+    use replaysafe::receiver::batch::{ClaimBatcher, PendingClaim};
+    replaysafe::db::sync_sources(&pool, &config())
+        .await
+        .unwrap();
+    let batcher = ClaimBatcher::start(pool.clone(), 1);
+    let pending = |key: usize| PendingClaim {
+        source: "std".into(),
+        idem_key: format!("key-{key}"),
+        verification: "test".into(),
+        query: None,
+        content_type: Some("application/json".into()),
+        headers: serde_json::json!([["webhook-id", format!("key-{key}")]]),
+        body: format!("{{\"k\":{key}}}").into_bytes(),
+        remote_addr: None,
+        started: std::time::Instant::now(),
+    };
+    for round in 0..2 {
+        let claims = (0..50).map(|i| batcher.claim(pending(i % 10)));
+        let results = futures_util::future::join_all(claims).await;
+        let claimed = results
+            .iter()
+            .filter(|r| {
+                r.as_ref().unwrap().outcome == replaysafe::receiver::claim::Outcome::Claimed
+            })
+            .count();
+        assert_eq!(claimed, if round == 0 { 10 } else { 0 }, "round {round}");
+    }
+    assert_eq!(count(&pool, "SELECT count(*) FROM events").await, 10);
+    assert_eq!(
+        count(&pool, "SELECT min(receive_count)::bigint FROM events").await,
+        10
+    );
+    assert_eq!(
+        count(&pool, "SELECT max(receive_count)::bigint FROM events").await,
+        10
+    );
+    assert_eq!(count(&pool, "SELECT count(*) FROM deliveries").await, 100);
+    assert_eq!(
+        count(&pool, "SELECT count(DISTINCT id) FROM deliveries").await,
+        100
+    );
+    // Each event's first delivery is its claim, with its own body.
+    let mismatched = count(
+        &pool,
+        "SELECT count(*) FROM events e JOIN deliveries d ON d.id = e.first_delivery_id
+         WHERE d.outcome <> 'claimed' OR d.idem_key <> e.idem_key OR d.event_id <> e.id",
+    )
+    .await;
+    assert_eq!(mismatched, 0);
+}
