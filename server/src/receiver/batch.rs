@@ -8,6 +8,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use sqlx::postgres::PgPoolOptions;
 use sqlx::PgPool;
 use tokio::sync::{mpsc, oneshot, Mutex};
 
@@ -38,8 +39,18 @@ pub struct ClaimBatcher {
 }
 
 impl ClaimBatcher {
-    /// Starts `committers` tasks, each with its own transaction at a time.
+    /// Starts `committers` tasks, each with its own transaction at a time, on
+    /// their own connections to `pool`'s database.
     pub fn start(pool: PgPool, committers: usize) -> Self {
+        // The batch statements' plans do not depend on their arrays: planning
+        // them anew for each batch cost more than running a small one.
+        let options = (*pool.connect_options())
+            .clone()
+            .options([("plan_cache_mode", "force_generic_plan")]);
+        let pool = PgPoolOptions::new()
+            .max_connections(committers.max(1) as u32)
+            .acquire_timeout(crate::db::ACQUIRE_TIMEOUT)
+            .connect_lazy_with(options);
         let (jobs, queue) = mpsc::channel::<Job>(MAX_BATCH * committers.max(1) * 4);
         let queue = Arc::new(Mutex::new(queue));
         for _ in 0..committers.max(1) {
