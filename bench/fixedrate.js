@@ -13,8 +13,11 @@
 // CPU starved by others): it is part of the latency figures, so a lag p99 near the
 // latency p99 means the generator, not the server, is the limit.
 //
+// The first --lead-in seconds run at the same rate but are left out of the figures
+// (a server's pools and caches fill up); every request counts for the status tally.
 // Usage: node fixedrate.js --url http://127.0.0.1:3401 --path /hooks/bench \
-//          --reqs requests.tsv [--rate 1000] [--duration 20] [--conns 16] [--max-conns 256]
+//          --reqs requests.tsv [--rate 1000] [--duration 20] [--lead-in 2] [--conns 16] [--max-conns 256]
+//          [--timeline FILE (per-second p50/p99/max)]
 // Prints a human summary and one "RESULT k=v ..." line (same keys as wrk.lua's where
 // they mean the same thing).
 'use strict';
@@ -24,7 +27,7 @@ const { performance } = require('node:perf_hooks');
 
 function args() {
   const a = { url: 'http://127.0.0.1:3000', path: '/webhooks/bench', reqs: 'requests.tsv',
-    rate: 1000, duration: 20, conns: 16, 'max-conns': 256, drain: 10 };
+    rate: 1000, duration: 20, 'lead-in': 2, conns: 16, 'max-conns': 256, drain: 10, timeline: '' };
   const v = process.argv.slice(2);
   for (let i = 0; i < v.length; i += 2) {
     const k = v[i].replace(/^--/, '');
@@ -37,7 +40,8 @@ function args() {
 const A = args();
 const u = new URL(A.url);
 const HOST = u.hostname, PORT = Number(u.port || 80);
-const TOTAL = Math.round(A.rate * A.duration);
+const LEAD = Math.round(A.rate * A['lead-in']);            // sent at the rate, not in the figures
+const TOTAL = LEAD + Math.round(A.rate * A.duration);
 const INTERVAL = 1000 / A.rate; // ms
 
 // Pre-format every request once: the hot path only writes a Buffer.
@@ -178,15 +182,25 @@ function finish(tEnd) {
     const timedOut = sent - done;
     for (const c of conns) c.sock.destroy();
     const secs = (tEnd - t0) / 1000;
+    const mlat = lat.subarray(LEAD, sent), mlag = lag.subarray(LEAD, sent);  // the measured part
     const distinct = new Set(ids.slice(0, sent)).size;
     const f = (x) => x.toFixed(2);
-    const p = (k) => f(pct(lat, k)), l = (k) => f(pct(lag, k));
+    const p = (k) => f(pct(mlat, k)), l = (k) => f(pct(mlag, k));
     const oc = Object.entries(outcomes).map(([k, v]) => `${k} ${v}`).join(', ') || 'none';
-    console.log(`fixed rate ${A.rate} req/s for ${A.duration}s: sent ${sent} in ${secs.toFixed(1)}s (${(sent / secs).toFixed(0)} req/s), answered ${done - tally.sockerr}, unanswered after ${A.drain}s drain ${timedOut}`);
+    console.log(`fixed rate ${A.rate} req/s for ${A['lead-in']}s lead-in + ${A.duration}s measured: sent ${sent} in ${secs.toFixed(1)}s (${(sent / secs).toFixed(0)} req/s), answered ${done - tally.sockerr}, unanswered after ${A.drain}s drain ${timedOut}`);
     console.log(`status: 200 new ${tally.ok}, 200 dup ${tally.dup}, 409 ${tally.c409}, 4xx ${tally.c4xx}, 5xx ${tally.c5xx}, other ${tally.other}, socket errors ${tally.sockerr}, connect errors ${tally.connerr} | x-replaysafe-outcome: ${oc}`);
-    console.log(`latency from scheduled send, ms: p50 ${p(50)}  p90 ${p(90)}  p99 ${p(99)}  p99.9 ${p(99.9)}  max ${p(100)}`);
+    console.log(`latency from scheduled send (measured part: ${Math.max(0, sent - LEAD)} requests), ms: p50 ${p(50)}  p90 ${p(90)}  p99 ${p(99)}  p99.9 ${p(99.9)}  max ${p(100)}`);
     console.log(`generator send lag, ms: p50 ${l(50)}  p99 ${l(99)}  max ${l(100)} | connections opened ${opened}, max queued ${maxQueue}`);
     console.log(`distinct ids sent ${distinct}`);
+    if (A.timeline) {  // per second of schedule: requests, p50, p99, max latency, max queued at dispatch
+      const rows = ['second\trequests\tp50_ms\tp99_ms\tmax_ms'];
+      rows.push(`# the first ${A['lead-in']} s are the lead-in, not in the figures`);
+      for (let s0 = 0; s0 * A.rate < sent; s0++) {
+        const sl = lat.subarray(s0 * A.rate, Math.min(sent, (s0 + 1) * A.rate));
+        rows.push(`${s0}\t${sl.length}\t${f(pct(sl, 50))}\t${f(pct(sl, 99))}\t${f(pct(sl, 100))}`);
+      }
+      fs.writeFileSync(A.timeline, rows.join('\n') + '\n');
+    }
     console.log(`RESULT rate=${A.rate} sent=${sent} rps=${(sent / secs).toFixed(0)} p50=${p(50)} p90=${p(90)} p99=${p(99)} p999=${p(99.9)} max=${p(100)} ` +
       `lag50=${l(50)} lag99=${l(99)} ok=${tally.ok} dup=${tally.dup} c409=${tally.c409} c4xx=${tally.c4xx} c5xx=${tally.c5xx} ` +
       `other=${tally.other} sockerr=${tally.sockerr + tally.connerr + timedOut} distinct=${distinct} conns=${opened}`);
