@@ -31,7 +31,7 @@ CREATE TABLE sources (
 
 CREATE TABLE events (
     id                    bigserial PRIMARY KEY,
-    source                text NOT NULL REFERENCES sources (slug),
+    source                text NOT NULL,           -- a sources.slug (see below: no foreign key)
     idem_key              text NOT NULL,
     state                 text NOT NULL
         CHECK (state IN ('queued', 'processing', 'retrying', 'completed', 'dead')),
@@ -61,9 +61,9 @@ CREATE INDEX events_dead ON events (state_changed_at DESC) WHERE state = 'dead';
 
 CREATE TABLE deliveries (
     id             bigserial PRIMARY KEY,
-    source         text NOT NULL REFERENCES sources (slug),
+    source         text NOT NULL,
     received_at    timestamptz NOT NULL DEFAULT now(),
-    event_id       bigint REFERENCES events (id) ON DELETE SET NULL DEFERRABLE INITIALLY DEFERRED,
+    event_id       bigint,                     -- the event holding its key; NULL when rejected
     idem_key       text,
     outcome        text NOT NULL
         CHECK (outcome IN ('claimed', 'completed', 'in_progress', 'dead', 'rejected', 'unavailable')),
@@ -89,10 +89,12 @@ CREATE INDEX deliveries_by_source ON deliveries (source, id DESC);
 CREATE INDEX deliveries_by_event ON deliveries (event_id);
 CREATE INDEX deliveries_unusual ON deliveries (outcome, id DESC) WHERE outcome <> 'claimed';
 
--- The claim and its delivery are written in one statement, each pointing at the other.
-ALTER TABLE events
-    ADD CONSTRAINT events_first_delivery FOREIGN KEY (first_delivery_id)
-    REFERENCES deliveries (id) ON DELETE SET NULL DEFERRABLE INITIALLY DEFERRED;
+-- No foreign keys on the claim's hot path (events.source, deliveries.source,
+-- deliveries.event_id, events.first_delivery_id): each would lock the parent
+-- row FOR KEY SHARE on every delivery, and every delivery of a source shares
+-- one sources row, so concurrent claims pile up multixacts on it. The code
+-- writes these references in the claim statement itself; retention deletes
+-- payloads before keys, and readers join with LEFT JOIN.
 
 CREATE TABLE attempts (
     id               bigserial PRIMARY KEY,
