@@ -30,6 +30,9 @@ pub struct PendingClaim {
     pub started: Instant,
 }
 
+/// A recorded duplicate: its place in the batch, delivery, event, event state, receive count.
+type DuplicateRow = (i32, i64, i64, String, i32);
+
 type Job = (PendingClaim, oneshot::Sender<Result<Claimed, sqlx::Error>>);
 
 /// Hands claims to a few committer tasks; cheap to clone.
@@ -87,33 +90,28 @@ async fn commit_loop(pool: PgPool, queue: Arc<Mutex<mpsc::Receiver<Job>>>) {
                 }
             }
         }
-        match commit_batch(&pool, &batch).await {
-            Ok(results) => {
-                for ((_, reply), result) in batch.into_iter().zip(results) {
-                    let _ = reply.send(Ok(result));
-                }
-            }
-            Err(e) => {
-                // Nothing of the batch is durable: every delivery in it gets the error (503).
-                tracing::warn!(error = %e, size = batch.len(), "claim batch failed");
-                for (_, reply) in batch {
-                    let _ = reply.send(Err(clone_error(&e)));
-                }
-            }
-        }
+        commit_batch(&pool, batch).await;
     }
 }
 
-/// One batch in one transaction, whatever its size: the claims in one
-/// statement, the duplicates (of stored events or within the batch) in a
-/// second. Results come back in the batch's order.
-async fn commit_batch(pool: &PgPool, batch: &[Job]) -> Result<Vec<Claimed>, sqlx::Error> {
-    let n = batch.len();
-    let column =
-        |f: &dyn Fn(&PendingClaim) -> String| batch.iter().map(|(p, _)| f(p)).collect::<Vec<_>>();
-    let optional = |f: &dyn Fn(&PendingClaim) -> Option<String>| {
-        batch.iter().map(|(p, _)| f(p)).collect::<Vec<_>>()
+/// One batch in at most two statements, each its own transaction, whatever
+/// the batch's size: first the claims, then the duplicates (of stored events
+/// or within the batch). Each delivery is answered once the statement that
+/// recorded it has committed; if a statement fails, its deliveries get the
+/// error (503) and nothing of them was stored.
+async fn commit_batch(pool: &PgPool, batch: Vec<Job>) {
+    let (pending, replies): (Vec<PendingClaim>, Vec<_>) = batch.into_iter().unzip();
+    let mut replies: Vec<Option<oneshot::Sender<Result<Claimed, sqlx::Error>>>> =
+        replies.into_iter().map(Some).collect();
+    let mut answer = |i: usize, result: Result<Claimed, sqlx::Error>| {
+        if let Some(reply) = replies[i].take() {
+            let _ = reply.send(result);
+        }
     };
+    let n = pending.len();
+    let column = |f: &dyn Fn(&PendingClaim) -> String| pending.iter().map(f).collect::<Vec<_>>();
+    let optional =
+        |f: &dyn Fn(&PendingClaim) -> Option<String>| pending.iter().map(f).collect::<Vec<_>>();
     let ord: Vec<i32> = (0..n as i32).collect();
     let sources = column(&|p| p.source.clone());
     let keys = column(&|p| p.idem_key.clone());
@@ -121,20 +119,19 @@ async fn commit_batch(pool: &PgPool, batch: &[Job]) -> Result<Vec<Claimed>, sqlx
     let queries = optional(&|p| p.query.clone());
     let content_types = optional(&|p| p.content_type.clone());
     let remote_addrs = optional(&|p| p.remote_addr.clone());
-    let headers: Vec<serde_json::Value> = batch.iter().map(|(p, _)| p.headers.clone()).collect();
-    let bodies: Vec<&[u8]> = batch.iter().map(|(p, _)| p.body.as_slice()).collect();
-    let sizes: Vec<i32> = batch
+    let headers: Vec<serde_json::Value> = pending.iter().map(|p| p.headers.clone()).collect();
+    let bodies: Vec<&[u8]> = pending.iter().map(|p| p.body.as_slice()).collect();
+    let sizes: Vec<i32> = pending
         .iter()
-        .map(|(p, _)| i32::try_from(p.body.len()).unwrap_or(i32::MAX))
+        .map(|p| i32::try_from(p.body.len()).unwrap_or(i32::MAX))
         .collect();
-    let acks: Vec<i32> = batch
+    let acks: Vec<i32> = pending
         .iter()
-        .map(|(p, _)| i32::try_from(p.started.elapsed().as_micros()).unwrap_or(i32::MAX))
+        .map(|p| i32::try_from(p.started.elapsed().as_micros()).unwrap_or(i32::MAX))
         .collect();
 
-    let mut tx = pool.begin().await?;
     // The first delivery of each key in the batch tries to claim it.
-    let won: Vec<(i32, i64, i64)> = sqlx::query_as(
+    let won: Result<Vec<(i32, i64, i64)>, sqlx::Error> = sqlx::query_as(
         "WITH input AS (
              SELECT * FROM unnest($1::int[], $2::text[], $3::text[], $4::text[], $5::text[],
                                   $6::text[], $7::jsonb[], $8::bytea[], $9::int[], $10::text[], $11::int[])
@@ -174,28 +171,41 @@ async fn commit_batch(pool: &PgPool, batch: &[Job]) -> Result<Vec<Claimed>, sqlx
     .bind(&sizes)
     .bind(&remote_addrs)
     .bind(&acks)
-    .fetch_all(&mut *tx)
-    .await?;
-
-    let mut results: Vec<Option<Claimed>> = vec![None; n];
+    .fetch_all(pool)
+    .await;
+    let won = match won {
+        Ok(won) => won,
+        Err(e) => {
+            tracing::warn!(error = %e, size = n, "claim batch failed");
+            for i in 0..n {
+                answer(i, Err(batch_error(&e)));
+            }
+            return;
+        }
+    };
+    let mut claimed = vec![false; n];
     for (ord, event_id, delivery_id) in won {
-        results[ord as usize] = Some(Claimed {
-            outcome: Outcome::Claimed,
-            event_id,
-            delivery_id,
-            receive_count: 1,
-            stored_response: None,
-        });
+        claimed[ord as usize] = true;
+        answer(
+            ord as usize,
+            Ok(Claimed {
+                outcome: Outcome::Claimed,
+                event_id,
+                delivery_id,
+                receive_count: 1,
+                stored_response: None,
+            }),
+        );
     }
 
     // Everything else is a duplicate: counted on its event, recorded with the
     // event's state as outcome. Rows are locked in key order, as claims are.
-    let dups: Vec<usize> = (0..n).filter(|&i| results[i].is_none()).collect();
+    let dups: Vec<usize> = (0..n).filter(|&i| !claimed[i]).collect();
     if !dups.is_empty() {
         let pick = |v: &[String]| dups.iter().map(|&i| v[i].clone()).collect::<Vec<_>>();
         let pick_opt =
             |v: &[Option<String>]| dups.iter().map(|&i| v[i].clone()).collect::<Vec<_>>();
-        let rows: Vec<(i32, i64, i64, String, i32)> = sqlx::query_as(
+        let rows: Result<Vec<DuplicateRow>, sqlx::Error> = sqlx::query_as(
             "WITH input AS (
                  SELECT nextval('deliveries_id_seq') AS delivery_id, *
                  FROM unnest($1::int[], $2::text[], $3::text[], $4::text[], $5::text[],
@@ -242,29 +252,44 @@ async fn commit_batch(pool: &PgPool, batch: &[Job]) -> Result<Vec<Claimed>, sqlx
         .bind(dups.iter().map(|&i| sizes[i]).collect::<Vec<_>>())
         .bind(pick_opt(&remote_addrs))
         .bind(dups.iter().map(|&i| acks[i]).collect::<Vec<_>>())
-        .fetch_all(&mut *tx)
-        .await?;
-        for (ord, delivery_id, event_id, state, receive_count) in rows {
-            results[ord as usize] = Some(Claimed {
-                outcome: Outcome::of_event_state(&state),
-                event_id,
-                delivery_id,
-                receive_count,
-                stored_response: None,
-            });
+        .fetch_all(pool)
+        .await;
+        match rows {
+            Ok(rows) => {
+                for (ord, delivery_id, event_id, state, receive_count) in rows {
+                    answer(
+                        ord as usize,
+                        Ok(Claimed {
+                            outcome: Outcome::of_event_state(&state),
+                            event_id,
+                            delivery_id,
+                            receive_count,
+                            stored_response: None,
+                        }),
+                    );
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, size = dups.len(), "duplicate batch failed");
+                for &i in &dups {
+                    answer(i, Err(batch_error(&e)));
+                }
+                return;
+            }
         }
     }
-    // A key whose event vanished between the statements (pruned) cannot be answered truthfully.
-    let results = results
-        .into_iter()
-        .collect::<Option<Vec<_>>>()
-        .ok_or_else(|| {
-            sqlx::Error::Protocol("an event vanished while its duplicate was recorded".into())
-        })?;
-    tx.commit().await?;
-    Ok(results)
+    // A key whose event vanished between the statements (pruned) cannot be
+    // answered truthfully; its delivery was not recorded.
+    for i in 0..n {
+        answer(
+            i,
+            Err(sqlx::Error::Protocol(
+                "the event holding this key vanished".into(),
+            )),
+        );
+    }
 }
 
-fn clone_error(e: &sqlx::Error) -> sqlx::Error {
+fn batch_error(e: &sqlx::Error) -> sqlx::Error {
     sqlx::Error::Protocol(format!("claim batch failed: {e}"))
 }
