@@ -45,19 +45,29 @@ impl ClaimBatcher {
     /// Starts `committers` tasks, each with its own transaction at a time, on
     /// their own connections to `pool`'s database.
     pub fn start(pool: PgPool, committers: usize) -> Self {
-        // The batch statements' plans do not depend on their arrays: planning
-        // them anew for each batch cost more than running a small one.
-        let options = (*pool.connect_options())
-            .clone()
-            .options([("plan_cache_mode", "force_generic_plan")]);
-        let pool = PgPoolOptions::new()
-            .max_connections(committers.max(1) as u32)
-            .acquire_timeout(crate::db::ACQUIRE_TIMEOUT)
-            .connect_lazy_with(options);
+        // The claim statement's plan does not depend on its arrays or on the
+        // tables' sizes (it reads through the unique index): planning it anew
+        // for each batch cost more than running a small one. The duplicates'
+        // statement joins events, so it is planned afresh with current
+        // statistics; a plan cached while events was empty would scan it.
+        let connect = |generic: bool| {
+            let mut options = (*pool.connect_options()).clone();
+            if generic {
+                options = options.options([("plan_cache_mode", "force_generic_plan")]);
+            }
+            PgPoolOptions::new()
+                .max_connections(committers.max(1) as u32)
+                .acquire_timeout(crate::db::ACQUIRE_TIMEOUT)
+                .connect_lazy_with(options)
+        };
+        let pools = Pools {
+            claims: connect(true),
+            duplicates: connect(false),
+        };
         let (jobs, queue) = mpsc::channel::<Job>(MAX_BATCH * committers.max(1) * 4);
         let queue = Arc::new(Mutex::new(queue));
         for _ in 0..committers.max(1) {
-            tokio::spawn(commit_loop(pool.clone(), queue.clone()));
+            tokio::spawn(commit_loop(pools.clone(), queue.clone()));
         }
         Self { jobs }
     }
@@ -73,7 +83,13 @@ impl ClaimBatcher {
     }
 }
 
-async fn commit_loop(pool: PgPool, queue: Arc<Mutex<mpsc::Receiver<Job>>>) {
+#[derive(Clone)]
+struct Pools {
+    claims: PgPool,
+    duplicates: PgPool,
+}
+
+async fn commit_loop(pools: Pools, queue: Arc<Mutex<mpsc::Receiver<Job>>>) {
     loop {
         let mut batch = Vec::with_capacity(MAX_BATCH);
         {
@@ -90,7 +106,7 @@ async fn commit_loop(pool: PgPool, queue: Arc<Mutex<mpsc::Receiver<Job>>>) {
                 }
             }
         }
-        commit_batch(&pool, batch).await;
+        commit_batch(&pools, batch).await;
     }
 }
 
@@ -99,7 +115,7 @@ async fn commit_loop(pool: PgPool, queue: Arc<Mutex<mpsc::Receiver<Job>>>) {
 /// or within the batch). Each delivery is answered once the statement that
 /// recorded it has committed; if a statement fails, its deliveries get the
 /// error (503) and nothing of them was stored.
-async fn commit_batch(pool: &PgPool, batch: Vec<Job>) {
+async fn commit_batch(pools: &Pools, batch: Vec<Job>) {
     let (pending, replies): (Vec<PendingClaim>, Vec<_>) = batch.into_iter().unzip();
     let mut replies: Vec<Option<oneshot::Sender<Result<Claimed, sqlx::Error>>>> =
         replies.into_iter().map(Some).collect();
@@ -171,7 +187,7 @@ async fn commit_batch(pool: &PgPool, batch: Vec<Job>) {
     .bind(&sizes)
     .bind(&remote_addrs)
     .bind(&acks)
-    .fetch_all(pool)
+    .fetch_all(&pools.claims)
     .await;
     let won = match won {
         Ok(won) => won,
@@ -252,7 +268,7 @@ async fn commit_batch(pool: &PgPool, batch: Vec<Job>) {
         .bind(dups.iter().map(|&i| sizes[i]).collect::<Vec<_>>())
         .bind(pick_opt(&remote_addrs))
         .bind(dups.iter().map(|&i| acks[i]).collect::<Vec<_>>())
-        .fetch_all(pool)
+        .fetch_all(&pools.duplicates)
         .await;
         match rows {
             Ok(rows) => {
