@@ -9,6 +9,7 @@ use sqlx::PgPool;
 use tokio::sync::Notify;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use super::forward;
 use super::queue::{self, Next};
@@ -17,6 +18,9 @@ use crate::config::Config;
 
 /// How often idle workers look for work they were not told about.
 pub const POLL_INTERVAL: Duration = Duration::from_millis(500);
+
+/// Most events one worker leases and forwards at once.
+pub const LEASE_BATCH: i64 = 16;
 
 #[derive(Clone)]
 pub struct Workers {
@@ -56,8 +60,8 @@ impl Workers {
     async fn run(self, id: String, shutdown: CancellationToken) {
         while !shutdown.is_cancelled() {
             match self.run_once(&id).await {
-                Ok(true) => continue,
-                Ok(false) => {}
+                Ok(0) => {}
+                Ok(_) => continue,
                 Err(e) => {
                     tracing::warn!(worker = %id, error = %e, "worker: database error; retrying")
                 }
@@ -70,24 +74,34 @@ impl Workers {
         }
     }
 
-    /// Leases and processes one due event; false when none was due.
-    pub async fn run_once(&self, worker: &str) -> Result<bool, sqlx::Error> {
-        let Some(leased) = queue::lease_due(&self.pool, worker, 1).await?.pop() else {
-            return Ok(false);
-        };
+    /// Leases up to `LEASE_BATCH` due events, forwards them concurrently and
+    /// records each; returns how many were processed (0 when none was due).
+    /// One lease statement per batch: leasing, not forwarding, was the cost.
+    pub async fn run_once(&self, worker: &str) -> Result<usize, sqlx::Error> {
+        let leased = queue::lease_due(&self.pool, worker, LEASE_BATCH).await?;
+        let count = leased.len();
+        let attempts = leased.into_iter().map(|leased| {
+            let span = tracing::info_span!("attempt", source = %leased.source, event = leased.event_id, attempt = leased.attempt);
+            self.attempt(worker, leased).instrument(span)
+        });
+        for result in futures_util::future::join_all(attempts).await {
+            result?;
+        }
+        Ok(count)
+    }
+
+    async fn attempt(&self, worker: &str, leased: queue::Leased) -> Result<(), sqlx::Error> {
         let Some(source) = self.config.sources.iter().find(|s| s.slug == leased.source) else {
             // Leasing only picks configured sources; a config reload could race it.
-            return Ok(true);
+            return Ok(());
         };
-        let span = tracing::info_span!("attempt", source = %source.slug, event = leased.event_id, attempt = leased.attempt);
-        let _entered = span.enter();
         let answer = forward::forward(&self.client, source, &leased, forward::EXCERPT_BYTES).await;
         let (next, record) = decide(&self.policy, source.max_attempts, leased.attempt, answer);
         let moved = queue::finish(&self.pool, worker, &leased, &record, &next, None).await?;
         if !moved {
             tracing::warn!("lease lost before the attempt finished; its successor decides");
         }
-        Ok(true)
+        Ok(())
     }
 }
 

@@ -41,8 +41,11 @@ impl TestApp {
     pub async fn drain(&self) -> usize {
         let workers = self.workers();
         let mut processed = 0;
-        while workers.run_once("test-worker").await.unwrap() {
-            processed += 1;
+        loop {
+            match workers.run_once("test-worker").await.unwrap() {
+                0 => break,
+                n => processed += n,
+            }
         }
         processed
     }

@@ -126,7 +126,7 @@ async fn a_duplicate_storm_is_forwarded_exactly_once(pool: PgPool) {
     let workers = app.workers();
     let racers = (0..4).map(|i| {
         let w = workers.clone();
-        async move { while w.run_once(&format!("racer-{i}")).await.unwrap() {} }
+        async move { while w.run_once(&format!("racer-{i}")).await.unwrap() > 0 {} }
     });
     futures_util::future::join_all(racers).await;
     // Duplicates after completion are not forwarded either.
@@ -320,12 +320,12 @@ async fn retention_prunes_only_what_is_due(pool: PgPool) {
     // One event goes dead (the destination's first answer is 400), one completes, one waits.
     sqlx::query("UPDATE events SET next_attempt_at = now() + interval '1 hour' WHERE idem_key IN ('old-waiting', 'fresh', 'old-done')")
         .execute(&pool).await.unwrap();
-    assert!(workers.run_once("w").await.unwrap()); // old-dead: 400, dead
+    assert_eq!(workers.run_once("w").await.unwrap(), 1); // old-dead: 400, dead
     sqlx::query("UPDATE events SET next_attempt_at = now() WHERE idem_key = 'old-done'")
         .execute(&pool)
         .await
         .unwrap();
-    assert!(workers.run_once("w").await.unwrap()); // old-done: 200, completed
+    assert_eq!(workers.run_once("w").await.unwrap(), 1); // old-done: 200, completed
     assert_eq!(event_state(&pool, "old-dead").await.0, "dead");
     assert_eq!(event_state(&pool, "old-done").await.0, "completed");
 
