@@ -166,3 +166,66 @@ pub async fn finish(
     .await?;
     Ok(moved.is_some())
 }
+
+/// `finish` for a whole leased batch in one statement: each attempt is
+/// recorded, and each event moves on if this worker still holds its lease.
+/// Returns how many events moved.
+pub async fn finish_batch(
+    pool: &PgPool,
+    worker: &str,
+    done: &[(Leased, AttemptRecord, Next)],
+) -> Result<u64, sqlx::Error> {
+    if done.is_empty() {
+        return Ok(0);
+    }
+    let mut states = Vec::with_capacity(done.len());
+    let mut delays = Vec::with_capacity(done.len());
+    let mut reasons = Vec::with_capacity(done.len());
+    for (_, record, next) in done {
+        let (state, delay, reason) = match next {
+            Next::Completed => ("completed", None, None),
+            Next::RetryIn(d) => ("retrying", Some(d.as_secs_f64()), record.error.clone()),
+            Next::Dead(reason) => ("dead", None, Some(reason.clone())),
+        };
+        states.push(state);
+        delays.push(delay);
+        reasons.push(reason);
+    }
+    let moved = sqlx::query(
+        "WITH input AS (
+             SELECT * FROM unnest($2::bigint[], $3::bigint[], $4::int[], $5::int[], $6::text[],
+                                  $7::text[], $8::float8[], $9::text[], $10::text[])
+                 AS t(event_id, attempt_id, status, latency_ms, excerpt, error, delay, state, reason)
+         ),
+         recorded AS (
+             UPDATE attempts a SET finished_at = now(), status = i.status, latency_ms = i.latency_ms,
+                 response_excerpt = i.excerpt, error = i.error,
+                 next_attempt_at = now() + make_interval(secs => i.delay)
+             FROM input i WHERE a.id = i.attempt_id
+         )
+         UPDATE events e SET
+             state = i.state, state_changed_at = now(),
+             lease_owner = NULL, lease_expires_at = NULL,
+             next_attempt_at = CASE WHEN i.delay IS NULL THEN e.next_attempt_at
+                                    ELSE now() + make_interval(secs => i.delay) END,
+             completed_at = CASE WHEN i.state = 'completed' THEN now() END,
+             last_error = i.reason,
+             dead_reason = CASE WHEN i.state = 'dead' THEN i.reason END
+         FROM input i
+         WHERE e.id = i.event_id AND e.state = 'processing' AND e.lease_owner = $1",
+    )
+    .bind(worker)
+    .bind(done.iter().map(|(l, _, _)| l.event_id).collect::<Vec<_>>())
+    .bind(done.iter().map(|(l, _, _)| l.attempt_id).collect::<Vec<_>>())
+    .bind(done.iter().map(|(_, r, _)| r.status.map(i32::from)).collect::<Vec<_>>())
+    .bind(done.iter().map(|(_, r, _)| r.latency_ms).collect::<Vec<_>>())
+    .bind(done.iter().map(|(_, r, _)| r.response_excerpt.clone()).collect::<Vec<_>>())
+    .bind(done.iter().map(|(_, r, _)| r.error.clone()).collect::<Vec<_>>())
+    .bind(delays)
+    .bind(states)
+    .bind(reasons)
+    .execute(pool)
+    .await?
+    .rows_affected();
+    Ok(moved)
+}

@@ -82,26 +82,37 @@ impl Workers {
         let count = leased.len();
         let attempts = leased.into_iter().map(|leased| {
             let span = tracing::info_span!("attempt", source = %leased.source, event = leased.event_id, attempt = leased.attempt);
-            self.attempt(worker, leased).instrument(span)
+            self.attempt(leased).instrument(span)
         });
-        for result in futures_util::future::join_all(attempts).await {
-            result?;
+        let done: Vec<_> = futures_util::future::join_all(attempts)
+            .await
+            .into_iter()
+            .flatten()
+            .collect();
+        let moved = queue::finish_batch(&self.pool, worker, &done).await?;
+        if moved < done.len() as u64 {
+            tracing::warn!(
+                lost = done.len() as u64 - moved,
+                "leases lost before their attempts finished; their successors decide"
+            );
         }
         Ok(count)
     }
 
-    async fn attempt(&self, worker: &str, leased: queue::Leased) -> Result<(), sqlx::Error> {
-        let Some(source) = self.config.sources.iter().find(|s| s.slug == leased.source) else {
-            // Leasing only picks configured sources; a config reload could race it.
-            return Ok(());
-        };
+    /// One forward; None when the event's source is no longer configured.
+    async fn attempt(
+        &self,
+        leased: queue::Leased,
+    ) -> Option<(queue::Leased, queue::AttemptRecord, Next)> {
+        // Leasing only picks configured sources; a config reload could race it.
+        let source = self
+            .config
+            .sources
+            .iter()
+            .find(|s| s.slug == leased.source)?;
         let answer = forward::forward(&self.client, source, &leased, forward::EXCERPT_BYTES).await;
         let (next, record) = decide(&self.policy, source.max_attempts, leased.attempt, answer);
-        let moved = queue::finish(&self.pool, worker, &leased, &record, &next, None).await?;
-        if !moved {
-            tracing::warn!("lease lost before the attempt finished; its successor decides");
-        }
-        Ok(())
+        Some((leased, record, next))
     }
 }
 
