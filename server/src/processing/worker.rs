@@ -20,7 +20,7 @@ use crate::config::Config;
 pub const POLL_INTERVAL: Duration = Duration::from_millis(500);
 
 /// Most events one worker leases and forwards at once.
-pub const LEASE_BATCH: i64 = 16;
+pub const LEASE_BATCH: i64 = 32;
 
 #[derive(Clone)]
 pub struct Workers {
