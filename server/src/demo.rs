@@ -1,7 +1,8 @@
 //! The demo destination (`demo_destination = true`, demo config only): an
 //! application that answers like real ones do, so the demo shows retries, a
-//! success after retries and a dead letter. Each event's fate follows from its
-//! `Idempotency-Key`, so repeated runs of the demo behave alike.
+//! success after retries and a dead letter. Events get their fates in the
+//! order they first arrive, from a fixed cycle, so any five events in a row
+//! show every behaviour.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -11,17 +12,17 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
 use axum::Router;
-use sha2::{Digest, Sha256};
 
 pub const PATH: &str = "/demo/destination";
 
 #[derive(Clone, Default)]
 pub struct DemoDestination {
-    attempts: Arc<Mutex<HashMap<String, u32>>>,
+    /// Per key: its fate and the attempts seen so far.
+    events: Arc<Mutex<HashMap<String, (Fate, u32)>>>,
 }
 
 /// What the demo application does with one event, chosen by its key.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Fate {
     Accept,
     /// Fails with 500 this many times, then accepts.
@@ -32,15 +33,14 @@ pub enum Fate {
     Refuse,
 }
 
-pub fn fate_of(key: &str) -> Fate {
-    let digest = Sha256::digest(key.as_bytes());
-    match digest[0] % 20 {
-        0..=12 => Fate::Accept,
-        13..=15 => Fate::FlakyThenAccept(1 + u32::from(digest[1] % 2)),
-        16..=17 => Fate::Slow(Duration::from_millis(1500)),
-        _ => Fate::Refuse,
-    }
-}
+/// The fates handed out in turn to new events.
+pub const CYCLE: [Fate; 5] = [
+    Fate::Accept,
+    Fate::FlakyThenAccept(2),
+    Fate::Slow(Duration::from_millis(1500)),
+    Fate::Refuse,
+    Fate::Accept,
+];
 
 pub fn router() -> Router {
     Router::new()
@@ -55,13 +55,14 @@ async fn receive(
     let Some(key) = headers.get("idempotency-key").and_then(|v| v.to_str().ok()) else {
         return (StatusCode::BAD_REQUEST, "missing Idempotency-Key");
     };
-    let attempt = {
-        let mut attempts = demo.attempts.lock().unwrap_or_else(|p| p.into_inner());
-        let n = attempts.entry(key.to_owned()).or_insert(0);
-        *n += 1;
-        *n
+    let (fate, attempt) = {
+        let mut events = demo.events.lock().unwrap_or_else(|p| p.into_inner());
+        let next = CYCLE[events.len() % CYCLE.len()];
+        let entry = events.entry(key.to_owned()).or_insert((next, 0));
+        entry.1 += 1;
+        *entry
     };
-    match fate_of(key) {
+    match fate {
         Fate::Accept => (StatusCode::OK, "processed"),
         Fate::FlakyThenAccept(failures) if attempt <= failures => {
             (StatusCode::INTERNAL_SERVER_ERROR, "demo: temporary failure")
@@ -78,15 +79,34 @@ async fn receive(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use axum::body::Body;
+    use axum::http::Request;
+    use tower::ServiceExt;
 
-    #[test]
-    fn every_fate_occurs_among_demo_keys() {
-        let fates: Vec<Fate> = (0..200)
-            .map(|i| fate_of(&format!("demo:evt_{i}")))
-            .collect();
-        assert!(fates.contains(&Fate::Accept));
-        assert!(fates.contains(&Fate::Refuse));
-        assert!(fates.iter().any(|f| matches!(f, Fate::FlakyThenAccept(_))));
-        assert!(fates.iter().any(|f| matches!(f, Fate::Slow(_))));
+    async fn post(app: &Router, key: &str) -> u16 {
+        let request = Request::post(PATH)
+            .header("idempotency-key", key)
+            .body(Body::empty())
+            .unwrap();
+        app.clone()
+            .oneshot(request)
+            .await
+            .unwrap()
+            .status()
+            .as_u16()
+    }
+
+    #[tokio::test]
+    async fn five_events_show_success_retries_slowness_and_a_dead_letter() {
+        let app = router();
+        assert_eq!(post(&app, "a").await, 200);
+        assert_eq!(post(&app, "b").await, 500);
+        assert_eq!(post(&app, "b").await, 500);
+        assert_eq!(post(&app, "b").await, 200, "success after retries");
+        assert_eq!(post(&app, "c").await, 200, "slowly");
+        assert_eq!(post(&app, "d").await, 400, "refused: a dead letter");
+        assert_eq!(post(&app, "d").await, 400);
+        assert_eq!(post(&app, "a").await, 200, "a key keeps its fate");
+        assert_eq!(post(&app, "e").await, 200);
     }
 }
