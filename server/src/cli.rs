@@ -96,25 +96,27 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
     }
 }
 
-async fn migrate(config: Config) -> Result<(), CliError> {
-    let database = db::locate(&config).await?;
+/// For one-shot commands: the database, migrated, with the config's sources.
+/// Keep the returned `Database` alive while the pool is used.
+async fn open_migrated(config: &Config) -> Result<(db::Database, sqlx::PgPool), CliError> {
+    let database = db::locate(config).await?;
     let pool = db::pool(&database.url, 2)?;
     db::migrate(&pool).await?;
-    db::sync_sources(&pool, &config)
+    db::sync_sources(&pool, config)
         .await
         .map_err(DbError::from)?;
+    Ok((database, pool))
+}
+
+async fn migrate(config: Config) -> Result<(), CliError> {
+    let (_database, pool) = open_migrated(&config).await?;
     pool.close().await;
     println!("migrations applied");
     Ok(())
 }
 
 async fn source(config: Config, action: SourceAction) -> Result<(), CliError> {
-    let database = db::locate(&config).await?;
-    let pool = db::pool(&database.url, 2)?;
-    db::migrate(&pool).await?;
-    db::sync_sources(&pool, &config)
-        .await
-        .map_err(DbError::from)?;
+    let (_database, pool) = open_migrated(&config).await?;
     let (slug, paused) = match &action {
         SourceAction::Pause { slug } => (slug, true),
         SourceAction::Resume { slug } => (slug, false),
