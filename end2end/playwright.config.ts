@@ -65,7 +65,7 @@ export default defineConfig({
     },
   },
   webServer: {
-    command: `./target/debug/replaysafe serve --config ${configPath}`,
+    command: `${process.env.E2E_BINARY ?? "./target/debug/replaysafe"} serve --config ${configPath}`,
     cwd: '..',
     url: `${baseURL}/readyz`,
     timeout: 120_000,
