@@ -135,6 +135,14 @@ async fn source(config: Config, action: SourceAction) -> Result<(), CliError> {
 }
 
 async fn serve(config: Config, args: ServeArgs) -> Result<(), CliError> {
+    for s in &config.sources {
+        if s.destination.is_some() && s.destination_secret.is_none() {
+            tracing::warn!(
+                source = %s.slug,
+                "no destination_secret: forwards carry no webhook-signature, so the application cannot tell them from forgeries"
+            );
+        }
+    }
     let config = Arc::new(config);
     let database = db::locate(&config).await?;
     let pool = db::pool(&database.url, 32)?;

@@ -375,6 +375,11 @@ pub fn parse_and_validate(
             .as_deref()
             .map(|v| secret(&at("destination_secret"), v))
             .transpose()?;
+        // Signed with the Standard Webhooks scheme: a bad secret would mean unsigned forwards.
+        if let Some(ds) = &destination_secret {
+            providers::standard::decode_secret(ds.expose())
+                .map_err(|p| invalid(&at("destination_secret"), p))?;
+        }
         let api_v3_key = s
             .api_v3_key
             .as_deref()
@@ -588,6 +593,10 @@ mod tests {
             (
                 "[[source]]\nslug = \"s\"\nprovider = \"standard\"\nsecrets = [\"whsec_%%%\"]",
                 "source[0].secrets[0]",
+            ),
+            (
+                "[[source]]\nslug = \"g\"\nprovider = \"github\"\nsecrets = [\"x\"]\ndestination_secret = \"whsec_%%%\"",
+                "source[0].destination_secret",
             ),
             (
                 "[[source]]\nslug = \"t\"\nprovider = \"twilio\"\nsecrets = [\"token\"]",
