@@ -6,6 +6,8 @@ import { join } from 'node:path';
 // against a server built with `cargo leptos build` and a database URL.
 const port = Number(process.env.E2E_PORT ?? 3100);
 const baseURL = `http://127.0.0.1:${port}`;
+const destinationPort = Number(process.env.E2E_DEST_PORT ?? port + 1);
+export const destinationURL = `http://127.0.0.1:${destinationPort}`;
 const databaseUrl = process.env.E2E_DATABASE_URL ?? process.env.DATABASE_URL;
 if (!databaseUrl) throw new Error('set E2E_DATABASE_URL (or DATABASE_URL) to an empty database');
 
@@ -27,7 +29,15 @@ data_dir = "./data"
 slug = "e2e-standard"
 provider = "standard"
 secrets = ["${e2eSources.standardSecret}"]
-destination = "${baseURL}/demo/destination"
+destination = "${destinationURL}/hook"
+destination_secret = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD"
+max_attempts = 3
+
+[[source]]
+slug = "e2e-storm"
+provider = "standard"
+secrets = ["${e2eSources.standardSecret}"]
+destination = "${destinationURL}/hook"
 destination_secret = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD"
 
 [[source]]
@@ -64,7 +74,11 @@ export default defineConfig({
       ],
     },
   },
-  webServer: {
+  webServer: [{
+    command: `node destination.mjs ${destinationPort}`,
+    url: `${destinationURL}/health`,
+    reuseExistingServer: false,
+  }, {
     command: `${process.env.E2E_BINARY ?? "./target/debug/replaysafe"} serve --config ${configPath}`,
     cwd: '..',
     url: `${baseURL}/readyz`,
@@ -78,5 +92,5 @@ export default defineConfig({
       E2E_GITHUB_SECRET: e2eSources.githubSecret,
       RUST_LOG: 'info',
     },
-  },
+  }],
 });

@@ -1,14 +1,21 @@
 //! replaysafe's web UI: Leptos components rendered on the server and hydrated
 //! in the browser, and the server functions they call.
 
+#![recursion_limit = "256"]
+
 pub mod api;
+pub mod components;
 pub mod pages;
 
 use leptos::prelude::*;
 use leptos_meta::{provide_meta_context, MetaTags, Stylesheet, Title};
 use leptos_router::components::{Redirect, Route, Router, Routes, A};
-use leptos_router::StaticSegment;
+use leptos_router::{ParamSegment, SsrMode, StaticSegment};
 
+use crate::pages::dead::DeadLettersPage;
+use crate::pages::deliveries::DeliveriesPage;
+use crate::pages::event::{DeliveryPage, EventPage};
+use crate::pages::overview::OverviewPage;
 use crate::pages::sources::SourcesPage;
 
 /// The HTML document around the app, rendered on the server.
@@ -44,16 +51,27 @@ pub fn App() -> impl IntoView {
         <Stylesheet id="leptos" href="/pkg/replaysafe.css"/>
         <Title text="replaysafe"/>
         <Router>
+            <a class="skip" href="#main">"Skip to content"</a>
             <header class="topbar">
                 <a class="brand" href="/">"replaysafe"</a>
                 <nav aria-label="Main">
+                    <A href="/overview">"Overview"</A>
+                    <A href="/deliveries">"Deliveries"</A>
+                    <A href="/dead">"Dead letters"</A>
                     <A href="/sources">"Sources"</A>
                 </nav>
             </header>
             <main id="main">
+                // Async: a page is sent whole once its data is read, so its
+                // status (404, a redirect to login) can still be set.
                 <Routes fallback=NotFound>
-                    <Route path=StaticSegment("") view=|| view! { <Redirect path="/sources"/> }/>
-                    <Route path=StaticSegment("sources") view=SourcesPage/>
+                    <Route path=StaticSegment("") view=|| view! { <Redirect path="/overview"/> }/>
+                    <Route path=StaticSegment("overview") ssr=SsrMode::Async view=OverviewPage/>
+                    <Route path=StaticSegment("deliveries") ssr=SsrMode::Async view=DeliveriesPage/>
+                    <Route path=(StaticSegment("deliveries"), ParamSegment("id")) ssr=SsrMode::Async view=DeliveryPage/>
+                    <Route path=(StaticSegment("events"), ParamSegment("id")) ssr=SsrMode::Async view=EventPage/>
+                    <Route path=StaticSegment("dead") ssr=SsrMode::Async view=DeadLettersPage/>
+                    <Route path=StaticSegment("sources") ssr=SsrMode::Async view=SourcesPage/>
                 </Routes>
             </main>
         </Router>
@@ -69,7 +87,7 @@ fn NotFound() -> impl IntoView {
     view! {
         <section class="page">
             <h1>"Not found"</h1>
-            <p>"There is no page at this address. " <a href="/sources">"Go to Sources"</a></p>
+            <p>"There is no page at this address. " <a href="/overview">"Go to the overview"</a></p>
         </section>
     }
 }

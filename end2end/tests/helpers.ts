@@ -1,4 +1,6 @@
-import { expect, Page } from '@playwright/test';
+import { expect, Page, APIRequestContext } from '@playwright/test';
+import { createHmac, randomUUID } from 'node:crypto';
+import { e2eSources, destinationURL } from '../playwright.config';
 
 /** Opens a page and waits until the WebAssembly bundle has hydrated it. */
 export async function openHydrated(page: Page, path: string) {
@@ -7,4 +9,40 @@ export async function openHydrated(page: Page, path: string) {
   await page.goto(path);
   await expect(page.locator('body[data-hydrated="true"]')).toHaveCount(1, { timeout: 15_000 });
   return errors;
+}
+
+/** A fresh event id, unique across runs; `tag` lands in it (the destination reads it). */
+export function eventId(tag = 'evt'): string {
+  return `${tag}_${randomUUID().slice(0, 8)}`;
+}
+
+/** Signs like a Standard Webhooks provider and posts to a source's receiver. */
+export async function sendSigned(
+  request: APIRequestContext,
+  slug: string,
+  id: string,
+  body: string,
+  opts: { secret?: string; wrongSecret?: boolean } = {},
+) {
+  const secret = opts.secret ?? e2eSources.standardSecret;
+  const key = Buffer.from(secret.replace(/^whsec_/, ''), 'base64');
+  const ts = Math.floor(Date.now() / 1000).toString();
+  const signingKey = opts.wrongSecret ? Buffer.from('not-the-secret') : key;
+  const sig = createHmac('sha256', signingKey).update(`${id}.${ts}.${body}`).digest('base64');
+  const response = await request.post(`/hooks/${slug}`, {
+    headers: {
+      'content-type': 'application/json',
+      'webhook-id': id,
+      'webhook-timestamp': ts,
+      'webhook-signature': `v1,${sig}`,
+    },
+    data: body,
+  });
+  return { status: response.status(), outcome: response.headers()['x-replaysafe-outcome'] };
+}
+
+/** How many times the test destination received a key (`slug:id`). */
+export async function receivedCount(request: APIRequestContext, idempotencyKey: string) {
+  const r = await request.get(`${destinationURL}/received/${encodeURIComponent(idempotencyKey)}`);
+  return (await r.json()).count as number;
 }

@@ -7,7 +7,7 @@ test('the Sources page lists the running server\'s configured sources', async ({
   await expect(page.getByRole('heading', { level: 1, name: 'Sources' })).toBeVisible();
 
   const rows = page.getByTestId('sources-table').locator('tbody tr');
-  await expect(rows).toHaveCount(2);
+  await expect(rows).toHaveCount(3);
 
   const github = page.locator('tr[data-slug="e2e-github"]');
   await expect(github.locator('td').nth(1)).toHaveText('github');
@@ -17,7 +17,7 @@ test('the Sources page lists the running server\'s configured sources', async ({
   const standard = page.locator('tr[data-slug="e2e-standard"]');
   await expect(standard.locator('td').nth(1)).toHaveText('standard');
   await expect(standard).toContainText('active');
-  await expect(standard).toContainText('/demo/destination');
+  await expect(standard).toContainText('/hook');
 
   expect(errors).toEqual([]);
 });
@@ -29,16 +29,16 @@ test('secrets from the config never reach the page', async ({ page }) => {
   expect(html).not.toContain('whsec_');
 });
 
-test('the root redirects to Sources and unknown pages say so with a 404', async ({ page }) => {
+test('the root redirects to the overview and unknown pages say so with a 404', async ({ page }) => {
   await openHydrated(page, '/');
-  await expect(page).toHaveURL(/\/sources$/);
+  await expect(page).toHaveURL(/\/overview$/);
 
   const response = await page.goto('/no-such-page');
   expect(response?.status()).toBe(404);
   await expect(page.getByRole('heading', { name: 'Not found' })).toBeVisible();
   // The way back is a real link to a real page.
-  await page.getByRole('link', { name: 'Go to Sources' }).click();
-  await expect(page.getByTestId('sources-table')).toBeVisible();
+  await page.getByRole('link', { name: 'Go to the overview' }).click();
+  await expect(page.getByRole('heading', { level: 1, name: 'Overview' })).toBeVisible();
 });
 
 test('health and readiness answer for orchestrators', async ({ request }) => {

@@ -180,6 +180,7 @@ async fn serve(config: Config, args: ServeArgs) -> Result<(), CliError> {
             if shutdown.is_cancelled() {
                 return;
             }
+            let rollup = tokio::spawn(crate::rollup::run(pool.clone(), shutdown.clone()));
             let mut workers = crate::processing::worker::Workers::new(pool, config, wake)
                 .spawn(args.workers, shutdown);
             tracing::info!(
@@ -188,6 +189,7 @@ async fn serve(config: Config, args: ServeArgs) -> Result<(), CliError> {
                 "processing started"
             );
             while workers.join_next().await.is_some() {}
+            let _ = rollup.await;
         }
     });
     tokio::select! {

@@ -176,7 +176,12 @@ pub fn sign_sample(source: &SourceConfig, event_id: &str, now: i64) -> Result<Si
                 .chain_update(signed_text.as_bytes());
             let body = params
                 .iter()
-                .map(|(k, v)| format!("{k}={}", form_encode(v)))
+                .map(|(k, v)| {
+                    format!(
+                        "{k}={}",
+                        form_urlencoded::byte_serialize(v.as_bytes()).collect::<String>()
+                    )
+                })
                 .collect::<Vec<_>>()
                 .join("&");
             Signed {
@@ -203,19 +208,6 @@ pub fn sign_sample(source: &SourceConfig, event_id: &str, now: i64) -> Result<Si
         }
     };
     Ok(signed)
-}
-
-fn form_encode(value: &str) -> String {
-    value
-        .bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            b' ' => "+".to_owned(),
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }
 
 pub async fn run(config: &Config, args: SendArgs) -> Result<(), SendError> {

@@ -86,6 +86,7 @@ pub fn router(state: AppState, role: Role) -> Router {
     let router = Router::new()
         .route("/healthz", get(crate::health::healthz))
         .route("/readyz", get(crate::health::readyz))
+        .route("/metrics", get(crate::metrics_export::handler))
         .route("/hooks/{slug}", post(crate::receiver::http::hook))
         .leptos_routes_with_context(
             &state,
@@ -118,6 +119,7 @@ impl Application {
         wake: Arc<Notify>,
         role: Role,
     ) -> std::io::Result<Self> {
+        crate::metrics_export::install();
         let listener = TcpListener::bind(config.listen).await?;
         let addr = listener.local_addr()?;
         let state = AppState {

@@ -1,19 +1,23 @@
 use leptos::prelude::*;
 
+use crate::api::overview::{load_overview, SourceFigures, COUNT_CAP};
 use crate::api::{list_sources, SourceSummary};
+use crate::components::*;
 
 #[component]
 pub fn SourcesPage() -> impl IntoView {
     let sources = Resource::new(|| (), |_| list_sources());
+    let figures = Resource::new(|| (), |_| load_overview(None, "day".into()));
     view! {
         <section class="page">
             <h1>"Sources"</h1>
             <p class="lede">
                 "Each source is an endpoint " <code>"POST /hooks/{slug}"</code>
-                " that verifies one provider's signatures and forwards to its destination."
+                " that verifies one provider's signatures and forwards to its destination. Figures cover the last 24 hours."
             </p>
             <Transition fallback=|| view! { <p class="muted">"Loading sources…"</p> }>
                 {move || Suspend::new(async move {
+                    let figures = figures.await.map(|o| o.per_source).unwrap_or_default();
                     match sources.await {
                         Ok(rows) if rows.is_empty() => view! {
                             <p class="empty">
@@ -21,8 +25,8 @@ pub fn SourcesPage() -> impl IntoView {
                                 " table to the config file and restart."
                             </p>
                         }.into_any(),
-                        Ok(rows) => view! { <SourcesTable rows/> }.into_any(),
-                        Err(e) => view! { <p class="error" role="alert">{e.to_string()}</p> }.into_any(),
+                        Ok(rows) => view! { <SourcesTable rows figures/> }.into_any(),
+                        Err(e) => view! { <ErrorBox message=error_text(&e)/> }.into_any(),
                     }
                 })}
             </Transition>
@@ -31,7 +35,7 @@ pub fn SourcesPage() -> impl IntoView {
 }
 
 #[component]
-fn SourcesTable(rows: Vec<SourceSummary>) -> impl IntoView {
+fn SourcesTable(rows: Vec<SourceSummary>, figures: Vec<SourceFigures>) -> impl IntoView {
     view! {
         <table class="data" data-testid="sources-table">
             <thead>
@@ -41,27 +45,49 @@ fn SourcesTable(rows: Vec<SourceSummary>) -> impl IntoView {
                     <th scope="col">"Mode"</th>
                     <th scope="col">"Destination"</th>
                     <th scope="col">"State"</th>
+                    <th scope="col">"Deliveries (24 h)"</th>
+                    <th scope="col">"Duplicates"</th>
+                    <th scope="col">"Backlog"</th>
+                    <th scope="col">"Dead letters"</th>
                 </tr>
             </thead>
             <tbody>
-                {rows.into_iter().map(|s| view! { <SourceRow s/> }).collect_view()}
+                {rows.into_iter().map(|s| {
+                    let f = figures.iter().find(|f| f.slug == s.slug).cloned();
+                    view! { <SourceRow s f/> }
+                }).collect_view()}
             </tbody>
         </table>
     }
 }
 
 #[component]
-fn SourceRow(s: SourceSummary) -> impl IntoView {
+fn SourceRow(s: SourceSummary, f: Option<SourceFigures>) -> impl IntoView {
     let state = match (s.in_config, s.paused) {
         (false, _) => ("badge badge-muted", "removed from config"),
         (true, true) => ("badge badge-warn", "paused"),
         (true, false) => ("badge badge-ok", "active"),
     };
-    let by_operator = s.paused_by_operator.then_some(" (set by an operator)");
+    let by_operator = s.paused_by_operator.then(|| {
+        format!(
+            " (set by an operator{})",
+            s.paused_changed_at
+                .as_deref()
+                .map(|t| format!(" at {t} UTC"))
+                .unwrap_or_default()
+        )
+    });
     let slug = s.slug.clone();
+    let f = f.unwrap_or_else(|| SourceFigures {
+        slug: slug.clone(),
+        provider: s.provider.clone(),
+        paused: s.paused,
+        figures: Default::default(),
+        backlog: Default::default(),
+    });
     view! {
-        <tr data-slug=slug>
-            <td><code>{s.slug}</code></td>
+        <tr data-slug=slug.clone()>
+            <td><a href=format!("/overview?window=day&source={slug}")><code>{s.slug}</code></a></td>
             <td>{s.provider}</td>
             <td>{s.mode}</td>
             <td>
@@ -69,8 +95,13 @@ fn SourceRow(s: SourceSummary) -> impl IntoView {
                     Some(d) => view! { <code>{d}</code> }.into_any(),
                     None => view! { <span class="muted">"none"</span> }.into_any(),
                 }}
+                <div class="muted small">{format!("attempt timeout {} s", s.attempt_timeout_secs)}</div>
             </td>
             <td><span class=state.0>{state.1}</span>{by_operator}</td>
+            <td><a href=format!("/deliveries?source={slug}")>{fmt_count(f.figures.deliveries)}</a></td>
+            <td>{fmt_rate(f.figures.duplicate_rate())}</td>
+            <td>{fmt_capped(f.backlog.waiting, COUNT_CAP)}</td>
+            <td><a href=format!("/dead?source={slug}")>{fmt_capped(f.backlog.dead_letters, COUNT_CAP)}</a></td>
         </tr>
     }
 }

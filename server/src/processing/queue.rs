@@ -112,6 +112,17 @@ pub enum Next {
     Dead(String),
 }
 
+impl Next {
+    /// The event state it leads to, as stored in `attempts.result`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Next::Completed => "completed",
+            Next::RetryIn(_) => "retrying",
+            Next::Dead(_) => "dead",
+        }
+    }
+}
+
 /// Records the attempt and moves the event on, if this worker still holds
 /// its lease (a worker that lost it must not overwrite its successor).
 /// Returns whether the event moved.
@@ -123,16 +134,17 @@ pub async fn finish(
     next: &Next,
     sync_response: Option<&StoredResponse>,
 ) -> Result<bool, sqlx::Error> {
-    let (state, delay_secs, reason) = match next {
-        Next::Completed => ("completed", None, None),
-        Next::RetryIn(d) => ("retrying", Some(d.as_secs_f64()), record.error.clone()),
-        Next::Dead(reason) => ("dead", None, Some(reason.clone())),
+    let state = next.as_str();
+    let (delay_secs, reason) = match next {
+        Next::Completed => (None, None),
+        Next::RetryIn(d) => (Some(d.as_secs_f64()), record.error.clone()),
+        Next::Dead(reason) => (None, Some(reason.clone())),
     };
     let moved: Option<i64> = sqlx::query_scalar(
         "WITH attempt AS (
              UPDATE attempts SET finished_at = now(), status = $4, latency_ms = $5,
                  response_excerpt = $6, error = $7,
-                 next_attempt_at = now() + make_interval(secs => $8)
+                 next_attempt_at = now() + make_interval(secs => $8), result = $9
              WHERE id = $3
          )
          UPDATE events SET
@@ -182,12 +194,12 @@ pub async fn finish_batch(
     let mut delays = Vec::with_capacity(done.len());
     let mut reasons = Vec::with_capacity(done.len());
     for (_, record, next) in done {
-        let (state, delay, reason) = match next {
-            Next::Completed => ("completed", None, None),
-            Next::RetryIn(d) => ("retrying", Some(d.as_secs_f64()), record.error.clone()),
-            Next::Dead(reason) => ("dead", None, Some(reason.clone())),
+        let (delay, reason) = match next {
+            Next::Completed => (None, None),
+            Next::RetryIn(d) => (Some(d.as_secs_f64()), record.error.clone()),
+            Next::Dead(reason) => (None, Some(reason.clone())),
         };
-        states.push(state);
+        states.push(next.as_str());
         delays.push(delay);
         reasons.push(reason);
     }
@@ -200,7 +212,7 @@ pub async fn finish_batch(
          recorded AS (
              UPDATE attempts a SET finished_at = now(), status = i.status, latency_ms = i.latency_ms,
                  response_excerpt = i.excerpt, error = i.error,
-                 next_attempt_at = now() + make_interval(secs => i.delay)
+                 next_attempt_at = now() + make_interval(secs => i.delay), result = i.state
              FROM input i WHERE a.id = i.attempt_id
          )
          UPDATE events e SET

@@ -79,6 +79,7 @@ pub async fn forward_inline(
         .then_some(response.as_ref())
         .flatten();
     queue::finish(pool, lease_owner, &leased, &record, &next, stored).await?;
+    crate::metrics_export::attempt(&source.slug, next.as_str(), record.latency_ms);
     Ok(match (next, response) {
         (Next::Completed, Some(response)) => SyncResult::Answered(response),
         _ => SyncResult::Failed(record.error.unwrap_or_else(|| "destination failed".into())),

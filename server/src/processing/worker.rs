@@ -90,6 +90,9 @@ impl Workers {
             .flatten()
             .collect();
         let moved = queue::finish_batch(&self.pool, worker, &done).await?;
+        for (leased, record, next) in &done {
+            crate::metrics_export::attempt(&leased.source, next.as_str(), record.latency_ms);
+        }
         if moved < done.len() as u64 {
             tracing::warn!(
                 lost = done.len() as u64 - moved,

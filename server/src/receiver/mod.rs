@@ -175,10 +175,12 @@ pub async fn receive(
             }
         }
     };
-    result.unwrap_or_else(|e| {
+    let reply = result.unwrap_or_else(|e| {
         tracing::error!(error = %e, "database unavailable: answering 503 so the provider retries");
         providers::unavailable_reply()
-    })
+    });
+    crate::metrics_export::delivery(&source.slug, &reply, receipt.started);
+    reply
 }
 
 /// What the receiver shares across requests: the group-commit batcher for
@@ -272,5 +274,7 @@ pub async fn record_oversized(
     if let Err(e) = claim::record_rejected(pool, &delivery, rejection.status).await {
         tracing::error!(error = %e, "database unavailable while recording an oversized delivery");
     }
-    providers::rejection_reply(source, &rejection)
+    let reply = providers::rejection_reply(source, &rejection);
+    crate::metrics_export::delivery(&source.slug, &reply, receipt.started);
+    reply
 }

@@ -290,3 +290,24 @@ impl DbProxy {
         format!("{scheme_user}@127.0.0.1:{}/{path}", self.port)
     }
 }
+
+impl TestApp {
+    /// Calls a server function over HTTP as the browser does (form-encoded
+    /// arguments); returns the status and the JSON answer (Null if none).
+    pub async fn server_fn(&self, endpoint: &str, form: &str) -> (u16, serde_json::Value) {
+        let response = self
+            .client
+            .post(self.url(&format!("/api/{endpoint}")))
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(form.to_owned())
+            .send()
+            .await
+            .unwrap();
+        let status = response.status().as_u16();
+        let text = response.text().await.unwrap();
+        (
+            status,
+            serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text)),
+        )
+    }
+}

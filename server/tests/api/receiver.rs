@@ -454,9 +454,17 @@ platform_keys = {{ "5157F09EFDC096DE15EBE81A47057A7232F1B8E1" = """{}""" }}
     let form = |params: &[(&str, &str)], sign: &str| {
         let mut pairs: Vec<String> = params
             .iter()
-            .map(|(k, v)| format!("{k}={}", urlencode(v)))
+            .map(|(k, v)| {
+                format!(
+                    "{k}={}",
+                    form_urlencoded::byte_serialize(v.as_bytes()).collect::<String>()
+                )
+            })
             .collect();
-        pairs.push(format!("sign={}", urlencode(sign)));
+        pairs.push(format!(
+            "sign={}",
+            form_urlencoded::byte_serialize(sign.as_bytes()).collect::<String>()
+        ));
         pairs.push("sign_type=RSA2".into());
         pairs.join("&")
     };
@@ -535,18 +543,6 @@ platform_keys = {{ "5157F09EFDC096DE15EBE81A47057A7232F1B8E1" = """{}""" }}
     .await
     .unwrap();
     assert!(reason.contains("probe"), "{reason}");
-}
-
-fn urlencode(value: &str) -> String {
-    value
-        .bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }
 
 /// The group-commit batcher directly: duplicates inside one batch, duplicates

@@ -1,0 +1,359 @@
+//! One event's story (its deliveries and attempts), one delivery's record, and
+//! the dead letters.
+
+use leptos::prelude::*;
+use serde::{Deserialize, Serialize};
+
+use super::deliveries::DeliveryRow;
+
+/// A stored body as the page shows it: always as text, never as markup.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Payload {
+    /// JSON, re-indented for reading.
+    Json(String),
+    Text(String),
+    /// Not UTF-8: a hex dump of the first bytes.
+    Binary {
+        hex: String,
+        shown: usize,
+    },
+    /// Removed by retention.
+    Pruned,
+}
+
+pub const BINARY_SHOWN: usize = 1024;
+
+#[cfg(feature = "ssr")]
+impl Payload {
+    pub fn of(body: Option<&[u8]>) -> Self {
+        let Some(body) = body else {
+            return Payload::Pruned;
+        };
+        if let Ok(value) = serde_json::from_slice::<serde_json::Value>(body) {
+            if let Ok(pretty) = serde_json::to_string_pretty(&value) {
+                return Payload::Json(pretty);
+            }
+        }
+        match std::str::from_utf8(body) {
+            Ok(text) => Payload::Text(text.to_owned()),
+            Err(_) => {
+                let shown = body.len().min(BINARY_SHOWN);
+                let hex = body[..shown]
+                    .chunks(16)
+                    .map(|line| {
+                        line.iter()
+                            .map(|b| format!("{b:02x}"))
+                            .collect::<Vec<_>>()
+                            .join(" ")
+                    })
+                    .collect::<Vec<_>>()
+                    .join("\n");
+                Payload::Binary { hex, shown }
+            }
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(sqlx::FromRow))]
+pub struct AttemptRow {
+    pub id: i64,
+    pub number: i32,
+    pub worker: String,
+    pub started_at: String,
+    pub finished_at: Option<String>,
+    pub status: Option<i16>,
+    pub latency_ms: Option<i32>,
+    pub response_excerpt: Option<String>,
+    pub error: Option<String>,
+    pub next_attempt_at: Option<String>,
+    pub result: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(sqlx::FromRow))]
+pub struct EventSummary {
+    pub id: i64,
+    pub source: String,
+    pub idem_key: String,
+    pub state: String,
+    pub state_changed_at: String,
+    pub first_seen_at: String,
+    pub last_seen_at: String,
+    pub receive_count: i32,
+    pub attempt_count: i32,
+    pub next_attempt_at: String,
+    pub last_error: Option<String>,
+    pub dead_reason: Option<String>,
+    pub completed_at: Option<String>,
+    pub first_delivery_id: Option<i64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DeliveryDetail {
+    pub row: DeliveryRow,
+    pub verified: bool,
+    pub verification: Option<String>,
+    pub method: String,
+    pub query: Option<String>,
+    pub content_type: Option<String>,
+    /// As stored: Authorization, Cookie and the like already redacted.
+    pub headers: Vec<(String, String)>,
+    pub body_size: i32,
+    pub remote_addr: Option<String>,
+    pub payload: Payload,
+}
+
+/// What happened to an event, oldest first.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum TimelineEntry {
+    Delivery(DeliveryRow),
+    Attempt(AttemptRow),
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct EventDetail {
+    pub event: EventSummary,
+    pub timeline: Vec<TimelineEntry>,
+    /// The delivery whose body is forwarded, in full.
+    pub first_delivery: Option<DeliveryDetail>,
+    /// Deliveries beyond this many are not listed in the timeline.
+    pub deliveries_shown: usize,
+    pub deliveries_total: i64,
+}
+
+/// Timelines list at most this many deliveries (a storm can bring thousands).
+pub const TIMELINE_DELIVERIES: i64 = 200;
+
+#[server(endpoint = "event")]
+pub async fn get_event(id: i64) -> Result<EventDetail, ServerFnError> {
+    use super::ssr::*;
+    let pool = pool()?;
+    server::event(&pool, id)
+        .await
+        .map_err(db_error)?
+        .ok_or_else(|| not_found("event"))
+}
+
+#[server(endpoint = "delivery")]
+pub async fn get_delivery(id: i64) -> Result<DeliveryDetail, ServerFnError> {
+    use super::ssr::*;
+    let pool = pool()?;
+    server::delivery(&pool, id)
+        .await
+        .map_err(db_error)?
+        .ok_or_else(|| not_found("delivery"))
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(sqlx::FromRow))]
+pub struct DeadLetter {
+    pub id: i64,
+    pub source: String,
+    pub idem_key: String,
+    pub dead_reason: Option<String>,
+    pub attempt_count: i32,
+    pub receive_count: i32,
+    pub first_seen_at: String,
+    pub died_at: String,
+    /// Keyset cursor: `state_changed_at` in microseconds.
+    pub died_micros: i64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DeadLetterPage {
+    pub rows: Vec<DeadLetter>,
+    /// Pass as `before` (with `before_id`) for the next page.
+    pub older: Option<(i64, i64)>,
+}
+
+pub const DEAD_PAGE_SIZE: i64 = 50;
+
+/// Dead-lettered events, most recently dead first.
+#[server(endpoint = "dead")]
+pub async fn list_dead(
+    source: Option<String>,
+    before: Option<i64>,
+    before_id: Option<i64>,
+) -> Result<DeadLetterPage, ServerFnError> {
+    use super::ssr::*;
+    let pool = pool()?;
+    let source = source.filter(|s| !s.is_empty());
+    server::dead(&pool, source, before.zip(before_id))
+        .await
+        .map_err(db_error)
+}
+
+#[cfg(feature = "ssr")]
+mod server {
+    use sqlx::PgPool;
+
+    use super::*;
+    use crate::api::deliveries::server::ROW_COLUMNS;
+
+    const TIME: &str = "'YYYY-MM-DD HH24:MI:SS.MS'";
+
+    fn utc(column: &str) -> String {
+        format!("to_char({column} AT TIME ZONE 'UTC', {TIME})")
+    }
+
+    #[derive(sqlx::FromRow)]
+    struct DetailRow {
+        #[sqlx(flatten)]
+        row: DeliveryRow,
+        verified: bool,
+        verification: Option<String>,
+        method: String,
+        query: Option<String>,
+        content_type: Option<String>,
+        headers: serde_json::Value,
+        body: Option<Vec<u8>>,
+        body_size: i32,
+        remote_addr: Option<String>,
+    }
+
+    /// Stored headers are `[[name, value], ...]`.
+    fn header_pairs(value: serde_json::Value) -> Vec<(String, String)> {
+        match value {
+            serde_json::Value::Array(items) => items
+                .into_iter()
+                .filter_map(|item| {
+                    let pair = item.as_array()?;
+                    Some((
+                        pair.first()?.as_str()?.to_owned(),
+                        pair.get(1)?.as_str().unwrap_or_default().to_owned(),
+                    ))
+                })
+                .collect(),
+            serde_json::Value::Object(map) => map
+                .into_iter()
+                .map(|(k, v)| (k, v.as_str().map(str::to_owned).unwrap_or(v.to_string())))
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    pub async fn delivery(pool: &PgPool, id: i64) -> Result<Option<DeliveryDetail>, sqlx::Error> {
+        let row: Option<DetailRow> = sqlx::query_as(&format!(
+            "SELECT {ROW_COLUMNS}, d.verified, d.verification, d.method, d.query, d.content_type,
+                    d.headers, d.body, d.body_size, d.remote_addr
+             FROM deliveries d WHERE d.id = $1"
+        ))
+        .bind(id)
+        .fetch_optional(pool)
+        .await?;
+        Ok(row.map(|r| DeliveryDetail {
+            payload: Payload::of(r.body.as_deref()),
+            row: r.row,
+            verified: r.verified,
+            verification: r.verification,
+            method: r.method,
+            query: r.query,
+            content_type: r.content_type,
+            headers: header_pairs(r.headers),
+            body_size: r.body_size,
+            remote_addr: r.remote_addr,
+        }))
+    }
+
+    pub async fn event(pool: &PgPool, id: i64) -> Result<Option<EventDetail>, sqlx::Error> {
+        let event: Option<EventSummary> = sqlx::query_as(&format!(
+            "SELECT id, source, idem_key, state, {}  AS state_changed_at,
+                    {} AS first_seen_at, {} AS last_seen_at, receive_count, attempt_count,
+                    {} AS next_attempt_at, last_error, dead_reason, {} AS completed_at,
+                    first_delivery_id
+             FROM events WHERE id = $1",
+            utc("state_changed_at"),
+            utc("first_seen_at"),
+            utc("last_seen_at"),
+            utc("next_attempt_at"),
+            utc("completed_at"),
+        ))
+        .bind(id)
+        .fetch_optional(pool)
+        .await?;
+        let Some(event) = event else {
+            return Ok(None);
+        };
+        let deliveries: Vec<DeliveryRow> = sqlx::query_as(&format!(
+            "SELECT {ROW_COLUMNS} FROM deliveries d WHERE d.event_id = $1 ORDER BY d.id LIMIT $2"
+        ))
+        .bind(id)
+        .bind(TIMELINE_DELIVERIES)
+        .fetch_all(pool)
+        .await?;
+        let deliveries_total: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM deliveries WHERE event_id = $1")
+                .bind(id)
+                .fetch_one(pool)
+                .await?;
+        let attempts: Vec<AttemptRow> = sqlx::query_as(&format!(
+            "SELECT id, number, worker, {} AS started_at, {} AS finished_at, status, latency_ms,
+                    response_excerpt, error,
+                    CASE WHEN result = 'retrying' THEN {} END AS next_attempt_at, result
+             FROM attempts WHERE event_id = $1 ORDER BY id",
+            utc("started_at"),
+            utc("finished_at"),
+            utc("next_attempt_at"),
+        ))
+        .bind(id)
+        .fetch_all(pool)
+        .await?;
+        let first_delivery = match event.first_delivery_id {
+            Some(first) => delivery(pool, first).await?,
+            None => None,
+        };
+        let deliveries_shown = deliveries.len();
+        // Times are fixed-width UTC strings: they sort as text.
+        let mut timeline: Vec<(String, i32, TimelineEntry)> = deliveries
+            .into_iter()
+            .map(|d| (d.received_at.clone(), 0, TimelineEntry::Delivery(d)))
+            .chain(
+                attempts
+                    .into_iter()
+                    .map(|a| (a.started_at.clone(), 1, TimelineEntry::Attempt(a))),
+            )
+            .collect();
+        timeline.sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
+        Ok(Some(EventDetail {
+            event,
+            timeline: timeline.into_iter().map(|(_, _, e)| e).collect(),
+            first_delivery,
+            deliveries_shown,
+            deliveries_total,
+        }))
+    }
+
+    pub async fn dead(
+        pool: &PgPool,
+        source: Option<String>,
+        before: Option<(i64, i64)>,
+    ) -> Result<DeadLetterPage, sqlx::Error> {
+        let mut rows: Vec<DeadLetter> = sqlx::query_as(&format!(
+            "SELECT id, source, idem_key, dead_reason, attempt_count, receive_count,
+                    {} AS first_seen_at, {} AS died_at,
+                    (extract(epoch FROM state_changed_at) * 1000000)::bigint AS died_micros
+             FROM events
+             WHERE state = 'dead' AND ($1::text IS NULL OR source = $1)
+               AND ($2::bigint IS NULL
+                    OR (state_changed_at, id) < (to_timestamp($2 / 1000000.0), $3))
+             ORDER BY state_changed_at DESC, id DESC
+             LIMIT $4",
+            utc("first_seen_at"),
+            utc("state_changed_at"),
+        ))
+        .bind(source)
+        .bind(before.map(|b| b.0))
+        .bind(before.map(|b| b.1))
+        .bind(DEAD_PAGE_SIZE + 1)
+        .fetch_all(pool)
+        .await?;
+        let older = if rows.len() as i64 > DEAD_PAGE_SIZE {
+            rows.truncate(DEAD_PAGE_SIZE as usize);
+            rows.last().map(|r| (r.died_micros, r.id))
+        } else {
+            None
+        };
+        Ok(DeadLetterPage { rows, older })
+    }
+}

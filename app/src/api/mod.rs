@@ -1,0 +1,138 @@
+//! Server functions and the data they return. Database access happens only on
+//! the server (`ssr`); the browser sees these types and nothing else.
+
+pub mod deliveries;
+pub mod events;
+pub mod overview;
+
+use leptos::prelude::*;
+use serde::{Deserialize, Serialize};
+
+/// Upper bounds (milliseconds) of the latency histograms kept per minute; a
+/// last bucket holds everything slower. The server's rollup uses the same.
+pub const LATENCY_BOUNDS_MS: &[f64] = &[
+    0.5,
+    1.0,
+    2.0,
+    5.0,
+    10.0,
+    25.0,
+    50.0,
+    100.0,
+    250.0,
+    500.0,
+    1_000.0,
+    2_500.0,
+    5_000.0,
+    10_000.0,
+    30_000.0,
+    60_000.0,
+    300_000.0,
+    1_800_000.0,
+    3_600_000.0,
+];
+
+/// The `q` quantile (0..1) of a histogram over `LATENCY_BOUNDS_MS`, linearly
+/// interpolated inside its bucket; None when the histogram is empty.
+pub fn quantile_ms(histogram: &[i64], q: f64) -> Option<f64> {
+    let total: i64 = histogram.iter().sum();
+    if total == 0 {
+        return None;
+    }
+    let rank = q * total as f64;
+    let mut seen = 0i64;
+    for (i, &count) in histogram.iter().enumerate() {
+        if count > 0 && (seen + count) as f64 >= rank {
+            let lower = if i == 0 {
+                0.0
+            } else {
+                LATENCY_BOUNDS_MS[i - 1]
+            };
+            // The open last bucket reports its lower bound: "at least this".
+            let Some(&upper) = LATENCY_BOUNDS_MS.get(i) else {
+                return Some(lower);
+            };
+            let within = ((rank - seen as f64) / count as f64).clamp(0.0, 1.0);
+            return Some(lower + (upper - lower) * within);
+        }
+        seen += count;
+    }
+    LATENCY_BOUNDS_MS.last().copied()
+}
+
+/// A configured source as the Sources page shows it. Secrets never leave the server.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(sqlx::FromRow))]
+pub struct SourceSummary {
+    pub slug: String,
+    pub provider: String,
+    pub mode: String,
+    pub destination: Option<String>,
+    pub paused: bool,
+    /// Paused or resumed by an operator, overriding the config file.
+    pub paused_by_operator: bool,
+    /// False for a source removed from the config whose history remains.
+    pub in_config: bool,
+    /// A worker's lease on one attempt is this plus a margin.
+    pub attempt_timeout_secs: i32,
+    pub paused_changed_at: Option<String>,
+}
+
+#[server(endpoint = "sources")]
+pub async fn list_sources() -> Result<Vec<SourceSummary>, ServerFnError> {
+    use ssr::*;
+    let pool = pool()?;
+    sqlx::query_as::<_, SourceSummary>(
+        "SELECT slug, provider, mode, destination,
+                coalesce(paused_override, config_paused) AS paused,
+                paused_override IS NOT NULL AS paused_by_operator,
+                in_config, attempt_timeout_secs,
+                to_char(paused_changed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') AS paused_changed_at
+         FROM sources ORDER BY in_config DESC, slug",
+    )
+    .fetch_all(&pool)
+    .await
+    .map_err(db_error)
+}
+
+#[cfg(feature = "ssr")]
+pub mod ssr {
+    use leptos::prelude::*;
+    pub use sqlx::PgPool;
+
+    /// The pool the server provides as context to every render and server function.
+    pub fn pool() -> Result<PgPool, ServerFnError> {
+        use_context::<PgPool>().ok_or_else(|| ServerFnError::new("server misconfigured"))
+    }
+
+    /// Shown when a page asks for something that does not exist.
+    pub fn not_found(what: &str) -> ServerFnError {
+        if let Some(response) = use_context::<leptos_axum::ResponseOptions>() {
+            response.set_status(http::StatusCode::NOT_FOUND);
+        }
+        ServerFnError::new(format!("{what} not found"))
+    }
+
+    /// The browser gets a stable message; the cause goes to the server log.
+    pub fn db_error(e: sqlx::Error) -> ServerFnError {
+        tracing::error!(error = %e, "database error in a server function");
+        ServerFnError::new("the database is unavailable; try again shortly")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantiles_interpolate_inside_their_bucket() {
+        let mut h = vec![0i64; LATENCY_BOUNDS_MS.len() + 1];
+        assert_eq!(quantile_ms(&h, 0.5), None);
+        h[3] = 10; // ten answers between 2 and 5 ms
+        assert_eq!(quantile_ms(&h, 0.5), Some(3.5));
+        assert_eq!(quantile_ms(&h, 1.0), Some(5.0));
+        h[LATENCY_BOUNDS_MS.len()] = 10; // ten slower than the last bound
+        assert_eq!(quantile_ms(&h, 0.99), Some(3_600_000.0));
+        assert_eq!(quantile_ms(&h, 0.25), Some(3.5));
+    }
+}

@@ -1,0 +1,226 @@
+use leptos::prelude::*;
+use leptos_router::hooks::use_params_map;
+
+use crate::api::events::{
+    get_delivery, get_event, AttemptRow, DeliveryDetail, EventDetail, TimelineEntry,
+};
+use crate::components::*;
+
+fn id_param(name: &'static str) -> impl Fn() -> Option<i64> + Copy {
+    let params = use_params_map();
+    move || params.with(|p| p.get(name).and_then(|v| v.parse().ok()))
+}
+
+#[component]
+pub fn EventPage() -> impl IntoView {
+    let id = id_param("id");
+    let data = Resource::new(id, |id| async move {
+        match id {
+            Some(id) => get_event(id).await,
+            None => Err(ServerFnError::new("event not found")),
+        }
+    });
+    view! {
+        <section class="page">
+            <p class="crumbs"><a href="/deliveries">"Deliveries"</a> " / event"</p>
+            <Transition fallback=|| view! { <p class="muted">"Loading the event…"</p> }>
+                {move || Suspend::new(async move {
+                    match data.await {
+                        Ok(detail) => view! { <EventBody detail/> }.into_any(),
+                        Err(e) => view! { <h1>"Event"</h1><ErrorBox message=error_text(&e)/> }.into_any(),
+                    }
+                })}
+            </Transition>
+        </section>
+    }
+}
+
+#[component]
+fn EventBody(detail: EventDetail) -> impl IntoView {
+    let EventDetail {
+        event,
+        timeline,
+        first_delivery,
+        deliveries_shown,
+        deliveries_total,
+    } = detail;
+    let more = (deliveries_total > deliveries_shown as i64).then(|| {
+        view! {
+            <p class="muted">
+                {format!("Showing the first {deliveries_shown} of {} deliveries. ", fmt_count(deliveries_total))}
+                <a href=format!("/deliveries?source={}&key={}", event.source, event.idem_key)>"List them all"</a>
+            </p>
+        }
+    });
+    let reason = event
+        .dead_reason
+        .clone()
+        .map(|r| view! { <dt>"Dead-letter reason"</dt><dd class="bad-text">{r}</dd> });
+    let last_error = event
+        .last_error
+        .clone()
+        .filter(|_| event.dead_reason.is_none())
+        .map(|e| view! { <dt>"Last error"</dt><dd>{e}</dd> });
+    let next = matches!(event.state.as_str(), "queued" | "retrying")
+        .then(|| view! { <dt>"Next attempt"</dt><dd>{event.next_attempt_at.clone()} " UTC"</dd> });
+    let completed = event
+        .completed_at
+        .clone()
+        .map(|c| view! { <dt>"Completed"</dt><dd>{c} " UTC"</dd> });
+    view! {
+        <h1>"Event " <code>{event.idem_key.clone()}</code></h1>
+        <dl class="facts" data-testid="event-facts">
+            <dt>"State"</dt><dd><StateBadge state=event.state.clone()/> " since " {event.state_changed_at.clone()} " UTC"</dd>
+            <dt>"Source"</dt><dd><code>{event.source.clone()}</code></dd>
+            <dt>"Idempotency-Key sent"</dt><dd><code>{format!("{}:{}", event.source, event.idem_key)}</code></dd>
+            <dt>"First received"</dt><dd>{event.first_seen_at.clone()} " UTC"</dd>
+            <dt>"Last received"</dt><dd>{event.last_seen_at.clone()} " UTC"</dd>
+            <dt>"Deliveries"</dt><dd>{event.receive_count}</dd>
+            <dt>"Attempts"</dt><dd>{event.attempt_count}</dd>
+            {completed}
+            {next}
+            {reason}
+            {last_error}
+        </dl>
+        <h2>"Timeline"</h2>
+        {more}
+        <ol class="timeline" data-testid="timeline">
+            {timeline.into_iter().map(|entry| match entry {
+                TimelineEntry::Delivery(d) => {
+                    let kind = if d.redelivery_of.is_some() {
+                        "re-delivery"
+                    } else if Some(d.id) == event.first_delivery_id {
+                        "first delivery"
+                    } else if d.outcome == "claimed" {
+                        "delivery"
+                    } else {
+                        "provider retry or duplicate"
+                    };
+                    view! {
+                        <li class="tl-delivery" data-kind="delivery">
+                            <span class="tl-time">{d.received_at.clone()}</span>
+                            <span class="tl-what">
+                                <a href=format!("/deliveries/{}", d.id)>{kind}</a>
+                                " " <OutcomeBadge row=d.clone()/> " answered " {d.http_status}
+                            </span>
+                        </li>
+                    }.into_any()
+                }
+                TimelineEntry::Attempt(a) => view! { <AttemptItem a/> }.into_any(),
+            }).collect_view()}
+        </ol>
+        <h2>"Payload"</h2>
+        {match first_delivery {
+            Some(d) => view! { <DeliveryFacts d/> }.into_any(),
+            None => view! { <p class="muted">"The first delivery is no longer stored."</p> }.into_any(),
+        }}
+    }
+}
+
+#[component]
+fn AttemptItem(a: AttemptRow) -> impl IntoView {
+    let ok = a.status.is_some_and(|s| (200..300).contains(&s));
+    let class = if a.finished_at.is_none() {
+        "badge badge-warn"
+    } else if ok {
+        "badge badge-ok"
+    } else {
+        "badge badge-bad"
+    };
+    let words = match (a.status, &a.finished_at) {
+        (_, None) => "in flight".to_owned(),
+        (Some(s), _) => format!("HTTP {s}"),
+        (None, _) => "no answer".to_owned(),
+    };
+    let latency = a
+        .latency_ms
+        .map(|ms| format!(" in {}", fmt_ms(Some(ms as f64))));
+    let error = a
+        .error
+        .clone()
+        .map(|e| view! { <div class="tl-detail bad-text">{e}</div> });
+    let excerpt = a.response_excerpt.clone().filter(|e| !e.is_empty()).map(|e| view! {
+        <details class="tl-detail"><summary>"Response excerpt"</summary><pre class="payload">{e}</pre></details>
+    });
+    let next = a
+        .next_attempt_at
+        .clone()
+        .map(|n| view! { <div class="tl-detail">"Next retry at " {n} " UTC"</div> });
+    view! {
+        <li class="tl-attempt" data-kind="attempt">
+            <span class="tl-time">{a.started_at.clone()}</span>
+            <span class="tl-what">
+                {format!("attempt {} by {}", a.number, a.worker)} " "
+                <span class=class>{words}</span>{latency}
+            </span>
+            {error}
+            {excerpt}
+            {next}
+        </li>
+    }
+}
+
+/// A delivery's record: verification, request line, headers and payload.
+#[component]
+fn DeliveryFacts(d: DeliveryDetail) -> impl IntoView {
+    let verified = if d.verified {
+        view! { <span class="badge badge-ok">"verified"</span> }.into_any()
+    } else {
+        view! { <span class="badge badge-bad">"not verified"</span> }.into_any()
+    };
+    let query = d.query.clone().map(|q| format!("?{q}")).unwrap_or_default();
+    view! {
+        <dl class="facts">
+            <dt>"Verification"</dt><dd>{verified} " " {d.verification.clone().unwrap_or_default()}</dd>
+            <dt>"Request"</dt><dd><code>{format!("{} /hooks/{}{query}", d.method, d.row.source)}</code></dd>
+            <dt>"Content type"</dt><dd>{d.content_type.clone().unwrap_or_else(|| "none".into())}</dd>
+            <dt>"Size"</dt><dd>{format!("{} bytes", fmt_count(d.body_size as i64))}</dd>
+            <dt>"From"</dt><dd>{d.remote_addr.clone().unwrap_or_else(|| "unknown".into())}</dd>
+        </dl>
+        <PayloadView payload=d.payload/>
+        <h3>"Headers"</h3>
+        <p class="muted small">"Authorization, cookies and similar secrets were redacted before storing."</p>
+        <HeadersTable headers=d.headers/>
+    }
+}
+
+#[component]
+pub fn DeliveryPage() -> impl IntoView {
+    let id = id_param("id");
+    let data = Resource::new(id, |id| async move {
+        match id {
+            Some(id) => get_delivery(id).await,
+            None => Err(ServerFnError::new("delivery not found")),
+        }
+    });
+    view! {
+        <section class="page">
+            <p class="crumbs"><a href="/deliveries">"Deliveries"</a> " / delivery"</p>
+            <Transition fallback=|| view! { <p class="muted">"Loading the delivery…"</p> }>
+                {move || Suspend::new(async move {
+                    match data.await {
+                        Ok(d) => {
+                            let event = d.row.event_id.map(|e| view! {
+                                <p><a href=format!("/events/{e}")>"Open its event's timeline"</a></p>
+                            });
+                            let reason = d.row.reject_reason.clone().map(|r| view! {
+                                <p class="error">"Rejected: " {r}</p>
+                            });
+                            view! {
+                                <h1>"Delivery " {d.row.id}</h1>
+                                <p>
+                                    <OutcomeBadge row=d.row.clone()/>
+                                    {format!(" answered {} at {} UTC", d.row.http_status, d.row.received_at)}
+                                </p>
+                                {reason}
+                                {event}
+                                <DeliveryFacts d/>
+                            }.into_any()
+                        }
+                        Err(e) => view! { <h1>"Delivery"</h1><ErrorBox message=error_text(&e)/> }.into_any(),
+                    }
+                })}
+            </Transition>
+        </section>
+    }
+}

@@ -1,0 +1,28 @@
+// The application replaysafe forwards to in the browser tests: it counts what
+// it receives per Idempotency-Key and answers by the key's name: "refuse" in
+// the key gets 400 (a dead letter), "slow" waits 3 s, anything else gets 200.
+import { createServer } from 'node:http';
+
+const port = Number(process.argv[2] ?? 3101);
+const received = new Map();
+
+createServer((req, res) => {
+  if (req.method === 'GET' && req.url === '/health') return res.end('ok');
+  if (req.method === 'GET' && req.url.startsWith('/received/')) {
+    const key = decodeURIComponent(req.url.slice('/received/'.length));
+    res.setHeader('content-type', 'application/json');
+    return res.end(JSON.stringify({ count: received.get(key) ?? 0 }));
+  }
+  if (req.method !== 'POST') { res.statusCode = 405; return res.end(); }
+  const chunks = [];
+  req.on('data', (c) => chunks.push(c));
+  req.on('end', () => {
+    const key = req.headers['idempotency-key'] ?? '';
+    received.set(key, (received.get(key) ?? 0) + 1);
+    const answer = () => {
+      if (key.includes('refuse')) { res.statusCode = 400; return res.end('refused by the e2e destination'); }
+      res.end('ok');
+    };
+    if (key.includes('slow')) setTimeout(answer, 3000); else answer();
+  });
+}).listen(port, '127.0.0.1');

@@ -1,0 +1,158 @@
+//! `GET /metrics` in Prometheus text format (spec section 8), rendered by
+//! metrics-exporter-prometheus. Counters and histograms are this process's
+//! (sum them across processes); the backlog and dead-letter gauges are read
+//! from the database at scrape time, so every process reports the same.
+
+use std::sync::OnceLock;
+use std::time::Instant;
+
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::IntoResponse;
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+use crate::receiver::claim::Outcome;
+use crate::receiver::Reply;
+use crate::startup::AppState;
+
+/// Latency buckets in seconds: from sub-millisecond answers to slow destinations.
+const SECONDS_BUCKETS: &[f64] = &[
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
+
+static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+
+/// Installs the process-wide recorder once (tests start many apps in one process).
+pub fn install() -> &'static PrometheusHandle {
+    HANDLE.get_or_init(|| {
+        let recorder = PrometheusBuilder::new()
+            .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), SECONDS_BUCKETS)
+            .expect("bucket list is not empty")
+            .build_recorder();
+        let handle = recorder.handle();
+        if metrics::set_global_recorder(recorder).is_err() {
+            tracing::warn!("a metrics recorder was already installed; /metrics may be empty");
+        }
+        describe();
+        handle
+    })
+}
+
+fn describe() {
+    metrics::describe_counter!(
+        "replaysafe_deliveries_total",
+        "Deliveries received, by source and outcome (spec section 4)"
+    );
+    metrics::describe_counter!(
+        "replaysafe_duplicates_total",
+        "Verified deliveries of a key already claimed (completed, in progress or dead)"
+    );
+    metrics::describe_counter!(
+        "replaysafe_signature_failures_total",
+        "Deliveries rejected because their signature did not verify (401)"
+    );
+    metrics::describe_histogram!(
+        "replaysafe_ack_seconds",
+        metrics::Unit::Seconds,
+        "Time from receipt to the answer given to the provider"
+    );
+    metrics::describe_counter!(
+        "replaysafe_attempts_total",
+        "Forwarding attempts, by source and where they left the event"
+    );
+    metrics::describe_histogram!(
+        "replaysafe_attempt_seconds",
+        metrics::Unit::Seconds,
+        "Destination response time per attempt"
+    );
+    metrics::describe_gauge!(
+        "replaysafe_backlog_events",
+        "Events queued or waiting to retry (capped at 100000)"
+    );
+    metrics::describe_gauge!(
+        "replaysafe_oldest_due_seconds",
+        "How long the longest-waiting due event has waited"
+    );
+    metrics::describe_gauge!(
+        "replaysafe_dead_letters",
+        "Dead-lettered events (capped at 100000)"
+    );
+}
+
+/// Counts one answered delivery.
+pub fn delivery(source: &str, reply: &Reply, started: Instant) {
+    let source = source.to_owned();
+    metrics::counter!("replaysafe_deliveries_total", "source" => source.clone(), "outcome" => reply.outcome.as_str())
+        .increment(1);
+    match reply.outcome {
+        Outcome::Completed | Outcome::InProgress | Outcome::Dead => {
+            metrics::counter!("replaysafe_duplicates_total", "source" => source.clone())
+                .increment(1)
+        }
+        Outcome::Rejected if reply.status == 401 => {
+            metrics::counter!("replaysafe_signature_failures_total", "source" => source.clone())
+                .increment(1)
+        }
+        _ => {}
+    }
+    metrics::histogram!("replaysafe_ack_seconds", "source" => source)
+        .record(started.elapsed().as_secs_f64());
+}
+
+/// Counts one finished attempt; `result` is completed, retrying or dead.
+pub fn attempt(source: &str, result: &'static str, latency_ms: i32) {
+    metrics::counter!("replaysafe_attempts_total", "source" => source.to_owned(), "result" => result)
+        .increment(1);
+    metrics::histogram!("replaysafe_attempt_seconds", "source" => source.to_owned())
+        .record(latency_ms.max(0) as f64 / 1000.0);
+}
+
+async fn refresh_gauges(pool: &sqlx::PgPool) -> Result<(), sqlx::Error> {
+    let cap = app::api::overview::COUNT_CAP;
+    let backlog: Vec<(String, i64, Option<f64>)> = sqlx::query_as(
+        "SELECT s.slug, count(w.source), extract(epoch FROM now() - min(w.next_attempt_at))::float8
+         FROM sources s
+         LEFT JOIN (SELECT source, next_attempt_at FROM events
+                    WHERE state IN ('queued', 'retrying')
+                    ORDER BY next_attempt_at LIMIT $1) w ON w.source = s.slug
+         GROUP BY s.slug",
+    )
+    .bind(cap)
+    .fetch_all(pool)
+    .await?;
+    let dead: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT s.slug, count(d.source)
+         FROM sources s
+         LEFT JOIN (SELECT source FROM events WHERE state = 'dead' LIMIT $1) d ON d.source = s.slug
+         GROUP BY s.slug",
+    )
+    .bind(cap)
+    .fetch_all(pool)
+    .await?;
+    for (source, waiting, oldest) in backlog {
+        metrics::gauge!("replaysafe_backlog_events", "source" => source.clone())
+            .set(waiting as f64);
+        metrics::gauge!("replaysafe_oldest_due_seconds", "source" => source)
+            .set(oldest.unwrap_or(0.0).max(0.0));
+    }
+    for (source, count) in dead {
+        metrics::gauge!("replaysafe_dead_letters", "source" => source).set(count as f64);
+    }
+    Ok(())
+}
+
+pub async fn handler(State(state): State<AppState>) -> impl IntoResponse {
+    let handle = install();
+    // A scrape still answers (with the counters) when the database is away.
+    if let Err(e) = refresh_gauges(&state.pool).await {
+        tracing::warn!(error = %e, "metrics: could not read backlog gauges");
+    }
+    (
+        StatusCode::OK,
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        handle.render(),
+    )
+}
