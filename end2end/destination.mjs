@@ -1,26 +1,31 @@
 // The application replaysafe forwards to in the browser tests: it counts what
-// it receives per Idempotency-Key and answers by the key's name: "refuse" in
-// the key gets 400 (a dead letter), "slow" waits 3 s, anything else gets 200.
+// it receives per Idempotency-Key and answers by the key's name: "refuse-once"
+// gets 400 the first time only, "refuse" always 400 (dead letters), "slow"
+// waits 3 s, anything else 200.
 import { createServer } from 'node:http';
 
 const port = Number(process.argv[2] ?? 3101);
 const received = new Map();
+const forced = new Map();
 
 createServer((req, res) => {
   if (req.method === 'GET' && req.url === '/health') return res.end('ok');
   if (req.method === 'GET' && req.url.startsWith('/received/')) {
     const key = decodeURIComponent(req.url.slice('/received/'.length));
     res.setHeader('content-type', 'application/json');
-    return res.end(JSON.stringify({ count: received.get(key) ?? 0 }));
+    return res.end(JSON.stringify({ count: received.get(key) ?? 0, forced: forced.get(key) ?? 0 }));
   }
   if (req.method !== 'POST') { res.statusCode = 405; return res.end(); }
   const chunks = [];
   req.on('data', (c) => chunks.push(c));
   req.on('end', () => {
     const key = req.headers['idempotency-key'] ?? '';
-    received.set(key, (received.get(key) ?? 0) + 1);
+    const count = (received.get(key) ?? 0) + 1;
+    received.set(key, count);
+    if (req.headers['x-replaysafe-forced'] === 'true') forced.set(key, (forced.get(key) ?? 0) + 1);
     const answer = () => {
-      if (key.includes('refuse')) { res.statusCode = 400; return res.end('refused by the e2e destination'); }
+      const refuse = key.includes('refuse-once') ? count === 1 : key.includes('refuse');
+      if (refuse) { res.statusCode = 400; return res.end('refused by the e2e destination'); }
       res.end('ok');
     };
     if (key.includes('slow')) setTimeout(answer, 3000); else answer();

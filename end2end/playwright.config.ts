@@ -8,8 +8,16 @@ const port = Number(process.env.E2E_PORT ?? 3100);
 const baseURL = `http://127.0.0.1:${port}`;
 const destinationPort = Number(process.env.E2E_DEST_PORT ?? port + 1);
 export const destinationURL = `http://127.0.0.1:${destinationPort}`;
-const databaseUrl = process.env.E2E_DATABASE_URL ?? process.env.DATABASE_URL;
-if (!databaseUrl) throw new Error('set E2E_DATABASE_URL (or DATABASE_URL) to an empty database');
+const maybeDatabaseUrl = process.env.E2E_DATABASE_URL ?? process.env.DATABASE_URL;
+if (!maybeDatabaseUrl) throw new Error('set E2E_DATABASE_URL (or DATABASE_URL) to an empty database');
+export const databaseUrl: string = maybeDatabaseUrl;
+
+/** One account per role, made by global-setup.ts with `replaysafe user add`. */
+export const accounts = {
+  viewer: { username: 'e2e-viewer', password: 'viewer-password-e2e' },
+  operator: { username: 'e2e-operator', password: 'operator-password-e2e' },
+  admin: { username: 'e2e-admin', password: 'admin-password-e2e' },
+};
 
 // The config the server under test runs with; tests read the same values.
 export const e2eSources = {
@@ -18,7 +26,7 @@ export const e2eSources = {
 };
 const configDir = join(__dirname, '.cache');
 mkdirSync(configDir, { recursive: true });
-const configPath = join(configDir, 'replaysafe.e2e.toml');
+export const configPath = join(configDir, 'replaysafe.e2e.toml');
 writeFileSync(
   configPath,
   `listen = "127.0.0.1:${port}"
@@ -51,6 +59,7 @@ paused = true
 
 export default defineConfig({
   testDir: './tests',
+  globalSetup: './global-setup.ts',
   timeout: 30_000,
   fullyParallel: false,
   workers: 1,

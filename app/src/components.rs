@@ -2,8 +2,11 @@
 
 use leptos::prelude::*;
 
+use crate::api::actions::Redeliver;
 use crate::api::deliveries::{outcome_class, DeliveryRow};
 use crate::api::events::Payload;
+use crate::auth::Role;
+use crate::Me;
 
 pub fn fmt_count(n: i64) -> String {
     let digits = n.abs().to_string();
@@ -344,5 +347,61 @@ mod tests {
         assert_eq!(fmt_ms(Some(2_500.0)), "2.5 s");
         // 2026-11-30 14:46 UTC
         assert_eq!(fmt_utc_minute(1_796_049_960_000, true), "11-30 14:46");
+    }
+}
+
+/// Renders its children only for a signed-in user holding `role`. Hiding is
+/// a courtesy: every server function checks the role itself.
+#[component]
+pub fn IfRole(role: Role, children: ChildrenFn) -> impl IntoView {
+    let me = use_context::<Me>();
+    let children = StoredValue::new(children);
+    view! {
+        <Transition fallback=|| ()>
+            {move || Suspend::new(async move {
+                let allowed = match me {
+                    Some(me) => matches!(me.await, Ok(Some(user)) if user.can(role)),
+                    None => false,
+                };
+                allowed.then(|| children.with_value(|c| c()))
+            })}
+        </Transition>
+    }
+}
+
+/// Feeds a stored delivery back through the receiver; shows what the dedup
+/// layer decided.
+#[component]
+pub fn RedeliverButton(delivery_id: i64, label: &'static str) -> impl IntoView {
+    let action = ServerAction::<Redeliver>::new();
+    let result = move || {
+        action.value().get().map(|r| match r {
+            Ok(r) => {
+                let class = if r.outcome == "claimed" {
+                    "result ok"
+                } else {
+                    "result refused"
+                };
+                let event = r
+                    .event_id
+                    .map(|e| view! { " " <a href=format!("/events/{e}")>"Open the event"</a> });
+                view! { <span class=class data-outcome=r.outcome.clone()>{r.message}</span>{event} }
+                    .into_any()
+            }
+            Err(e) => view! { <span class="result refused">{error_text(&e)}</span> }.into_any(),
+        })
+    };
+    view! {
+        <IfRole role=Role::Operator>
+            <div class="action-row">
+                <ActionForm action=action attr:class="inline">
+                    <input type="hidden" name="delivery_id" value=delivery_id/>
+                    <button type="submit" data-testid="redeliver" disabled=move || action.pending().get()>
+                        {label}
+                    </button>
+                </ActionForm>
+                <span aria-live="polite" data-testid="redeliver-result">{result}</span>
+            </div>
+        </IfRole>
     }
 }

@@ -4,17 +4,22 @@
 #![recursion_limit = "256"]
 
 pub mod api;
+pub mod auth;
 pub mod components;
 pub mod pages;
 
 use leptos::prelude::*;
 use leptos_meta::{provide_meta_context, MetaTags, Stylesheet, Title};
 use leptos_router::components::{Redirect, Route, Router, Routes, A};
+use leptos_router::hooks::use_location;
 use leptos_router::{ParamSegment, SsrMode, StaticSegment};
 
+use crate::auth::{who_am_i, CurrentUser, Logout};
+use crate::pages::audit::AuditPage;
 use crate::pages::dead::DeadLettersPage;
 use crate::pages::deliveries::DeliveriesPage;
 use crate::pages::event::{DeliveryPage, EventPage};
+use crate::pages::login::LoginPage;
 use crate::pages::overview::OverviewPage;
 use crate::pages::sources::SourcesPage;
 
@@ -52,15 +57,22 @@ pub fn App() -> impl IntoView {
         <Title text="replaysafe"/>
         <Router>
             <a class="skip" href="#main">"Skip to content"</a>
-            <header class="topbar">
-                <a class="brand" href="/">"replaysafe"</a>
-                <nav aria-label="Main">
-                    <A href="/overview">"Overview"</A>
-                    <A href="/deliveries">"Deliveries"</A>
-                    <A href="/dead">"Dead letters"</A>
-                    <A href="/sources">"Sources"</A>
-                </nav>
-            </header>
+            <Layout/>
+        </Router>
+    }
+}
+
+/// Who is signed in, re-read on every navigation; pages read it as context
+/// to show only the controls the role allows (the server checks anyway).
+pub type Me = Resource<Result<Option<CurrentUser>, ServerFnError>>;
+
+#[component]
+fn Layout() -> impl IntoView {
+    let location = use_location();
+    let me: Me = Resource::new(move || location.pathname.get(), |_| who_am_i());
+    provide_context(me);
+    view! {
+            <TopBar me/>
             <main id="main">
                 // Async: a page is sent whole once its data is read, so its
                 // status (404, a redirect to login) can still be set.
@@ -72,9 +84,42 @@ pub fn App() -> impl IntoView {
                     <Route path=(StaticSegment("events"), ParamSegment("id")) ssr=SsrMode::Async view=EventPage/>
                     <Route path=StaticSegment("dead") ssr=SsrMode::Async view=DeadLettersPage/>
                     <Route path=StaticSegment("sources") ssr=SsrMode::Async view=SourcesPage/>
+                    <Route path=StaticSegment("login") ssr=SsrMode::Async view=LoginPage/>
+                    <Route path=StaticSegment("audit") ssr=SsrMode::Async view=AuditPage/>
                 </Routes>
             </main>
-        </Router>
+    }
+}
+
+#[component]
+fn TopBar(me: Me) -> impl IntoView {
+    let logout = ServerAction::<Logout>::new();
+    view! {
+        <header class="topbar">
+            <a class="brand" href="/">"replaysafe"</a>
+            <Transition fallback=|| ()>
+                {move || Suspend::new(async move {
+                    match me.await {
+                        Ok(Some(user)) => view! {
+                            <nav aria-label="Main">
+                                <A href="/overview">"Overview"</A>
+                                <A href="/deliveries">"Deliveries"</A>
+                                <A href="/dead">"Dead letters"</A>
+                                <A href="/sources">"Sources"</A>
+                                <A href="/audit">"Audit log"</A>
+                            </nav>
+                            <div class="whoami">
+                                <span data-testid="whoami">{user.username.clone()} " · " {user.role.as_str()}</span>
+                                <ActionForm action=logout attr:class="inline">
+                                    <button type="submit" class="link-button">"Sign out"</button>
+                                </ActionForm>
+                            </div>
+                        }.into_any(),
+                        _ => ().into_any(),
+                    }
+                })}
+            </Transition>
+        </header>
     }
 }
 

@@ -1,5 +1,8 @@
 import { test, expect } from '@playwright/test';
-import { openHydrated, sendSigned, eventId } from './helpers';
+import { openHydrated, sendSigned, eventId, signIn } from './helpers';
+
+// Every page needs a session: the on-call viewer reads them all.
+test.beforeEach(async ({ page }) => { await signIn(page, 'viewer'); });
 
 // Figures come from per-minute rollups folded every few seconds.
 const ROLLUP = { timeout: 20_000 };

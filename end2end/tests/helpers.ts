@@ -1,6 +1,6 @@
 import { expect, Page, APIRequestContext } from '@playwright/test';
 import { createHmac, randomUUID } from 'node:crypto';
-import { e2eSources, destinationURL } from '../playwright.config';
+import { e2eSources, destinationURL, accounts } from '../playwright.config';
 
 /** Opens a page and waits until the WebAssembly bundle has hydrated it. */
 export async function openHydrated(page: Page, path: string) {
@@ -45,4 +45,25 @@ export async function sendSigned(
 export async function receivedCount(request: APIRequestContext, idempotencyKey: string) {
   const r = await request.get(`${destinationURL}/received/${encodeURIComponent(idempotencyKey)}`);
   return (await r.json()).count as number;
+}
+
+export type Role = keyof typeof accounts;
+
+/** Signs in through the login page as the test account of `role`. */
+export async function signIn(page: Page, role: Role) {
+  const errors: string[] = [];
+  page.on('pageerror', (e) => errors.push(e.message));
+  await page.goto('/login');
+  await expect(page.locator('body[data-hydrated="true"]')).toHaveCount(1, { timeout: 15_000 });
+  await page.getByLabel('Username').fill(accounts[role].username);
+  await page.getByLabel('Password').fill(accounts[role].password);
+  await page.getByRole('button', { name: 'Sign in' }).click();
+  await expect(page.getByTestId('whoami')).toContainText(role);
+  return errors;
+}
+
+/** What the test destination saw for a key: requests, and how many were forced. */
+export async function received(request: APIRequestContext, idempotencyKey: string) {
+  const r = await request.get(`${destinationURL}/received/${encodeURIComponent(idempotencyKey)}`);
+  return (await r.json()) as { count: number; forced: number };
 }

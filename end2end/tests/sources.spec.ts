@@ -1,5 +1,7 @@
 import { test, expect } from '@playwright/test';
-import { openHydrated } from './helpers';
+import { openHydrated, signIn } from './helpers';
+
+test.beforeEach(async ({ page }) => { await signIn(page, 'viewer'); });
 
 test('the Sources page lists the running server\'s configured sources', async ({ page }) => {
   const errors = await openHydrated(page, '/sources');

@@ -33,6 +33,13 @@ pub enum Command {
     Migrate,
     /// Sign sample events with a source's scheme and send them to its receiver
     Send(crate::send::SendArgs),
+    /// Manage dashboard users: add (password from stdin), list, disable, enable
+    User {
+        #[command(subcommand)]
+        action: crate::users::UserAction,
+    },
+    /// Fill the database with realistic history through the real receiver and workers
+    Seed(crate::seed::SeedArgs),
     /// Pause or resume a source's forwarding (stored in the database)
     Source {
         #[command(subcommand)]
@@ -82,6 +89,10 @@ pub enum CliError {
     Send(#[from] crate::send::SendError),
     #[error(transparent)]
     Source(#[from] crate::sources::SourceError),
+    #[error(transparent)]
+    Seed(#[from] crate::seed::SeedError),
+    #[error(transparent)]
+    User(#[from] crate::users::UserError),
     #[error("server error: {0}")]
     Serve(std::io::Error),
 }
@@ -93,19 +104,49 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Migrate => migrate(config).await,
         Command::Send(args) => Ok(crate::send::run(&config, args).await?),
         Command::Source { action } => source(config, action).await,
+        Command::Seed(args) => seed(config, args).await,
+        Command::User { action } => {
+            let (_database, pool) = open_migrated(&config).await?;
+            let result = crate::users::run(&pool, action).await;
+            pool.close().await;
+            Ok(result?)
+        }
     }
 }
 
 /// For one-shot commands: the database, migrated, with the config's sources.
 /// Keep the returned `Database` alive while the pool is used.
 async fn open_migrated(config: &Config) -> Result<(db::Database, sqlx::PgPool), CliError> {
-    let database = db::locate(config).await?;
+    let database = locate_one_shot(config).await?;
     let pool = db::pool(&database.url, 2)?;
     db::migrate(&pool).await?;
     db::sync_sources(&pool, config)
         .await
         .map_err(DbError::from)?;
     Ok((database, pool))
+}
+
+/// The database for a one-shot command: an embedded cluster that a running
+/// `serve` started is used and left running.
+async fn locate_one_shot(config: &Config) -> Result<db::Database, CliError> {
+    let database = db::locate(config).await?;
+    if let Some(pg) = &database.embedded {
+        pg.leave_running_if_reused();
+    }
+    Ok(database)
+}
+
+async fn seed(config: Config, args: crate::seed::SeedArgs) -> Result<(), CliError> {
+    let database = locate_one_shot(&config).await?;
+    // Seeding claims in batches like `serve` does: it needs as many connections.
+    let pool = db::pool(&database.url, 16)?;
+    db::migrate(&pool).await?;
+    db::sync_sources(&pool, &config)
+        .await
+        .map_err(DbError::from)?;
+    crate::seed::run(&config, &pool, args).await?;
+    pool.close().await;
+    Ok(())
 }
 
 async fn migrate(config: Config) -> Result<(), CliError> {

@@ -124,8 +124,13 @@ pub struct Config {
     pub dedup_ttl_days: u32,
     pub max_body_bytes: usize,
     pub demo_destination: bool,
+    /// A dashboard session ends after this long without a request.
+    pub session_idle_minutes: u32,
     pub sources: Vec<SourceConfig>,
 }
+
+/// A working shift: an on-call engineer is not signed out mid-incident.
+pub const DEFAULT_SESSION_IDLE_MINUTES: u32 = 480;
 
 #[derive(Debug, Clone)]
 pub struct SourceConfig {
@@ -173,6 +178,7 @@ struct RawConfig {
     dedup_ttl_days: Option<u32>,
     max_body_bytes: Option<usize>,
     demo_destination: Option<bool>,
+    session_idle_minutes: Option<u32>,
     #[serde(default)]
     source: Vec<RawSource>,
 }
@@ -476,6 +482,10 @@ pub fn parse_and_validate(
         dedup_ttl_days,
         max_body_bytes,
         demo_destination: raw.demo_destination.unwrap_or(false),
+        session_idle_minutes: raw
+            .session_idle_minutes
+            .unwrap_or(DEFAULT_SESSION_IDLE_MINUTES)
+            .max(1),
         sources,
     })
 }

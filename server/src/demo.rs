@@ -29,8 +29,10 @@ pub enum Fate {
     FlakyThenAccept(u32),
     /// Answers after a pause longer than most providers would wait.
     Slow(Duration),
-    /// Refuses with 400: retrying cannot help, so the event is dead-lettered.
-    Refuse,
+    /// Refuses with 400 the first time: retrying cannot help, so the event
+    /// is dead-lettered; the "fixed" application accepts an operator's
+    /// re-delivery later.
+    RefuseOnce,
 }
 
 /// The fates handed out in turn to new events.
@@ -38,7 +40,7 @@ pub const CYCLE: [Fate; 5] = [
     Fate::Accept,
     Fate::FlakyThenAccept(2),
     Fate::Slow(Duration::from_millis(1500)),
-    Fate::Refuse,
+    Fate::RefuseOnce,
     Fate::Accept,
 ];
 
@@ -72,7 +74,10 @@ async fn receive(
             tokio::time::sleep(pause).await;
             (StatusCode::OK, "processed slowly")
         }
-        Fate::Refuse => (StatusCode::BAD_REQUEST, "demo: this event is invalid"),
+        Fate::RefuseOnce if attempt == 1 => {
+            (StatusCode::BAD_REQUEST, "demo: this event is invalid")
+        }
+        Fate::RefuseOnce => (StatusCode::OK, "processed after the fix"),
     }
 }
 
@@ -105,7 +110,11 @@ mod tests {
         assert_eq!(post(&app, "b").await, 200, "success after retries");
         assert_eq!(post(&app, "c").await, 200, "slowly");
         assert_eq!(post(&app, "d").await, 400, "refused: a dead letter");
-        assert_eq!(post(&app, "d").await, 400);
+        assert_eq!(
+            post(&app, "d").await,
+            200,
+            "an operator's re-delivery succeeds"
+        );
         assert_eq!(post(&app, "a").await, 200, "a key keeps its fate");
         assert_eq!(post(&app, "e").await, 200);
     }

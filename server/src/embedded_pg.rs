@@ -151,6 +151,14 @@ impl EmbeddedPostgres {
     }
 
     /// Fast shutdown: open connections are closed, nothing committed is lost.
+    /// A one-shot command (`user add`, `migrate`, ...) that found the cluster
+    /// already running leaves it running: it belongs to the `serve` using it.
+    pub fn leave_running_if_reused(&self) {
+        if self.reused_running {
+            self.stopped.store(true, Ordering::SeqCst);
+        }
+    }
+
     pub fn stop(&self) {
         if self.stopped.swap(true, Ordering::SeqCst) {
             return;

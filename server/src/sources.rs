@@ -36,7 +36,7 @@ pub async fn set_paused(
     }
     sqlx::query(
         "INSERT INTO audit_log (user_id, username, action, target, outcome)
-         VALUES ($1, $2, $3, $4, 'ok')",
+         VALUES ($1, $2, $3, $4, 'succeeded')",
     )
     .bind(user_id)
     .bind(actor)

@@ -14,6 +14,7 @@ use sqlx::PgPool;
 use tokio::net::TcpListener;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
+use tower_sessions_sqlx_store::PostgresStore;
 
 use crate::config::Config;
 use crate::db;
@@ -81,22 +82,46 @@ pub fn router(state: AppState, role: Role) -> Router {
     }
     let routes = generate_route_list(app::App);
     let pool = state.pool.clone();
+    let operations: Arc<dyn app::api::actions::ssr::Operations> =
+        Arc::new(crate::operations::ServerOperations {
+            pool: state.pool.clone(),
+            config: state.config.clone(),
+            wake: state.wake.clone(),
+            claims: state.claims.clone(),
+            client: state.client.clone(),
+            policy: state.policy.clone(),
+        });
     let options = state.leptos_options.clone();
     let demo_destination = state.config.demo_destination;
-    let router = Router::new()
-        .route("/healthz", get(crate::health::healthz))
-        .route("/readyz", get(crate::health::readyz))
-        .route("/metrics", get(crate::metrics_export::handler))
-        .route("/hooks/{slug}", post(crate::receiver::http::hook))
+    // The dashboard: pages and server functions, behind sessions and the gate.
+    let dashboard = Router::new()
         .leptos_routes_with_context(
             &state,
             routes,
-            move || provide_context(pool.clone()),
+            move || {
+                provide_context(pool.clone());
+                provide_context(operations.clone());
+            },
             move || app::shell(options.clone()),
         )
         .fallback(leptos_axum::file_and_error_handler::<AppState, _>(
             app::shell,
         ))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            crate::gate::gate,
+        ))
+        .layer(crate::gate::session_layer(
+            &state.config,
+            PostgresStore::new(state.pool.clone()),
+        ));
+    // Providers and probes: no sessions, no cookies.
+    let router = Router::new()
+        .route("/healthz", get(crate::health::healthz))
+        .route("/readyz", get(crate::health::readyz))
+        .route("/metrics", get(crate::metrics_export::handler))
+        .route("/hooks/{slug}", post(crate::receiver::http::hook))
+        .merge(dashboard)
         .with_state(state);
     if demo_destination {
         router.merge(crate::demo::router())
@@ -157,6 +182,8 @@ pub async fn prepare_database(pool: PgPool, config: Arc<Config>, shutdown: Cance
     loop {
         let result = async {
             db::migrate(&pool).await?;
+            // The session store's own table (tower_sessions.session).
+            PostgresStore::new(pool.clone()).migrate().await?;
             db::sync_sources(&pool, &config).await?;
             Ok::<_, db::DbError>(())
         }

@@ -118,6 +118,7 @@ pub async fn list_deliveries(
     after: Option<i64>,
 ) -> Result<DeliveryPage, ServerFnError> {
     use super::ssr::*;
+    crate::auth::ssr::require(crate::auth::Role::Viewer).await?;
     let pool = pool()?;
     match server::query(&pool, &filter, before, after).await {
         Ok(page) => Ok(page),
@@ -152,23 +153,8 @@ pub(crate) mod server {
          d.source, d.event_id, d.idem_key, d.outcome, d.http_status, d.reject_reason,
          d.ack_micros, d.redelivery_of";
 
-    /// `2026-11-30T14:05` (or with seconds), read as UTC.
     fn parse_time(field: &str, value: &str) -> Result<String, QueryError> {
-        let ok = value.len() >= 16
-            && value.len() <= 19
-            && value.bytes().enumerate().all(|(i, b)| match i {
-                4 | 7 => b == b'-',
-                10 => b == b'T' || b == b' ',
-                13 | 16 => b == b':',
-                _ => b.is_ascii_digit(),
-            });
-        if ok {
-            Ok(format!("{}Z", value.replace(' ', "T")))
-        } else {
-            Err(QueryError::Filter(format!(
-                "{field}: expected a UTC time like 2026-11-30T14:05, got {value:?}"
-            )))
-        }
+        crate::api::ssr::utc_time(field, value).map_err(QueryError::Filter)
     }
 
     fn status_range(value: &str) -> Result<(i16, i16), QueryError> {
@@ -283,20 +269,19 @@ pub(crate) mod server {
                     pairs_key.push(rest.to_owned());
                 }
             }
+            // Rejected deliveries hold no key (it is not trusted unverified),
+            // so every delivery with a key is found through its event.
             q.push(
-                " AND (d.event_id IN (SELECT e.id FROM events e
+                " AND d.event_id IN (SELECT e.id FROM events e
                         JOIN unnest(",
             )
-            .push_bind(pairs_source.clone())
+            .push_bind(pairs_source)
             .push("::text[], ")
-            .push_bind(pairs_key.clone())
+            .push_bind(pairs_key)
             .push(
                 "::text[]) AS k(source, idem_key)
-                   ON e.source = k.source AND e.idem_key = k.idem_key)
-                 OR (d.event_id IS NULL AND d.idem_key = ",
-            )
-            .push_bind(key.to_owned())
-            .push("))");
+                   ON e.source = k.source AND e.idem_key = k.idem_key)",
+            );
         }
         // Time bounds also become id bounds (from the rollups' per-minute id
         // ranges), so the newest-first scan starts and stops in the right place.

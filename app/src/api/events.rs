@@ -128,6 +128,7 @@ pub const TIMELINE_DELIVERIES: i64 = 200;
 #[server(endpoint = "event")]
 pub async fn get_event(id: i64) -> Result<EventDetail, ServerFnError> {
     use super::ssr::*;
+    crate::auth::ssr::require(crate::auth::Role::Viewer).await?;
     let pool = pool()?;
     server::event(&pool, id)
         .await
@@ -138,6 +139,7 @@ pub async fn get_event(id: i64) -> Result<EventDetail, ServerFnError> {
 #[server(endpoint = "delivery")]
 pub async fn get_delivery(id: i64) -> Result<DeliveryDetail, ServerFnError> {
     use super::ssr::*;
+    crate::auth::ssr::require(crate::auth::Role::Viewer).await?;
     let pool = pool()?;
     server::delivery(&pool, id)
         .await
@@ -158,6 +160,7 @@ pub struct DeadLetter {
     pub died_at: String,
     /// Keyset cursor: `state_changed_at` in microseconds.
     pub died_micros: i64,
+    pub first_delivery_id: Option<i64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -177,6 +180,7 @@ pub async fn list_dead(
     before_id: Option<i64>,
 ) -> Result<DeadLetterPage, ServerFnError> {
     use super::ssr::*;
+    crate::auth::ssr::require(crate::auth::Role::Viewer).await?;
     let pool = pool()?;
     let source = source.filter(|s| !s.is_empty());
     server::dead(&pool, source, before.zip(before_id))
@@ -332,7 +336,8 @@ mod server {
         let mut rows: Vec<DeadLetter> = sqlx::query_as(&format!(
             "SELECT id, source, idem_key, dead_reason, attempt_count, receive_count,
                     {} AS first_seen_at, {} AS died_at,
-                    (extract(epoch FROM state_changed_at) * 1000000)::bigint AS died_micros
+                    (extract(epoch FROM state_changed_at) * 1000000)::bigint AS died_micros,
+                    first_delivery_id
              FROM events
              WHERE state = 'dead' AND ($1::text IS NULL OR source = $1)
                AND ($2::bigint IS NULL

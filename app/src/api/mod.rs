@@ -1,6 +1,7 @@
 //! Server functions and the data they return. Database access happens only on
 //! the server (`ssr`); the browser sees these types and nothing else.
 
+pub mod actions;
 pub mod deliveries;
 pub mod events;
 pub mod overview;
@@ -81,6 +82,7 @@ pub struct SourceSummary {
 #[server(endpoint = "sources")]
 pub async fn list_sources() -> Result<Vec<SourceSummary>, ServerFnError> {
     use ssr::*;
+    crate::auth::ssr::require(crate::auth::Role::Viewer).await?;
     let pool = pool()?;
     sqlx::query_as::<_, SourceSummary>(
         "SELECT slug, provider, mode, destination,
@@ -103,6 +105,25 @@ pub mod ssr {
     /// The pool the server provides as context to every render and server function.
     pub fn pool() -> Result<PgPool, ServerFnError> {
         use_context::<PgPool>().ok_or_else(|| ServerFnError::new("server misconfigured"))
+    }
+
+    /// A filter's time as a `datetime-local` input gives it
+    /// (`2026-11-30T14:05`, seconds optional), read as UTC; RFC 3339 out.
+    pub fn utc_time(field: &str, value: &str) -> Result<String, String> {
+        let ok = (16..=19).contains(&value.len())
+            && value.bytes().enumerate().all(|(i, b)| match i {
+                4 | 7 => b == b'-',
+                10 => b == b'T' || b == b' ',
+                13 | 16 => b == b':',
+                _ => b.is_ascii_digit(),
+            });
+        if ok {
+            Ok(format!("{}Z", value.replace(' ', "T")))
+        } else {
+            Err(format!(
+                "{field}: expected a UTC time like 2026-11-30T14:05, got {value:?}"
+            ))
+        }
     }
 
     /// Shown when a page asks for something that does not exist.

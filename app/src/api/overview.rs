@@ -169,6 +169,7 @@ pub async fn load_overview(
     window: String,
 ) -> Result<Overview, ServerFnError> {
     use super::ssr::*;
+    crate::auth::ssr::require(crate::auth::Role::Viewer).await?;
     let pool = pool()?;
     let window = Window::parse(&window);
     let source = source.filter(|s| !s.is_empty());

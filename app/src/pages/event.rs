@@ -1,6 +1,9 @@
 use leptos::prelude::*;
 use leptos_router::hooks::use_params_map;
 
+use crate::api::actions::ForceReexecution;
+use crate::auth::Role;
+
 use crate::api::events::{
     get_delivery, get_event, AttemptRow, DeliveryDetail, EventDetail, TimelineEntry,
 };
@@ -82,6 +85,10 @@ fn EventBody(detail: EventDetail) -> impl IntoView {
             {reason}
             {last_error}
         </dl>
+        {event.first_delivery_id.map(|first| view! {
+            <RedeliverButton delivery_id=first label="Re-deliver through the dedup layer"/>
+        })}
+        {(event.state == "completed").then(|| view! { <ForceForm event_id=event.id/> })}
         <h2>"Timeline"</h2>
         {more}
         <ol class="timeline" data-testid="timeline">
@@ -114,6 +121,39 @@ fn EventBody(detail: EventDetail) -> impl IntoView {
             Some(d) => view! { <DeliveryFacts d/> }.into_any(),
             None => view! { <p class="muted">"The first delivery is no longer stored."</p> }.into_any(),
         }}
+    }
+}
+
+/// Forced re-execution of a completed event: admin only, typed key and a
+/// reason, audit-logged (spec section 6).
+#[component]
+fn ForceForm(event_id: i64) -> impl IntoView {
+    let action = ServerAction::<ForceReexecution>::new();
+    let result = move || {
+        action.value().get().map(|r| match r {
+            Ok(message) => view! { <p class="result ok" role="status">{message}</p> }.into_any(),
+            Err(e) => {
+                view! { <p class="result refused" role="alert">{error_text(&e)}</p> }.into_any()
+            }
+        })
+    };
+    view! {
+        <IfRole role=Role::Admin>
+            <details class="force" data-testid="force">
+                <summary>"Force re-execution (admin)"</summary>
+                <p class="small">
+                    "The application will receive this completed event again, with the same Idempotency-Key and "
+                    <code>"x-replaysafe-forced: true"</code> ". Type the event's key to confirm."
+                </p>
+                <ActionForm action=action>
+                    <input type="hidden" name="event_id" value=event_id/>
+                    <label>"Event key" <input name="confirm_key" required autocomplete="off"/></label>
+                    <label>"Reason" <input name="reason" required size="40"/></label>
+                    <button type="submit" class="danger" disabled=move || action.pending().get()>"Force re-execution"</button>
+                </ActionForm>
+                {result}
+            </details>
+        </IfRole>
     }
 }
 
@@ -214,6 +254,7 @@ pub fn DeliveryPage() -> impl IntoView {
                                 </p>
                                 {reason}
                                 {event}
+                                <RedeliverButton delivery_id=d.row.id label="Re-deliver this delivery"/>
                                 <DeliveryFacts d/>
                             }.into_any()
                         }

@@ -1,5 +1,7 @@
+pub mod audit;
 pub mod dead;
 pub mod deliveries;
 pub mod event;
+pub mod login;
 pub mod overview;
 pub mod sources;

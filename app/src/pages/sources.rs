@@ -1,13 +1,25 @@
 use leptos::prelude::*;
 
+use crate::api::actions::SetSourcePaused;
 use crate::api::overview::{load_overview, SourceFigures, COUNT_CAP};
 use crate::api::{list_sources, SourceSummary};
+use crate::auth::Role;
 use crate::components::*;
 
 #[component]
 pub fn SourcesPage() -> impl IntoView {
-    let sources = Resource::new(|| (), |_| list_sources());
+    let toggle = ServerAction::<SetSourcePaused>::new();
+    // Re-read after every pause or resume.
+    let sources = Resource::new(move || toggle.version().get(), |_| list_sources());
     let figures = Resource::new(|| (), |_| load_overview(None, "day".into()));
+    provide_context(toggle);
+    let failure = move || {
+        toggle
+            .value()
+            .get()
+            .and_then(|r| r.err())
+            .map(|e| view! { <ErrorBox message=error_text(&e)/> })
+    };
     view! {
         <section class="page">
             <h1>"Sources"</h1>
@@ -15,6 +27,7 @@ pub fn SourcesPage() -> impl IntoView {
                 "Each source is an endpoint " <code>"POST /hooks/{slug}"</code>
                 " that verifies one provider's signatures and forwards to its destination. Figures cover the last 24 hours."
             </p>
+            {failure}
             <Transition fallback=|| view! { <p class="muted">"Loading sources…"</p> }>
                 {move || Suspend::new(async move {
                     let figures = figures.await.map(|o| o.per_source).unwrap_or_default();
@@ -97,11 +110,38 @@ fn SourceRow(s: SourceSummary, f: Option<SourceFigures>) -> impl IntoView {
                 }}
                 <div class="muted small">{format!("attempt timeout {} s", s.attempt_timeout_secs)}</div>
             </td>
-            <td><span class=state.0>{state.1}</span>{by_operator}</td>
+            <td>
+                <span class=state.0>{state.1}</span>{by_operator}
+                {s.in_config.then(|| view! { <PauseButton slug=slug.clone() paused=s.paused/> })}
+            </td>
             <td><a href=format!("/deliveries?source={slug}")>{fmt_count(f.figures.deliveries)}</a></td>
             <td>{fmt_rate(f.figures.duplicate_rate())}</td>
             <td>{fmt_capped(f.backlog.waiting, COUNT_CAP)}</td>
             <td><a href=format!("/dead?source={slug}")>{fmt_capped(f.backlog.dead_letters, COUNT_CAP)}</a></td>
         </tr>
+    }
+}
+
+/// Pause keeps receiving and claiming but forwards nothing; resume forwards
+/// what was held (operators).
+#[component]
+fn PauseButton(slug: String, paused: bool) -> impl IntoView {
+    let toggle = expect_context::<ServerAction<SetSourcePaused>>();
+    let label = if paused { "Resume" } else { "Pause" };
+    let aria = format!("{label} {slug}");
+    view! {
+        <IfRole role=Role::Operator>
+            {
+                let (slug, aria) = (slug.clone(), aria.clone());
+                view! {
+                    <ActionForm action=toggle attr:class="inline">
+                        <input type="hidden" name="slug" value=slug/>
+                        <input type="hidden" name="paused" value=(!paused).to_string()/>
+                        <button type="submit" class="secondary" data-testid="pause-toggle"
+                            aria-label=aria>{label}</button>
+                    </ActionForm>
+                }
+            }
+        </IfRole>
     }
 }

@@ -40,6 +40,10 @@ const SIGNATURE_HEADERS: [&str; 11] = [
     "x-signature-timestamp",
 ];
 
+/// Marks a forced re-execution of a completed event: the application sees
+/// the same Idempotency-Key again and should run it anyway (spec section 6).
+pub const FORCED_HEADER: &str = "x-replaysafe-forced";
+
 /// The headers of the stored delivery that go on to the application.
 pub fn event_headers(stored: Option<&serde_json::Value>) -> Vec<(String, String)> {
     let Some(serde_json::Value::Array(pairs)) = stored else {
@@ -144,6 +148,10 @@ pub async fn forward(
     }
     for (name, value) in event_headers(leased.headers.as_ref()) {
         request = request.header(name, value);
+    }
+    // Set after the provider's headers, so no provider can claim it.
+    if leased.forced {
+        request = request.header(FORCED_HEADER, "true");
     }
     let mut response = match request.body(body.to_vec()).send().await {
         Ok(r) => r,

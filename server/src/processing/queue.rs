@@ -21,6 +21,8 @@ pub struct Leased {
     pub body: Option<Vec<u8>>,
     pub content_type: Option<String>,
     pub headers: Option<serde_json::Value>,
+    /// An admin forced this completed event to run again (spec section 6).
+    pub forced: bool,
 }
 
 /// Leases up to `limit` due events: queued or retrying ones whose time has
@@ -67,19 +69,22 @@ pub async fn lease_due(
                  attempt_count = e.attempt_count + 1
              FROM locked, sources s
              WHERE e.id = locked.id AND s.slug = e.source
-             RETURNING e.id, e.source, e.idem_key, e.attempt_count, e.first_delivery_id
+             RETURNING e.id, e.source, e.idem_key, e.attempt_count, e.first_delivery_id,
+                       CASE WHEN e.forced_at IS NOT NULL AND e.completed_at IS NULL
+                            THEN e.forced_by END AS forced_by,
+                       e.forced_at IS NOT NULL AND e.completed_at IS NULL AS forced
          ),
          abandoned AS (
              UPDATE attempts SET finished_at = now(), error = 'worker lost its lease; taken over'
              WHERE finished_at IS NULL AND event_id IN (SELECT id FROM leased)
          ),
          attempt AS (
-             INSERT INTO attempts (event_id, number, worker)
-             SELECT id, attempt_count, $1 FROM leased
+             INSERT INTO attempts (event_id, number, worker, forced_by)
+             SELECT id, attempt_count, $1, forced_by FROM leased
              RETURNING id, event_id
          )
          SELECT l.id AS event_id, a.id AS attempt_id, l.source, l.idem_key,
-                l.attempt_count AS attempt, d.body, d.content_type, d.headers
+                l.attempt_count AS attempt, d.body, d.content_type, d.headers, l.forced
          FROM leased l
          JOIN attempt a ON a.event_id = l.id
          LEFT JOIN deliveries d ON d.id = l.first_delivery_id",

@@ -67,6 +67,7 @@ pub async fn forward_inline(
         body: Some(inbound.body.clone()),
         content_type: inbound.header("content-type").map(str::to_owned),
         headers: Some(stored_headers(&inbound.headers)),
+        forced: false,
     };
     let answer = forward::forward(pipeline.client, source, &leased, pipeline.keep_bytes).await;
     let response = answer.record.status.map(|status| StoredResponse {

@@ -67,6 +67,17 @@ pub struct NewDelivery<'a> {
     pub body_size: usize,
     pub remote_addr: Option<&'a str>,
     pub started: Instant,
+    /// Set when an operator feeds a stored delivery back (spec section 6).
+    pub redelivery: Option<Redelivery>,
+}
+
+/// A stored delivery fed back through the pipeline by an operator.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Redelivery {
+    /// The stored delivery re-delivered.
+    pub of: i64,
+    /// The operator's user id.
+    pub by: i64,
 }
 
 impl NewDelivery<'_> {
@@ -152,9 +163,9 @@ pub async fn claim_in(
          )
          INSERT INTO deliveries (id, source, event_id, idem_key, outcome, http_status, ack_micros,
                                  verified, verification, query, content_type, headers, body,
-                                 body_size, remote_addr)
+                                 body_size, remote_addr, redelivery_of, redelivered_by)
          SELECT claim.first_delivery_id, $1, claim.id, $2, 'claimed', $3, $4,
-                true, $5, $6, $7, $8, $9, $10, $11
+                true, $5, $6, $7, $8, $9, $10, $11, $14, $15
          FROM claim
          RETURNING event_id, id",
     )
@@ -171,8 +182,38 @@ pub async fn claim_in(
     .bind(d.remote_addr)
     .bind(owner)
     .bind(lease_secs)
+    .bind(d.redelivery.map(|r| r.of))
+    .bind(d.redelivery.map(|r| r.by))
     .fetch_optional(&mut *tx)
     .await?;
+
+    // An operator's re-delivery of a dead event queues it again: the row
+    // lock makes exactly one of any number of concurrent re-deliveries win.
+    if let (None, Some(_)) = (won, d.redelivery) {
+        let revived: Option<(i64, i32)> = sqlx::query_as(
+            "UPDATE events SET state = 'queued', state_changed_at = now(), next_attempt_at = now(),
+                 attempt_count = 0, dead_reason = NULL, last_error = NULL,
+                 receive_count = receive_count + 1, last_seen_at = now()
+             WHERE source = $1 AND idem_key = $2 AND state = 'dead'
+             RETURNING id, receive_count",
+        )
+        .bind(d.source)
+        .bind(key)
+        .fetch_optional(&mut *tx)
+        .await?;
+        if let Some((event_id, receive_count)) = revived {
+            let status = Outcome::Claimed.status(mode);
+            let delivery_id =
+                insert_delivery(tx, d, Some(event_id), Outcome::Claimed, status).await?;
+            return Ok(Claimed {
+                outcome: Outcome::Claimed,
+                event_id,
+                delivery_id,
+                receive_count,
+                stored_response: None,
+            });
+        }
+    }
 
     let claimed = match won {
         Some((event_id, delivery_id)) => Claimed {
@@ -275,8 +316,8 @@ async fn insert_delivery(
     sqlx::query_scalar(
         "INSERT INTO deliveries (source, event_id, idem_key, outcome, reject_reason, http_status,
                                  ack_micros, verified, verification, query, content_type, headers,
-                                 body, body_size, remote_addr)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
+                                 body, body_size, remote_addr, redelivery_of, redelivered_by)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)
          RETURNING id",
     )
     .bind(d.source)
@@ -294,6 +335,8 @@ async fn insert_delivery(
     .bind(d.body)
     .bind(d.body_size())
     .bind(d.remote_addr)
+    .bind(d.redelivery.map(|r| r.of))
+    .bind(d.redelivery.map(|r| r.by))
     .fetch_one(conn)
     .await
 }

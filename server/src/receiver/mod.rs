@@ -47,6 +47,8 @@ pub struct Reply {
     pub body: Vec<u8>,
     pub headers: Vec<(&'static str, String)>,
     pub outcome: Outcome,
+    /// The delivery recorded for this request (None when nothing was stored).
+    pub delivery_id: Option<i64>,
 }
 
 /// How a delivery is being received: from a provider now, or fed back by an operator.
@@ -57,6 +59,8 @@ pub struct Receipt {
     pub started: Instant,
     /// Stored deliveries are re-verified without the timestamp window.
     pub waive_timestamp: bool,
+    /// An operator's re-delivery of a stored delivery.
+    pub redelivery: Option<claim::Redelivery>,
 }
 
 impl Receipt {
@@ -65,6 +69,7 @@ impl Receipt {
             now: chrono::Utc::now().timestamp(),
             started: Instant::now(),
             waive_timestamp: false,
+            redelivery: None,
         }
     }
 }
@@ -120,6 +125,7 @@ pub async fn receive(
         body_size: inbound.body.len(),
         remote_addr: inbound.remote_addr.as_deref(),
         started: receipt.started,
+        redelivery: receipt.redelivery,
     };
     let result = match checked {
         Err(rejection) => {
@@ -128,7 +134,10 @@ pub async fn receive(
             delivery.reject_reason = Some(rejection.reason.clone());
             claim::record_rejected(pool, &delivery, rejection.status)
                 .await
-                .map(|_| providers::rejection_reply(source, &rejection))
+                .map(|id| Reply {
+                    delivery_id: Some(id),
+                    ..providers::rejection_reply(source, &rejection)
+                })
         }
         Ok((verification, key)) => {
             delivery.verified = true;
@@ -139,6 +148,13 @@ pub async fn receive(
                 secs: source.attempt_timeout_secs as f64 + LEASE_MARGIN.as_secs_f64(),
             });
             match lease {
+                // A re-delivery is claimed on its own and always forwarded by
+                // the workers (its provider is not waiting for an answer).
+                _ if receipt.redelivery.is_some() => {
+                    claim::claim(pool, source.mode, &delivery, None)
+                        .await
+                        .map(|claimed| providers::reply(source, inbound, &claimed))
+                }
                 // Ack mode: claimed in a shared transaction with concurrent deliveries.
                 None => pipeline
                     .claims
@@ -232,6 +248,7 @@ async fn sync_reply(
             body: response.body,
             headers: vec![("x-replaysafe-outcome", Outcome::Claimed.as_str().to_owned())],
             outcome: Outcome::Claimed,
+            delivery_id: Some(claimed.delivery_id),
         },
         SyncResult::Failed(reason) => {
             // 502: the provider retries, and its retry takes the claim over.
@@ -269,6 +286,7 @@ pub async fn record_oversized(
         body_size,
         remote_addr: inbound.remote_addr.as_deref(),
         started: receipt.started,
+        redelivery: None,
     };
     // The sender's mistake stays a 413 even when it cannot be recorded.
     if let Err(e) = claim::record_rejected(pool, &delivery, rejection.status).await {

@@ -356,29 +356,15 @@ async fn an_event_page_shows_its_timeline_and_a_missing_one_is_404(pool: PgPool)
         "{\n  \"b\": 1,\n  \"a\": \"<script>\"\n}"
     );
 
-    let page = app
-        .client
-        .get(app.url(&format!("/events/{id}")))
-        .send()
-        .await
-        .unwrap();
+    let viewer = app.session("viewer").await;
+    let page = app.page(Some(&viewer), &format!("/events/{id}")).await;
     assert_eq!(page.status(), 200);
     let html = page.text().await.unwrap();
     assert!(html.contains("&lt;script&gt;"), "the payload is escaped");
     assert!(!html.contains("\"<script>\""));
-    let missing = app
-        .client
-        .get(app.url("/events/999999"))
-        .send()
-        .await
-        .unwrap();
+    let missing = app.page(Some(&viewer), "/events/999999").await;
     assert_eq!(missing.status(), 404);
-    let missing = app
-        .client
-        .get(app.url("/deliveries/999999"))
-        .send()
-        .await
-        .unwrap();
+    let missing = app.page(Some(&viewer), "/deliveries/999999").await;
     assert_eq!(missing.status(), 404);
 }
 

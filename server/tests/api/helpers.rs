@@ -18,6 +18,8 @@ pub struct TestApp {
     pub config: Arc<Config>,
     pub client: reqwest::Client,
     shutdown: CancellationToken,
+    /// An admin's session cookie, made on first use by `server_fn`.
+    admin: tokio::sync::OnceCell<String>,
 }
 
 impl TestApp {
@@ -179,8 +181,13 @@ pub async fn spawn_app_with(pool: PgPool, config: Config) -> TestApp {
         addr,
         pool,
         config,
-        client: reqwest::Client::new(),
+        // Redirects are what tests look at (sign-in), so none is followed.
+        client: reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .unwrap(),
         shutdown,
+        admin: Default::default(),
     }
 }
 
@@ -291,18 +298,90 @@ impl DbProxy {
     }
 }
 
+/// Test accounts' password (at least `users::MIN_PASSWORD` characters).
+pub const PASSWORD: &str = "correct horse battery staple";
+
 impl TestApp {
+    /// Creates `{role}-user` with `role` if missing and signs in; returns the
+    /// session cookie (`replaysafe_session=...`).
+    pub async fn session(&self, role: &str) -> String {
+        let username = format!("{role}-user");
+        let _ = replaysafe::users::add(
+            &self.pool,
+            &username,
+            PASSWORD,
+            app::auth::Role::parse(role).unwrap(),
+            true,
+        )
+        .await;
+        let (status, cookie) = self.login(&username, PASSWORD, None).await;
+        assert_eq!(status, 200, "signing in as {username}");
+        cookie.expect("a session cookie")
+    }
+
+    /// Posts the sign-in form as the page does; returns the status and the
+    /// session cookie set, if any.
+    pub async fn login(
+        &self,
+        username: &str,
+        password: &str,
+        cookie: Option<&str>,
+    ) -> (u16, Option<String>) {
+        let form = format!(
+            "username={}&password={}",
+            form_urlencoded::byte_serialize(username.as_bytes()).collect::<String>(),
+            form_urlencoded::byte_serialize(password.as_bytes()).collect::<String>()
+        );
+        let mut request = self
+            .client
+            .post(self.url("/api/login"))
+            .header("origin", format!("http://{}", self.addr))
+            .header("content-type", "application/x-www-form-urlencoded");
+        if let Some(cookie) = cookie {
+            request = request.header("cookie", cookie);
+        }
+        let response = request.body(form).send().await.unwrap();
+        let cookie = session_cookie(response.headers());
+        (response.status().as_u16(), cookie)
+    }
+
+    /// A page as a browser with `cookie` gets it (redirects not followed).
+    pub async fn page(&self, cookie: Option<&str>, path: &str) -> reqwest::Response {
+        let mut request = self.client.get(self.url(path));
+        if let Some(cookie) = cookie {
+            request = request.header("cookie", cookie);
+        }
+        request.send().await.unwrap()
+    }
+
     /// Calls a server function over HTTP as the browser does (form-encoded
-    /// arguments); returns the status and the JSON answer (Null if none).
+    /// arguments, same origin), signed in as an admin; returns the status and
+    /// the JSON answer (the text as a JSON string when it is not JSON).
     pub async fn server_fn(&self, endpoint: &str, form: &str) -> (u16, serde_json::Value) {
-        let response = self
+        let cookie = self
+            .admin
+            .get_or_init(|| self.session("admin"))
+            .await
+            .clone();
+        self.server_fn_as(Some(&cookie), endpoint, form).await
+    }
+
+    /// A server function call with this cookie (None: anonymous).
+    pub async fn server_fn_as(
+        &self,
+        cookie: Option<&str>,
+        endpoint: &str,
+        form: &str,
+    ) -> (u16, serde_json::Value) {
+        let mut request = self
             .client
             .post(self.url(&format!("/api/{endpoint}")))
-            .header("content-type", "application/x-www-form-urlencoded")
-            .body(form.to_owned())
-            .send()
-            .await
-            .unwrap();
+            .header("origin", format!("http://{}", self.addr))
+            .header("content-type", "application/x-www-form-urlencoded");
+        if let Some(cookie) = cookie {
+            request = request.header("cookie", cookie);
+        }
+        let response = request.body(form.to_owned()).send().await.unwrap();
         let status = response.status().as_u16();
         let text = response.text().await.unwrap();
         (
@@ -310,4 +389,14 @@ impl TestApp {
             serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text)),
         )
     }
+}
+
+/// `replaysafe_session=...` from a response's Set-Cookie, if set.
+pub fn session_cookie(headers: &reqwest::header::HeaderMap) -> Option<String> {
+    headers
+        .get_all("set-cookie")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .find(|v| v.starts_with("replaysafe_session="))
+        .map(|v| v.split(';').next().unwrap().to_owned())
 }

@@ -1,6 +1,7 @@
 //! Integration tests: the real server on a free port, a fresh PostgreSQL
 //! database per test (sqlx::test, from $DATABASE_URL).
 
+mod accounts;
 mod dashboard;
 mod embedded;
 mod health;

@@ -502,6 +502,7 @@ async fn sync_mode_retry_takes_over_after_a_failure_or_a_crash(pool: PgPool) {
         body_size: orphan.len(),
         remote_addr: None,
         started: std::time::Instant::now(),
+        redelivery: None,
     };
     let held = replaysafe::receiver::claim::claim(
         &pool,

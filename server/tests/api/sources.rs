@@ -19,16 +19,9 @@ paused = true
 
 /// The server function the Sources page calls, over HTTP as the browser calls it.
 async fn list_sources(app: &crate::helpers::TestApp) -> serde_json::Value {
-    let response = app
-        .client
-        .post(app.url("/api/sources"))
-        .header("content-type", "application/x-www-form-urlencoded")
-        .body("")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 200);
-    response.json().await.unwrap()
+    let (status, sources) = app.server_fn("sources", "").await;
+    assert_eq!(status, 200, "{sources}");
+    sources
 }
 
 #[sqlx::test(migrator = "MIGRATOR")]
@@ -60,7 +53,8 @@ async fn the_sources_page_is_rendered_on_the_server(pool: PgPool) {
     let config = test_config(TWO_SOURCES, &[("STRIPE_SECRET", "whsec_do_not_show")]);
     let app = spawn_app(pool, config).await;
 
-    let page = app.client.get(app.url("/sources")).send().await.unwrap();
+    let viewer = app.session("viewer").await;
+    let page = app.page(Some(&viewer), "/sources").await;
     assert_eq!(page.status(), 200);
     let html = page.text().await.unwrap();
     assert!(html.contains(r#"data-slug="stripe""#), "{html}");
@@ -99,11 +93,7 @@ async fn sync_keeps_an_operators_pause_and_marks_removed_sources(pool: PgPool) {
 #[sqlx::test(migrator = "MIGRATOR")]
 async fn unknown_pages_are_404(pool: PgPool) {
     let app = spawn_app(pool, test_config("", &[])).await;
-    let page = app
-        .client
-        .get(app.url("/no-such-page"))
-        .send()
-        .await
-        .unwrap();
+    let viewer = app.session("viewer").await;
+    let page = app.page(Some(&viewer), "/no-such-page").await;
     assert_eq!(page.status(), 404);
 }

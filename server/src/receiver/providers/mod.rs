@@ -149,6 +149,7 @@ pub fn reply(source: &SourceConfig, req: &Inbound, claimed: &Claimed) -> Reply {
                 body: stored.body.clone(),
                 headers: vec![("x-replaysafe-outcome", outcome.as_str().to_owned())],
                 outcome,
+                delivery_id: Some(claimed.delivery_id),
             };
         }
     }
@@ -157,6 +158,7 @@ pub fn reply(source: &SourceConfig, req: &Inbound, claimed: &Claimed) -> Reply {
         outcome,
         serde_json::json!({ "outcome": outcome, "event_id": claimed.event_id }),
     );
+    reply.delivery_id = Some(claimed.delivery_id);
     match source.provider {
         // Alipay keeps retrying until the body is exactly `success`.
         Provider::Alipay if reply.status == 200 => {
@@ -205,6 +207,7 @@ fn json_reply(status: u16, outcome: Outcome, body: serde_json::Value) -> Reply {
         body: body.to_string().into_bytes(),
         headers: vec![("x-replaysafe-outcome", outcome.as_str().to_owned())],
         outcome,
+        delivery_id: None,
     }
 }
 

@@ -1,0 +1,396 @@
+//! What operators and admins change (spec section 6): pause and resume,
+//! re-delivery through the dedup layer (single and bulk), forced
+//! re-execution, and the audit log that records all of it.
+
+use leptos::prelude::*;
+use serde::{Deserialize, Serialize};
+
+/// What the dedup layer did with a re-delivery, in the words shown.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RedeliveryResult {
+    /// The stored delivery that was fed back.
+    pub redelivered: i64,
+    /// The delivery recorded for the re-delivery.
+    pub delivery_id: Option<i64>,
+    pub event_id: Option<i64>,
+    pub idem_key: Option<String>,
+    /// claimed, completed, in_progress, dead or rejected (spec section 4).
+    pub outcome: String,
+    /// A dead event was queued again by this re-delivery.
+    pub requeued: bool,
+    pub message: String,
+}
+
+#[server(endpoint = "source-paused")]
+pub async fn set_source_paused(slug: String, paused: bool) -> Result<(), ServerFnError> {
+    let user = crate::auth::ssr::require(crate::auth::Role::Operator).await?;
+    ssr::operations()?
+        .set_paused(slug, paused, user)
+        .await
+        .map_err(ssr::refused)
+}
+
+/// Re-delivers one stored delivery through the receiver pipeline.
+#[server(endpoint = "redeliver")]
+pub async fn redeliver(delivery_id: i64) -> Result<RedeliveryResult, ServerFnError> {
+    let user = crate::auth::ssr::require(crate::auth::Role::Operator).await?;
+    let result = ssr::operations()?
+        .redeliver(delivery_id, user.clone())
+        .await;
+    let (outcome, detail) = match &result {
+        Ok(r) => (
+            r.message.clone(),
+            serde_json::json!({"event": r.event_id, "new_delivery": r.delivery_id, "outcome": r.outcome}),
+        ),
+        Err(refusal) => (
+            format!("refused: {}", refusal.message),
+            serde_json::json!({}),
+        ),
+    };
+    let pool = super::ssr::pool()?;
+    crate::auth::ssr::audit(
+        &pool,
+        Some(&user),
+        &user.username,
+        "redeliver",
+        Some(&format!("delivery {delivery_id}")),
+        &outcome,
+        detail,
+    )
+    .await
+    .map_err(super::ssr::db_error)?;
+    result.map_err(ssr::refused)
+}
+
+/// Which dead events a bulk re-delivery takes. Empty means any.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeadFilter {
+    #[serde(default)]
+    pub source: String,
+    /// UTC, `2026-11-30T14:05`: dead-lettered at or after.
+    #[serde(default)]
+    pub from: String,
+    #[serde(default)]
+    pub to: String,
+    /// Words the dead-letter reason contains.
+    #[serde(default)]
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BulkStep {
+    pub results: Vec<RedeliveryResult>,
+    /// Pass as `after` for the next step; None when done.
+    pub next_after: Option<i64>,
+    /// Dead events matching the filter beyond this step (at the time of asking).
+    pub remaining: i64,
+}
+
+/// Events per bulk step: the page calls again for the next, showing progress.
+pub const BULK_STEP: i64 = 20;
+
+/// Re-delivers the next `BULK_STEP` dead events matching the filter (by
+/// event id, after `after`), each through the same guard as a single one.
+#[server(endpoint = "redeliver-bulk")]
+pub async fn redeliver_dead(
+    #[server(default)] filter: DeadFilter,
+    after: Option<i64>,
+) -> Result<BulkStep, ServerFnError> {
+    let user = crate::auth::ssr::require(crate::auth::Role::Operator).await?;
+    ssr::bulk(&filter, after.unwrap_or(0), user).await
+}
+
+/// An admin runs a completed event again: the same Idempotency-Key, a header
+/// marking it forced, audit-logged. `confirm_key` must be the event's key.
+#[server(endpoint = "force")]
+pub async fn force_reexecution(
+    event_id: i64,
+    confirm_key: String,
+    reason: String,
+) -> Result<String, ServerFnError> {
+    let user = crate::auth::ssr::require(crate::auth::Role::Admin).await?;
+    ssr::force(event_id, confirm_key, reason, user).await
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(sqlx::FromRow))]
+pub struct AuditEntry {
+    pub id: i64,
+    pub at: String,
+    pub username: Option<String>,
+    pub action: String,
+    pub target: Option<String>,
+    pub outcome: String,
+    pub detail: Option<String>,
+    pub remote_addr: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AuditPage {
+    pub rows: Vec<AuditEntry>,
+    pub older: Option<i64>,
+}
+
+pub const AUDIT_PAGE: i64 = 100;
+
+#[server(endpoint = "audit")]
+pub async fn list_audit(before: Option<i64>) -> Result<AuditPage, ServerFnError> {
+    crate::auth::ssr::require(crate::auth::Role::Viewer).await?;
+    let pool = super::ssr::pool()?;
+    let mut rows: Vec<AuditEntry> = sqlx::query_as(
+        "SELECT id, to_char(at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') AS at, username,
+                action, target, outcome, detail::text AS detail, remote_addr
+         FROM audit_log WHERE ($1::bigint IS NULL OR id < $1)
+         ORDER BY id DESC LIMIT $2",
+    )
+    .bind(before)
+    .bind(AUDIT_PAGE + 1)
+    .fetch_all(&pool)
+    .await
+    .map_err(super::ssr::db_error)?;
+    let older = if rows.len() as i64 > AUDIT_PAGE {
+        rows.truncate(AUDIT_PAGE as usize);
+        rows.last().map(|r| r.id)
+    } else {
+        None
+    };
+    Ok(AuditPage { rows, older })
+}
+
+#[cfg(feature = "ssr")]
+pub mod ssr {
+    use std::future::Future;
+    use std::pin::Pin;
+    use std::sync::Arc;
+
+    use http::StatusCode;
+    use leptos::prelude::*;
+
+    use super::*;
+    use crate::api::ssr::{db_error, pool};
+    use crate::auth::ssr::audit;
+    use crate::auth::CurrentUser;
+
+    pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+    /// Why an operation was refused, with the status to answer.
+    #[derive(Debug)]
+    pub struct Refusal {
+        pub status: StatusCode,
+        pub message: String,
+    }
+
+    /// What the server binary provides: the receiver pipeline and the queue
+    /// live there, and the UI reaches them only through this.
+    pub trait Operations: Send + Sync + 'static {
+        fn redeliver(
+            &self,
+            delivery_id: i64,
+            by: CurrentUser,
+        ) -> BoxFuture<'_, Result<RedeliveryResult, Refusal>>;
+        fn set_paused(
+            &self,
+            slug: String,
+            paused: bool,
+            by: CurrentUser,
+        ) -> BoxFuture<'_, Result<(), Refusal>>;
+        /// Tells this process's workers that events are due.
+        fn wake_workers(&self);
+    }
+
+    pub fn operations() -> Result<Arc<dyn Operations>, ServerFnError> {
+        use_context::<Arc<dyn Operations>>()
+            .ok_or_else(|| ServerFnError::new("server misconfigured: no operations"))
+    }
+
+    pub fn refused(r: Refusal) -> ServerFnError {
+        if let Some(response) = use_context::<leptos_axum::ResponseOptions>() {
+            response.set_status(r.status);
+        }
+        ServerFnError::new(r.message)
+    }
+
+    fn bad_request(message: &str) -> ServerFnError {
+        refused(Refusal {
+            status: StatusCode::BAD_REQUEST,
+            message: message.to_owned(),
+        })
+    }
+
+    fn time_bound(field: &str, value: &str) -> Result<Option<String>, ServerFnError> {
+        match value.trim() {
+            "" => Ok(None),
+            value => crate::api::ssr::utc_time(field, value)
+                .map(Some)
+                .map_err(|message| bad_request(&message)),
+        }
+    }
+
+    pub async fn bulk(
+        filter: &DeadFilter,
+        after: i64,
+        user: CurrentUser,
+    ) -> Result<BulkStep, ServerFnError> {
+        let pool = pool()?;
+        let ops = operations()?;
+        let from = time_bound("from", &filter.from)?;
+        let to = time_bound("to", &filter.to)?;
+        let source = Some(filter.source.trim()).filter(|s| !s.is_empty());
+        let reason = Some(filter.reason.trim()).filter(|s| !s.is_empty());
+        const MATCH: &str = "state = 'dead' AND id > $1
+              AND ($2::text IS NULL OR source = $2)
+              AND ($3::timestamptz IS NULL OR state_changed_at >= $3::timestamptz)
+              AND ($4::timestamptz IS NULL OR state_changed_at < $4::timestamptz)
+              AND ($5::text IS NULL OR dead_reason ILIKE '%' || $5 || '%')";
+        let chosen: Vec<(i64, Option<i64>, String)> = sqlx::query_as(&format!(
+            "SELECT id, first_delivery_id, idem_key FROM events WHERE {MATCH} ORDER BY id LIMIT $6"
+        ))
+        .bind(after)
+        .bind(source)
+        .bind(from.as_deref())
+        .bind(to.as_deref())
+        .bind(reason)
+        .bind(BULK_STEP)
+        .fetch_all(&pool)
+        .await
+        .map_err(db_error)?;
+        let mut results = Vec::with_capacity(chosen.len());
+        for (event_id, first_delivery, key) in &chosen {
+            let result = match first_delivery {
+                Some(delivery_id) => match ops.redeliver(*delivery_id, user.clone()).await {
+                    Ok(result) => result,
+                    Err(refusal) => RedeliveryResult {
+                        redelivered: *delivery_id,
+                        delivery_id: None,
+                        event_id: Some(*event_id),
+                        idem_key: Some(key.clone()),
+                        outcome: "refused".into(),
+                        requeued: false,
+                        message: refusal.message,
+                    },
+                },
+                None => RedeliveryResult {
+                    redelivered: 0,
+                    delivery_id: None,
+                    event_id: Some(*event_id),
+                    idem_key: Some(key.clone()),
+                    outcome: "refused".into(),
+                    requeued: false,
+                    message: "its payload is no longer stored".into(),
+                },
+            };
+            results.push(result);
+        }
+        let next_after = (chosen.len() as i64 == BULK_STEP)
+            .then(|| chosen.last().map(|c| c.0))
+            .flatten();
+        let remaining: i64 = match next_after {
+            None => 0,
+            Some(next) => sqlx::query_scalar(&format!("SELECT count(*) FROM events WHERE {MATCH}"))
+                .bind(next)
+                .bind(source)
+                .bind(from.as_deref())
+                .bind(to.as_deref())
+                .bind(reason)
+                .fetch_one(&pool)
+                .await
+                .map_err(db_error)?,
+        };
+        let requeued = results.iter().filter(|r| r.requeued).count();
+        audit(
+            &pool,
+            Some(&user),
+            &user.username,
+            "redeliver.bulk",
+            Some(&format!("{} dead events", results.len())),
+            &format!("{requeued} queued again"),
+            serde_json::json!({
+                "filter": filter,
+                "events": results.iter().map(|r| serde_json::json!({"event": r.event_id, "outcome": r.outcome})).collect::<Vec<_>>(),
+            }),
+        )
+        .await
+        .map_err(db_error)?;
+        Ok(BulkStep {
+            results,
+            next_after,
+            remaining,
+        })
+    }
+
+    pub async fn force(
+        event_id: i64,
+        confirm_key: String,
+        reason: String,
+        user: CurrentUser,
+    ) -> Result<String, ServerFnError> {
+        let pool = pool()?;
+        let reason = reason.trim();
+        if reason.is_empty() {
+            return Err(bad_request("give a reason: it goes into the audit log"));
+        }
+        let found: Option<(String, String)> =
+            sqlx::query_as("SELECT source, idem_key FROM events WHERE id = $1")
+                .bind(event_id)
+                .fetch_optional(&pool)
+                .await
+                .map_err(db_error)?;
+        let Some((source, key)) = found else {
+            return Err(refused(Refusal {
+                status: StatusCode::NOT_FOUND,
+                message: "event not found".into(),
+            }));
+        };
+        if confirm_key.trim() != key {
+            return Err(bad_request("to confirm, type the event's key exactly"));
+        }
+        // Only a completed event is forced, once per completion: concurrent
+        // forces serialise on the row, and the second finds it queued.
+        let forced: Option<i64> = sqlx::query_scalar(
+            "UPDATE events SET state = 'queued', state_changed_at = now(), next_attempt_at = now(),
+                 attempt_count = 0, completed_at = NULL, last_error = NULL,
+                 forced_by = $2, forced_at = now(), forced_reason = $3
+             WHERE id = $1 AND state = 'completed'
+             RETURNING id",
+        )
+        .bind(event_id)
+        .bind(user.id)
+        .bind(reason)
+        .fetch_optional(&pool)
+        .await
+        .map_err(db_error)?;
+        let outcome = if forced.is_some() {
+            "forced"
+        } else {
+            "refused"
+        };
+        audit(
+            &pool,
+            Some(&user),
+            &user.username,
+            "force",
+            Some(&format!("event {event_id} ({key})")),
+            outcome,
+            serde_json::json!({ "reason": reason }),
+        )
+        .await
+        .map_err(db_error)?;
+        if forced.is_none() {
+            let state: String = sqlx::query_scalar("SELECT state FROM events WHERE id = $1")
+                .bind(event_id)
+                .fetch_one(&pool)
+                .await
+                .map_err(db_error)?;
+            return Err(refused(Refusal {
+                status: StatusCode::CONFLICT,
+                message: format!(
+                    "refused: only a completed event can be forced; this one is {state}"
+                ),
+            }));
+        }
+        operations()?.wake_workers();
+        Ok(format!(
+            "forced: queued to be forwarded again with Idempotency-Key {source}:{key} and x-replaysafe-forced: true"
+        ))
+    }
+}

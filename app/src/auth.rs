@@ -1,0 +1,345 @@
+//! Accounts (spec section 7): who is signed in, with which role, and the
+//! server functions to sign in and out. Every other server function starts
+//! with `ssr::require(role)`, which answers 401 or 403 on the server.
+
+use leptos::prelude::*;
+use serde::{Deserialize, Serialize};
+
+/// Roles, each including the ones before it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Role {
+    /// On-call: reads everything.
+    Viewer,
+    /// Re-delivers, pauses and resumes.
+    Operator,
+    /// Forces re-execution; manages users.
+    Admin,
+}
+
+impl Role {
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "viewer" => Some(Role::Viewer),
+            "operator" => Some(Role::Operator),
+            "admin" => Some(Role::Admin),
+            _ => None,
+        }
+    }
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Viewer => "viewer",
+            Role::Operator => "operator",
+            Role::Admin => "admin",
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CurrentUser {
+    pub id: i64,
+    pub username: String,
+    pub role: Role,
+}
+
+impl CurrentUser {
+    pub fn can(&self, role: Role) -> bool {
+        self.role >= role
+    }
+}
+
+/// Who is signed in; None when no one is (this alone needs no session).
+#[server(endpoint = "me")]
+pub async fn who_am_i() -> Result<Option<CurrentUser>, ServerFnError> {
+    ssr::session_user().await
+}
+
+/// Signs in: the session id is renewed, so an id planted before sign-in is
+/// worthless after it. Failures are rate-limited per user and per address.
+#[server(endpoint = "login")]
+pub async fn login(
+    username: String,
+    password: String,
+    #[server(default)] next: String,
+) -> Result<(), ServerFnError> {
+    ssr::login(username, password, next).await
+}
+
+#[server(endpoint = "logout")]
+pub async fn logout() -> Result<(), ServerFnError> {
+    ssr::logout().await
+}
+
+#[cfg(feature = "ssr")]
+pub mod ssr {
+    use std::net::SocketAddr;
+
+    use axum::extract::ConnectInfo;
+    use http::StatusCode;
+    use leptos::prelude::*;
+    use tower_sessions::Session;
+
+    use super::{CurrentUser, Role};
+    use crate::api::ssr::{db_error, pool};
+
+    /// The session key holding the signed-in user's id.
+    pub const USER_KEY: &str = "user_id";
+    /// Failed sign-ins allowed per username, and per address, in `WINDOW_MINUTES`.
+    pub const MAX_FAILURES_PER_USER: i64 = 5;
+    pub const MAX_FAILURES_PER_ADDRESS: i64 = 20;
+    pub const WINDOW_MINUTES: i32 = 15;
+
+    fn fail(status: StatusCode, message: &str) -> ServerFnError {
+        if let Some(response) = use_context::<leptos_axum::ResponseOptions>() {
+            response.set_status(status);
+        }
+        ServerFnError::new(message)
+    }
+
+    async fn session() -> Result<Session, ServerFnError> {
+        leptos_axum::extract::<Session>()
+            .await
+            .map_err(|_| fail(StatusCode::INTERNAL_SERVER_ERROR, "sessions are not set up"))
+    }
+
+    pub async fn remote_addr() -> Option<String> {
+        leptos_axum::extract::<ConnectInfo<SocketAddr>>()
+            .await
+            .ok()
+            .map(|ConnectInfo(addr)| addr.ip().to_string())
+    }
+
+    /// The signed-in user of a session, if the account still exists and is
+    /// enabled: disabling a user ends their sessions at once.
+    pub async fn user_of(
+        pool: &sqlx::PgPool,
+        session: &Session,
+    ) -> Result<Option<CurrentUser>, sqlx::Error> {
+        let Ok(Some(id)) = session.get::<i64>(USER_KEY).await else {
+            return Ok(None);
+        };
+        let row: Option<(i64, String, String)> =
+            sqlx::query_as("SELECT id, username, role FROM users WHERE id = $1 AND NOT disabled")
+                .bind(id)
+                .fetch_optional(pool)
+                .await?;
+        Ok(row.and_then(|(id, username, role)| {
+            Role::parse(&role).map(|role| CurrentUser { id, username, role })
+        }))
+    }
+
+    pub async fn session_user() -> Result<Option<CurrentUser>, ServerFnError> {
+        let pool = pool()?;
+        let session = session().await?;
+        user_of(&pool, &session).await.map_err(db_error)
+    }
+
+    /// The signed-in user if they hold `role`; otherwise 401 (no session)
+    /// or 403 (a role too low), set on the response.
+    pub async fn require(role: Role) -> Result<CurrentUser, ServerFnError> {
+        match session_user().await? {
+            None => Err(fail(StatusCode::UNAUTHORIZED, "sign in first")),
+            Some(user) if !user.can(role) => Err(fail(
+                StatusCode::FORBIDDEN,
+                &format!(
+                    "this needs the {} role; you are {}",
+                    role.as_str(),
+                    user.role.as_str()
+                ),
+            )),
+            Some(user) => Ok(user),
+        }
+    }
+
+    /// Appends to the audit log. `detail` is JSON; never secret material.
+    pub async fn audit(
+        pool: &sqlx::PgPool,
+        user: Option<&CurrentUser>,
+        username: &str,
+        action: &str,
+        target: Option<&str>,
+        outcome: &str,
+        detail: serde_json::Value,
+    ) -> Result<(), sqlx::Error> {
+        sqlx::query(
+            "INSERT INTO audit_log (user_id, username, action, target, outcome, detail, remote_addr)
+             VALUES ($1, $2, $3, $4, $5, $6, $7)",
+        )
+        .bind(user.map(|u| u.id))
+        .bind(username)
+        .bind(action)
+        .bind(target)
+        .bind(outcome)
+        .bind(detail)
+        .bind(remote_addr().await)
+        .execute(pool)
+        .await?;
+        Ok(())
+    }
+
+    /// Only a local path: `next` must not send anyone to another site.
+    fn safe_next(next: &str) -> &str {
+        let local = next.starts_with('/') && !next.starts_with("//") && !next.contains('\\');
+        if local && next != "/login" {
+            next
+        } else {
+            "/overview"
+        }
+    }
+
+    pub async fn login(
+        username: String,
+        password: String,
+        next: String,
+    ) -> Result<(), ServerFnError> {
+        let pool = pool()?;
+        let username = username.trim().to_owned();
+        let address = remote_addr().await.unwrap_or_default();
+        let (by_user, by_address): (i64, i64) = sqlx::query_as(
+            "SELECT count(*) FILTER (WHERE lower(username) = lower($1)),
+                    count(*) FILTER (WHERE remote_addr = $2)
+             FROM audit_log
+             WHERE action = 'login' AND outcome <> 'succeeded'
+               AND at > now() - make_interval(mins => $3)",
+        )
+        .bind(&username)
+        .bind(&address)
+        .bind(WINDOW_MINUTES)
+        .fetch_one(&pool)
+        .await
+        .map_err(db_error)?;
+        if by_user >= MAX_FAILURES_PER_USER || by_address >= MAX_FAILURES_PER_ADDRESS {
+            audit(
+                &pool,
+                None,
+                &username,
+                "login",
+                None,
+                "rate_limited",
+                serde_json::json!({}),
+            )
+            .await
+            .map_err(db_error)?;
+            return Err(fail(
+                StatusCode::TOO_MANY_REQUESTS,
+                &format!("too many failed sign-ins; try again in {WINDOW_MINUTES} minutes"),
+            ));
+        }
+        let row: Option<(i64, String, String, String, bool)> = sqlx::query_as(
+            "SELECT id, username, role, password_hash, disabled FROM users WHERE lower(username) = lower($1)",
+        )
+        .bind(&username)
+        .fetch_optional(&pool)
+        .await
+        .map_err(db_error)?;
+        // An unknown name costs the same hash as a known one: timing tells nothing.
+        let hash = row.as_ref().map(|r| r.3.clone());
+        let verified = tokio::task::spawn_blocking(move || match hash {
+            Some(hash) => verify_password(&hash, &password),
+            None => {
+                let _ = verify_password(dummy_hash(), &password);
+                false
+            }
+        })
+        .await
+        .unwrap_or(false);
+        let user = match row {
+            Some((id, name, role, _, false)) if verified => {
+                Role::parse(&role).map(|role| CurrentUser {
+                    id,
+                    username: name,
+                    role,
+                })
+            }
+            _ => None,
+        };
+        let Some(user) = user else {
+            audit(
+                &pool,
+                None,
+                &username,
+                "login",
+                None,
+                "failed",
+                serde_json::json!({}),
+            )
+            .await
+            .map_err(db_error)?;
+            return Err(fail(StatusCode::UNAUTHORIZED, "wrong username or password"));
+        };
+        let session = session().await?;
+        session
+            .cycle_id()
+            .await
+            .map_err(|_| fail(StatusCode::SERVICE_UNAVAILABLE, "could not start a session"))?;
+        session
+            .insert(USER_KEY, user.id)
+            .await
+            .map_err(|_| fail(StatusCode::SERVICE_UNAVAILABLE, "could not start a session"))?;
+        sqlx::query("UPDATE users SET last_login_at = now() WHERE id = $1")
+            .bind(user.id)
+            .execute(&pool)
+            .await
+            .map_err(db_error)?;
+        audit(
+            &pool,
+            Some(&user),
+            &user.username,
+            "login",
+            None,
+            "succeeded",
+            serde_json::json!({}),
+        )
+        .await
+        .map_err(db_error)?;
+        leptos_axum::redirect(safe_next(&next));
+        Ok(())
+    }
+
+    pub async fn logout() -> Result<(), ServerFnError> {
+        let pool = pool()?;
+        let session = session().await?;
+        if let Some(user) = user_of(&pool, &session).await.map_err(db_error)? {
+            audit(
+                &pool,
+                Some(&user),
+                &user.username,
+                "logout",
+                None,
+                "succeeded",
+                serde_json::json!({}),
+            )
+            .await
+            .map_err(db_error)?;
+        }
+        let _ = session.flush().await;
+        leptos_axum::redirect("/login");
+        Ok(())
+    }
+
+    /// A hash of a password nobody has, verified for unknown names.
+    fn dummy_hash() -> &'static str {
+        static DUMMY: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+        DUMMY.get_or_init(|| hash_password("no account has this password"))
+    }
+
+    /// argon2id with the crate's defaults (OWASP's minimum: 19 MiB, 2 passes).
+    pub fn hash_password(password: &str) -> String {
+        use argon2::password_hash::{rand_core::OsRng, PasswordHasher, SaltString};
+        let salt = SaltString::generate(&mut OsRng);
+        argon2::Argon2::default()
+            .hash_password(password.as_bytes(), &salt)
+            .expect("argon2 with default parameters cannot fail")
+            .to_string()
+    }
+
+    pub fn verify_password(hash: &str, password: &str) -> bool {
+        use argon2::password_hash::{PasswordHash, PasswordVerifier};
+        PasswordHash::new(hash)
+            .map(|parsed| {
+                argon2::Argon2::default()
+                    .verify_password(password.as_bytes(), &parsed)
+                    .is_ok()
+            })
+            .unwrap_or(false)
+    }
+}

@@ -1,0 +1,150 @@
+//! The dashboard's front door: sessions (tower-sessions, stored in
+//! PostgreSQL), the sign-in requirement for every page and server function,
+//! and the cross-site request check for every state-changing request. Each
+//! server function still checks its role itself (`app::auth::ssr::require`).
+
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderMap, Method, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Redirect, Response};
+use tower_sessions::cookie::SameSite;
+use tower_sessions::{Expiry, Session, SessionManagerLayer};
+use tower_sessions_sqlx_store::PostgresStore;
+
+use crate::config::Config;
+use crate::startup::AppState;
+
+pub const COOKIE: &str = "replaysafe_session";
+
+/// Paths anyone may reach: the sign-in page, the bundle, probes, metrics.
+fn is_public(path: &str) -> bool {
+    matches!(
+        path,
+        "/login" | "/api/login" | "/api/me" | "/healthz" | "/readyz" | "/metrics" | "/favicon.ico"
+    ) || path.starts_with("/pkg/")
+}
+
+pub fn session_layer(config: &Config, store: PostgresStore) -> SessionManagerLayer<PostgresStore> {
+    SessionManagerLayer::new(store)
+        .with_name(COOKIE)
+        .with_http_only(true)
+        // Strict: the browser never sends the cookie on a cross-site request.
+        .with_same_site(SameSite::Strict)
+        .with_secure(config.public_url.starts_with("https://"))
+        .with_expiry(Expiry::OnInactivity(
+            tower_sessions::cookie::time::Duration::minutes(config.session_idle_minutes as i64),
+        ))
+}
+
+/// `scheme://host[:port]` reduced to `host[:port]`.
+fn authority(url: &str) -> Option<&str> {
+    let rest = url.split_once("://")?.1;
+    let end = rest.find('/').unwrap_or(rest.len());
+    Some(&rest[..end])
+}
+
+/// A state-changing request must come from this site: its Origin (or, when
+/// a browser sends none, its Referer) names the public URL or the host it
+/// was sent to. Requests carrying neither are refused too.
+pub fn same_origin(headers: &HeaderMap, public_url: &str) -> bool {
+    let claimed = headers
+        .get(header::ORIGIN)
+        .or_else(|| headers.get(header::REFERER))
+        .and_then(|v| v.to_str().ok())
+        .and_then(authority);
+    let Some(claimed) = claimed else {
+        return false;
+    };
+    let host = headers.get(header::HOST).and_then(|v| v.to_str().ok());
+    Some(claimed) == authority(public_url) || Some(claimed) == host
+}
+
+pub async fn gate(
+    State(state): State<AppState>,
+    session: Session,
+    request: Request,
+    next: Next,
+) -> Response {
+    let path = request.uri().path().to_owned();
+    let changes_state = !matches!(
+        *request.method(),
+        Method::GET | Method::HEAD | Method::OPTIONS
+    );
+    if changes_state && !same_origin(request.headers(), &state.config.public_url) {
+        tracing::warn!(%path, "refused a cross-site request");
+        return (StatusCode::FORBIDDEN, "cross-site request refused").into_response();
+    }
+    if is_public(&path) {
+        return next.run(request).await;
+    }
+    match app::auth::ssr::user_of(&state.pool, &session).await {
+        Ok(Some(_)) => next.run(request).await,
+        Ok(None) if path.starts_with("/api/") => {
+            (StatusCode::UNAUTHORIZED, "sign in first").into_response()
+        }
+        Ok(None) => {
+            let target = request
+                .uri()
+                .path_and_query()
+                .map(|p| p.as_str())
+                .unwrap_or("/");
+            let next: String = form_urlencoded::byte_serialize(target.as_bytes()).collect();
+            Redirect::to(&format!("/login?next={next}")).into_response()
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "session check: database unavailable");
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                [(header::RETRY_AFTER, "5")],
+                "the database is unavailable; try again shortly",
+            )
+                .into_response()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.insert(*k, v.parse().unwrap());
+        }
+        h
+    }
+
+    #[test]
+    fn only_this_site_may_change_state() {
+        let public = "https://hooks.example.com";
+        assert!(same_origin(
+            &headers(&[("origin", "https://hooks.example.com")]),
+            public
+        ));
+        assert!(same_origin(
+            &headers(&[
+                ("origin", "http://127.0.0.1:3000"),
+                ("host", "127.0.0.1:3000")
+            ]),
+            public
+        ));
+        assert!(same_origin(
+            &headers(&[("referer", "https://hooks.example.com/deliveries?x=1")]),
+            public
+        ));
+        assert!(!same_origin(
+            &headers(&[("origin", "https://evil.example")]),
+            public
+        ));
+        assert!(!same_origin(
+            &headers(&[("origin", "https://hooks.example.com.evil.example")]),
+            public
+        ));
+        assert!(
+            !same_origin(&headers(&[("host", "hooks.example.com")]), public),
+            "no origin at all"
+        );
+        assert!(!same_origin(&headers(&[("origin", "null")]), public));
+    }
+}

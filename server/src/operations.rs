@@ -1,0 +1,215 @@
+//! The operations the dashboard asks of the server (app::api::actions::ssr::
+//! Operations): re-delivery through the receiver pipeline, pause and resume.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use app::api::actions::ssr::{BoxFuture, Operations, Refusal};
+use app::api::actions::RedeliveryResult;
+use app::auth::CurrentUser;
+use axum::http::StatusCode;
+use sqlx::PgPool;
+use tokio::sync::Notify;
+
+use crate::config::Config;
+use crate::processing::retry::RetryPolicy;
+use crate::receiver::batch::ClaimBatcher;
+use crate::receiver::claim::{Outcome, Redelivery};
+use crate::receiver::{receive, Inbound, Pipeline, Receipt};
+
+pub struct ServerOperations {
+    pub pool: PgPool,
+    pub config: Arc<Config>,
+    pub wake: Arc<Notify>,
+    pub claims: ClaimBatcher,
+    pub client: reqwest::Client,
+    pub policy: Arc<RetryPolicy>,
+}
+
+fn refusal(status: StatusCode, message: impl Into<String>) -> Refusal {
+    Refusal {
+        status,
+        message: message.into(),
+    }
+}
+
+fn unavailable(e: sqlx::Error) -> Refusal {
+    tracing::error!(error = %e, "re-delivery: database unavailable");
+    refusal(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "the database is unavailable; try again shortly",
+    )
+}
+
+#[derive(sqlx::FromRow)]
+struct Stored {
+    source: String,
+    headers: serde_json::Value,
+    body: Option<Vec<u8>>,
+    query: Option<String>,
+}
+
+#[derive(sqlx::FromRow)]
+struct Recorded {
+    id: i64,
+    event_id: Option<i64>,
+    idem_key: Option<String>,
+    outcome: String,
+    reject_reason: Option<String>,
+    first_delivery_id: Option<i64>,
+}
+
+impl ServerOperations {
+    async fn redeliver_now(
+        &self,
+        delivery_id: i64,
+        by: CurrentUser,
+    ) -> Result<RedeliveryResult, Refusal> {
+        let stored: Option<Stored> =
+            sqlx::query_as("SELECT source, headers, body, query FROM deliveries WHERE id = $1")
+                .bind(delivery_id)
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(unavailable)?;
+        let Some(stored) = stored else {
+            return Err(refusal(StatusCode::NOT_FOUND, "delivery not found"));
+        };
+        let Some(body) = stored.body else {
+            return Err(refusal(
+                StatusCode::CONFLICT,
+                "its payload was removed by retention, so it cannot be re-delivered",
+            ));
+        };
+        let Some(source) = self.config.sources.iter().find(|s| s.slug == stored.source) else {
+            return Err(refusal(
+                StatusCode::CONFLICT,
+                format!("source {:?} is no longer configured", stored.source),
+            ));
+        };
+        let headers = match stored.headers {
+            serde_json::Value::Array(pairs) => pairs
+                .into_iter()
+                .filter_map(|pair| {
+                    Some((
+                        pair.get(0)?.as_str()?.to_owned(),
+                        pair.get(1)?.as_str()?.to_owned(),
+                    ))
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
+        let inbound = Inbound {
+            query: stored.query,
+            headers,
+            body,
+            remote_addr: Some(format!("re-delivery by {}", by.username)),
+        };
+        let receipt = Receipt {
+            now: chrono::Utc::now().timestamp(),
+            started: Instant::now(),
+            waive_timestamp: true,
+            redelivery: Some(Redelivery {
+                of: delivery_id,
+                by: by.id,
+            }),
+        };
+        let pipeline = Pipeline {
+            claims: &self.claims,
+            client: &self.client,
+            policy: &self.policy,
+            keep_bytes: crate::processing::forward::EXCERPT_BYTES,
+        };
+        let reply = receive(&self.pool, source, &inbound, receipt, &pipeline).await;
+        if reply.outcome == Outcome::Unavailable {
+            return Err(refusal(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "the database is unavailable; nothing was re-delivered",
+            ));
+        }
+        let Some(recorded_id) = reply.delivery_id else {
+            return Err(refusal(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "the re-delivery was not recorded",
+            ));
+        };
+        let recorded: Recorded = sqlx::query_as(
+            "SELECT d.id, d.event_id, d.idem_key, d.outcome, d.reject_reason, e.first_delivery_id
+             FROM deliveries d LEFT JOIN events e ON e.id = d.event_id
+             WHERE d.id = $1",
+        )
+        .bind(recorded_id)
+        .fetch_one(&self.pool)
+        .await
+        .map_err(unavailable)?;
+        let new_claim = recorded.first_delivery_id == Some(recorded.id);
+        let requeued = recorded.outcome == "claimed" && !new_claim;
+        let message = match recorded.outcome.as_str() {
+            "claimed" if requeued => {
+                "queued again: the dead event will be forwarded (once)".to_owned()
+            }
+            "claimed" => "claimed as a first delivery: it will be forwarded".to_owned(),
+            "completed" => "refused: already completed".to_owned(),
+            "in_progress" => "refused: in progress".to_owned(),
+            "dead" => "refused: dead-lettered".to_owned(),
+            "rejected" => format!(
+                "rejected: {}",
+                recorded
+                    .reject_reason
+                    .as_deref()
+                    .unwrap_or("it does not verify")
+            ),
+            other => other.to_owned(),
+        };
+        if recorded.outcome == "claimed" {
+            self.wake.notify_waiters();
+        }
+        Ok(RedeliveryResult {
+            redelivered: delivery_id,
+            delivery_id: Some(recorded.id),
+            event_id: recorded.event_id,
+            idem_key: recorded.idem_key,
+            outcome: recorded.outcome,
+            requeued,
+            message,
+        })
+    }
+}
+
+impl Operations for ServerOperations {
+    fn redeliver(
+        &self,
+        delivery_id: i64,
+        by: CurrentUser,
+    ) -> BoxFuture<'_, Result<RedeliveryResult, Refusal>> {
+        Box::pin(self.redeliver_now(delivery_id, by))
+    }
+
+    fn set_paused(
+        &self,
+        slug: String,
+        paused: bool,
+        by: CurrentUser,
+    ) -> BoxFuture<'_, Result<(), Refusal>> {
+        Box::pin(async move {
+            match crate::sources::set_paused(&self.pool, &slug, paused, &by.username, Some(by.id))
+                .await
+            {
+                Ok(()) => {
+                    if !paused {
+                        self.wake.notify_waiters();
+                    }
+                    Ok(())
+                }
+                Err(crate::sources::SourceError::Unknown(slug)) => Err(refusal(
+                    StatusCode::NOT_FOUND,
+                    format!("no source {slug:?} is configured"),
+                )),
+                Err(crate::sources::SourceError::Db(e)) => Err(unavailable(e)),
+            }
+        })
+    }
+
+    fn wake_workers(&self) {
+        self.wake.notify_waiters();
+    }
+}

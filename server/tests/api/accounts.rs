@@ -1,0 +1,541 @@
+//! Accounts and the guarded re-deliver over real HTTP: who may see and do
+//! what, sign-in and its limits, cross-site refusal, and the dedup layer's
+//! verdict on re-deliveries and forced re-executions.
+
+use hmac::{Hmac, Mac};
+use replaysafe::db::MIGRATOR;
+use sha2::Sha256;
+use sqlx::PgPool;
+
+use crate::helpers::{spawn_app, test_config, Destination, Scripted, TestApp, PASSWORD};
+
+fn config(destination: &str, secrets: &str) -> replaysafe::config::Config {
+    test_config(
+        &format!(
+            r#"
+[[source]]
+slug = "gh"
+provider = "github"
+secrets = [{secrets}]
+destination = "{destination}"
+max_attempts = 1
+"#
+        ),
+        &[],
+    )
+}
+
+async fn deliver(app: &TestApp, id: &str, secret: &[u8]) -> u16 {
+    let body = format!(r#"{{"id":"{id}"}}"#);
+    let mut mac = Hmac::<Sha256>::new_from_slice(secret).unwrap();
+    mac.update(body.as_bytes());
+    app.client
+        .post(app.url("/hooks/gh"))
+        .header("content-type", "application/json")
+        .header("x-github-event", "push")
+        .header("x-github-delivery", id)
+        .header(
+            "x-hub-signature-256",
+            format!("sha256={}", hex::encode(mac.finalize().into_bytes())),
+        )
+        .body(body)
+        .send()
+        .await
+        .unwrap()
+        .status()
+        .as_u16()
+}
+
+async fn first_delivery(pool: &PgPool, key: &str) -> (i64, i64) {
+    sqlx::query_as("SELECT id, first_delivery_id FROM events WHERE idem_key = $1")
+        .bind(key)
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+async fn state(pool: &PgPool, key: &str) -> String {
+    sqlx::query_scalar("SELECT state FROM events WHERE idem_key = $1")
+        .bind(key)
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn every_page_and_server_function_checks_session_and_role(pool: PgPool) {
+    // The destination refuses everything: events die, so there is something to re-deliver.
+    let destination = Destination::start(vec![Scripted::status(400); 8]).await;
+    let app = spawn_app(pool.clone(), config(&destination.url, r#""gh-secret""#)).await;
+    deliver(&app, "m-1", b"gh-secret").await;
+    app.drain().await;
+    let (event, delivery) = first_delivery(&pool, "m-1").await;
+    let sessions = [
+        ("anonymous", None),
+        ("viewer", Some(app.session("viewer").await)),
+        ("operator", Some(app.session("operator").await)),
+        ("admin", Some(app.session("admin").await)),
+    ];
+    let rank = |who: &str| {
+        ["anonymous", "viewer", "operator", "admin"]
+            .iter()
+            .position(|w| *w == who)
+            .unwrap()
+    };
+
+    let pages = [
+        "/overview".to_owned(),
+        "/deliveries".to_owned(),
+        format!("/deliveries/{delivery}"),
+        format!("/events/{event}"),
+        "/dead".to_owned(),
+        "/sources".to_owned(),
+        "/audit".to_owned(),
+    ];
+    for (who, cookie) in &sessions {
+        for path in &pages {
+            let page = app.page(cookie.as_deref(), path).await;
+            if *who == "anonymous" {
+                assert_eq!(page.status(), 303, "{who} {path}");
+                let location = page.headers()["location"].to_str().unwrap();
+                assert!(location.starts_with("/login?next=%2F"), "{location}");
+            } else {
+                assert_eq!(page.status(), 200, "{who} {path}");
+            }
+        }
+    }
+
+    // (endpoint, form, least role). A refusal by the dedup layer is still a
+    // 2xx or a 409: what matters here is 401/403 against everything else.
+    let calls = [
+        ("sources", String::new(), "viewer"),
+        ("overview", "window=hour".to_owned(), "viewer"),
+        ("deliveries", String::new(), "viewer"),
+        ("delivery", format!("id={delivery}"), "viewer"),
+        ("event", format!("id={event}"), "viewer"),
+        ("dead", String::new(), "viewer"),
+        ("audit", String::new(), "viewer"),
+        (
+            "source-paused",
+            "slug=gh&paused=false".to_owned(),
+            "operator",
+        ),
+        ("redeliver", format!("delivery_id={delivery}"), "operator"),
+        (
+            "redeliver-bulk",
+            "filter[source]=nothing-matches".to_owned(),
+            "operator",
+        ),
+        (
+            "force",
+            format!("event_id={event}&confirm_key=wrong&reason=test"),
+            "admin",
+        ),
+    ];
+    for (who, cookie) in &sessions {
+        for (endpoint, form, least) in &calls {
+            let (status, body) = app.server_fn_as(cookie.as_deref(), endpoint, form).await;
+            let expected = match (*who, rank(who) >= rank(least)) {
+                ("anonymous", _) => 401,
+                (_, false) => 403,
+                (_, true) => 0,
+            };
+            if expected == 0 {
+                assert!(
+                    status < 400 || (*endpoint == "force" && status == 400),
+                    "{who} {endpoint}: {status} {body}"
+                );
+            } else {
+                assert_eq!(status, expected, "{who} {endpoint}: {body}");
+            }
+        }
+    }
+    // Health, readiness, metrics and the receiver need no session.
+    for path in ["/healthz", "/readyz", "/metrics"] {
+        assert_eq!(app.page(None, path).await.status(), 200, "{path}");
+    }
+}
+
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn cross_site_requests_are_refused(pool: PgPool) {
+    let app = spawn_app(pool, config("http://127.0.0.1:9/x", r#""gh-secret""#)).await;
+    let admin = app.session("admin").await;
+    for (origin, expected) in [
+        (Some("https://evil.example"), 403),
+        (None, 403),
+        (Some(&*format!("http://{}", app.addr)), 200),
+    ] {
+        let mut request = app
+            .client
+            .post(app.url("/api/source-paused"))
+            .header("cookie", &admin)
+            .header("content-type", "application/x-www-form-urlencoded");
+        if let Some(origin) = origin {
+            request = request.header("origin", origin);
+        }
+        let status = request
+            .body("slug=gh&paused=true")
+            .send()
+            .await
+            .unwrap()
+            .status();
+        assert_eq!(status.as_u16(), expected, "origin {origin:?}");
+    }
+    // Sign-in itself is protected too (no logging in a victim as the attacker).
+    let status = app
+        .client
+        .post(app.url("/api/login"))
+        .header("origin", "https://evil.example")
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(format!("username=admin-user&password={PASSWORD}"))
+        .send()
+        .await
+        .unwrap()
+        .status();
+    assert_eq!(status.as_u16(), 403);
+    // The cookie itself is never sent cross-site, and never to scripts.
+    let (_, cookie_header) = {
+        let response = app
+            .client
+            .post(app.url("/api/login"))
+            .header("origin", format!("http://{}", app.addr))
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(format!(
+                "username=admin-user&password={}",
+                form_urlencoded::byte_serialize(PASSWORD.as_bytes()).collect::<String>()
+            ))
+            .send()
+            .await
+            .unwrap();
+        let raw = response
+            .headers()
+            .get("set-cookie")
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .to_owned();
+        (response.status(), raw)
+    };
+    assert!(cookie_header.contains("HttpOnly"), "{cookie_header}");
+    assert!(cookie_header.contains("SameSite=Strict"), "{cookie_header}");
+}
+
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn sign_in_renews_the_session_id_and_sign_out_ends_it(pool: PgPool) {
+    let app = spawn_app(
+        pool.clone(),
+        config("http://127.0.0.1:9/x", r#""gh-secret""#),
+    )
+    .await;
+    let first = app.session("viewer").await;
+    replaysafe::users::add(&pool, "admin-user", PASSWORD, app::auth::Role::Admin, true)
+        .await
+        .unwrap();
+    // Signing in again while holding a session: the id changes.
+    let (status, second) = app.login("admin-user", PASSWORD, Some(&first)).await;
+    assert_eq!(status, 200);
+    let second = second.expect("a new session cookie");
+    assert_ne!(first, second, "the session id is renewed at sign-in");
+    assert_eq!(
+        app.page(Some(&first), "/overview").await.status(),
+        303,
+        "the old id is worthless"
+    );
+    assert_eq!(app.page(Some(&second), "/overview").await.status(), 200);
+    let (_, me) = app.server_fn_as(Some(&second), "me", "").await;
+    assert_eq!(me["username"], "admin-user");
+
+    let (status, _) = app.server_fn_as(Some(&second), "logout", "").await;
+    assert!(status < 400);
+    assert_eq!(
+        app.page(Some(&second), "/overview").await.status(),
+        303,
+        "signed out"
+    );
+
+    // Disabling a user ends their sessions at once.
+    let viewer = app.session("viewer").await;
+    replaysafe::users::set_disabled(&pool, "viewer-user", true)
+        .await
+        .unwrap();
+    assert_eq!(app.page(Some(&viewer), "/overview").await.status(), 303);
+    let (status, _) = app.login("viewer-user", PASSWORD, None).await;
+    assert_eq!(status, 401, "a disabled user cannot sign in");
+    // Wrong passwords and unknown users get the same answer.
+    assert_eq!(
+        app.login("admin-user", "not the password", None).await.0,
+        401
+    );
+    assert_eq!(app.login("nobody", "not the password", None).await.0, 401);
+}
+
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn failed_sign_ins_are_rate_limited_per_user_and_address(pool: PgPool) {
+    let app = spawn_app(
+        pool.clone(),
+        config("http://127.0.0.1:9/x", r#""gh-secret""#),
+    )
+    .await;
+    replaysafe::users::add(&pool, "alice", PASSWORD, app::auth::Role::Viewer, false)
+        .await
+        .unwrap();
+    replaysafe::users::add(&pool, "bob", PASSWORD, app::auth::Role::Viewer, false)
+        .await
+        .unwrap();
+    for _ in 0..5 {
+        assert_eq!(app.login("alice", "guess", None).await.0, 401);
+    }
+    // Now even the right password waits: a guesser cannot tell.
+    assert_eq!(app.login("alice", PASSWORD, None).await.0, 429);
+    // Another user from the same address is not locked out by alice's failures...
+    assert_eq!(app.login("bob", PASSWORD, None).await.0, 200);
+    // ...until the address itself has failed too often: 20 refusals in all
+    // (alice's 5 failures and 1 rate-limited try count as well).
+    for n in 0..14 {
+        assert_eq!(app.login(&format!("user{n}"), "guess", None).await.0, 401);
+    }
+    assert_eq!(app.login("bob", PASSWORD, None).await.0, 429);
+    let limited: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM audit_log WHERE action = 'login' AND outcome = 'rate_limited'",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(limited, 2, "refusals are audit-logged");
+}
+
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn a_dead_event_is_requeued_exactly_once_however_many_operators_click(pool: PgPool) {
+    // Refused once (dead at max_attempts = 1), then accepted.
+    let destination = Destination::start(vec![Scripted::status(400)]).await;
+    let app = spawn_app(pool.clone(), config(&destination.url, r#""gh-secret""#)).await;
+    deliver(&app, "d-1", b"gh-secret").await;
+    app.drain().await;
+    assert_eq!(state(&pool, "d-1").await, "dead");
+    let (_, delivery) = first_delivery(&pool, "d-1").await;
+    let operator = app.session("operator").await;
+
+    let clicks = (0..10).map(|_| {
+        let (app, operator) = (&app, &operator);
+        async move {
+            app.server_fn_as(
+                Some(operator),
+                "redeliver",
+                &format!("delivery_id={delivery}"),
+            )
+            .await
+        }
+    });
+    let results = futures_util::future::join_all(clicks).await;
+    let requeued = results
+        .iter()
+        .filter(|(_, r)| r["requeued"] == true)
+        .count();
+    assert_eq!(requeued, 1, "{results:?}");
+    for (status, result) in &results {
+        assert_eq!(*status, 200);
+        if result["requeued"] != true {
+            assert_eq!(result["outcome"], "in_progress", "{result}");
+            assert_eq!(result["message"], "refused: in progress");
+        }
+    }
+    app.drain().await;
+    assert_eq!(state(&pool, "d-1").await, "completed");
+    assert_eq!(
+        destination.count(),
+        2,
+        "one refused attempt, one re-delivered forward"
+    );
+
+    // Completed now: re-delivering is refused, and nothing is forwarded.
+    let (_, again) = app
+        .server_fn_as(
+            Some(&operator),
+            "redeliver",
+            &format!("delivery_id={delivery}"),
+        )
+        .await;
+    assert_eq!(again["message"], "refused: already completed");
+    app.drain().await;
+    assert_eq!(destination.count(), 2);
+
+    // Every re-delivery is a delivery marked with its operator, and audit-logged.
+    let marked: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM deliveries d JOIN users u ON u.id = d.redelivered_by
+         WHERE d.redelivery_of = $1 AND u.username = 'operator-user'",
+    )
+    .bind(delivery)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(marked, 11);
+    let audited: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM audit_log WHERE action = 'redeliver'")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!(audited, 11);
+}
+
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn a_rejected_delivery_that_now_verifies_is_claimed(pool: PgPool) {
+    let destination = Destination::start(vec![]).await;
+    // Signed with a secret the source does not know yet.
+    let app = spawn_app(pool.clone(), config(&destination.url, r#""old-secret""#)).await;
+    assert_eq!(deliver(&app, "r-1", b"new-secret").await, 401);
+    let rejected: i64 = sqlx::query_scalar("SELECT id FROM deliveries WHERE outcome = 'rejected'")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    let operator = app.session("operator").await;
+    let (_, result) = app
+        .server_fn_as(
+            Some(&operator),
+            "redeliver",
+            &format!("delivery_id={rejected}"),
+        )
+        .await;
+    assert_eq!(
+        result["outcome"], "rejected",
+        "still signed with an unknown secret: {result}"
+    );
+
+    // The new secret is rotated in (a restart with the new config): now it verifies.
+    let rotated = spawn_app(
+        pool.clone(),
+        config(&destination.url, r#""old-secret", "new-secret""#),
+    )
+    .await;
+    let operator = rotated.session("operator").await;
+    let (_, result) = rotated
+        .server_fn_as(
+            Some(&operator),
+            "redeliver",
+            &format!("delivery_id={rejected}"),
+        )
+        .await;
+    assert_eq!(result["outcome"], "claimed", "{result}");
+    assert_eq!(result["requeued"], false);
+    rotated.drain().await;
+    assert_eq!(state(&pool, "r-1").await, "completed");
+    assert_eq!(destination.count(), 1);
+}
+
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn forced_reexecution_needs_an_admin_the_typed_key_and_a_reason(pool: PgPool) {
+    let destination = Destination::start(vec![]).await;
+    let app = spawn_app(pool.clone(), config(&destination.url, r#""gh-secret""#)).await;
+    deliver(&app, "f-1", b"gh-secret").await;
+    app.drain().await;
+    assert_eq!(destination.count(), 1);
+    let (event, _) = first_delivery(&pool, "f-1").await;
+    let admin = app.session("admin").await;
+    let operator = app.session("operator").await;
+
+    let (status, _) = app
+        .server_fn_as(
+            Some(&operator),
+            "force",
+            &format!("event_id={event}&confirm_key=f-1&reason=replay"),
+        )
+        .await;
+    assert_eq!(status, 403);
+    let (status, body) = app
+        .server_fn_as(
+            Some(&admin),
+            "force",
+            &format!("event_id={event}&confirm_key=f-2&reason=replay"),
+        )
+        .await;
+    assert_eq!(status, 400, "{body}");
+    let (status, _) = app
+        .server_fn_as(
+            Some(&admin),
+            "force",
+            &format!("event_id={event}&confirm_key=f-1&reason=%20"),
+        )
+        .await;
+    assert_eq!(status, 400, "a reason is required");
+
+    let (status, body) = app
+        .server_fn_as(
+            Some(&admin),
+            "force",
+            &format!("event_id={event}&confirm_key=f-1&reason=ledger+rebuilt"),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    // A second force before it ran is refused: one forced run per completion.
+    let (status, _) = app
+        .server_fn_as(
+            Some(&admin),
+            "force",
+            &format!("event_id={event}&confirm_key=f-1&reason=again"),
+        )
+        .await;
+    assert_eq!(status, 409);
+    app.drain().await;
+    assert_eq!(destination.count(), 2);
+    let forced = destination.received.lock().unwrap().last().unwrap().clone();
+    assert_eq!(forced.headers["x-replaysafe-forced"], "true");
+    assert_eq!(forced.headers["idempotency-key"], "gh:f-1");
+    assert_eq!(state(&pool, "f-1").await, "completed");
+    // Completed again: a provider's duplicate is still not forwarded.
+    deliver(&app, "f-1", b"gh-secret").await;
+    app.drain().await;
+    assert_eq!(destination.count(), 2);
+    let (forced_by, audited): (Option<i64>, i64) = sqlx::query_as(
+        "SELECT (SELECT forced_by FROM attempts WHERE event_id = $1 ORDER BY id DESC LIMIT 1),
+                (SELECT count(*) FROM audit_log WHERE action = 'force' AND outcome = 'forced')",
+    )
+    .bind(event)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert!(forced_by.is_some());
+    assert_eq!(audited, 1);
+}
+
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn bulk_redelivery_applies_the_guard_to_each_dead_event(pool: PgPool) {
+    let destination = Destination::start(vec![Scripted::status(400); 25]).await;
+    let app = spawn_app(pool.clone(), config(&destination.url, r#""gh-secret""#)).await;
+    for i in 0..25 {
+        deliver(&app, &format!("b-{i}"), b"gh-secret").await;
+    }
+    app.drain().await;
+    let operator = app.session("operator").await;
+    let mut after = String::new();
+    let mut outcomes = Vec::new();
+    loop {
+        let (status, step) = app
+            .server_fn_as(
+                Some(&operator),
+                "redeliver-bulk",
+                &format!("filter[reason]=400{after}"),
+            )
+            .await;
+        assert_eq!(status, 200, "{step}");
+        outcomes.extend(
+            step["results"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|r| r["requeued"] == true),
+        );
+        match step["next_after"].as_i64() {
+            Some(next) => after = format!("&after={next}"),
+            None => break,
+        }
+    }
+    assert_eq!(outcomes.len(), 25, "two steps of at most 20");
+    assert!(outcomes.iter().all(|r| *r));
+    app.drain().await;
+    let completed: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM events WHERE state = 'completed'")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!(completed, 25);
+    assert_eq!(destination.count(), 50);
+}
