@@ -42,6 +42,13 @@ destination_secret = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD"
 max_attempts = 3
 
 [[source]]
+slug = "e2e-overview"
+provider = "standard"
+secrets = ["${e2eSources.standardSecret}"]
+destination = "${destinationURL}/hook"
+destination_secret = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD"
+
+[[source]]
 slug = "e2e-storm"
 provider = "standard"
 secrets = ["${e2eSources.standardSecret}"]

@@ -192,7 +192,7 @@ fn Stats(totals: Figures, backlog: crate::api::overview::Backlog) -> impl IntoVi
                 format!("{} duplicates", fmt_count(totals.duplicates)), "stat-duplicates")}
             {stat("Ack latency p50 / p95 / p99", format!("{} / {} / {}",
                 fmt_ms(totals.ack_ms(0.5)), fmt_ms(totals.ack_ms(0.95)), fmt_ms(totals.ack_ms(0.99))),
-                "receipt to answer".into(), "stat-ack")}
+                "receipt to claim written; the commit wait is in /metrics".into(), "stat-ack")}
             {stat("End-to-end p50 / p95 / p99", format!("{} / {} / {}",
                 fmt_ms(totals.e2e_ms(0.5)), fmt_ms(totals.e2e_ms(0.95)), fmt_ms(totals.e2e_ms(0.99))),
                 "first receipt to completed".into(), "stat-e2e")}

@@ -1,0 +1,190 @@
+import { test, expect, Browser } from '@playwright/test';
+import { openHydrated, sendSigned, eventId, signIn, received, Role } from './helpers';
+import { accounts } from '../playwright.config';
+
+/** Sends an event the test destination refuses once: it ends dead-lettered. */
+async function deadEvent(request: any, page: any) {
+  const id = eventId('refuse-once');
+  await sendSigned(request, 'e2e-standard', id, JSON.stringify({ type: 'invoice.failed' }));
+  await expect(async () => {
+    await page.goto(`/deliveries?key=${id}`);
+    await expect(page.getByTestId('deliveries-table')).toBeVisible();
+    const link = page.getByTestId('deliveries-table').getByRole('link', { name: id }).first();
+    await link.click();
+    await expect(page.getByTestId('event-facts')).toContainText('dead-lettered', { timeout: 2_000 });
+  }).toPass({ timeout: 20_000 });
+  return { id, url: page.url() };
+}
+
+async function signedInPage(browser: Browser, role: Role) {
+  const context = await browser.newContext();
+  const page = await context.newPage();
+  await signIn(page, role);
+  return { context, page };
+}
+
+test('pages send an anonymous visitor to sign in, and back after', async ({ page }) => {
+  await page.goto('/deliveries?outcome=rejected');
+  await expect(page).toHaveURL(/\/login\?next=%2Fdeliveries%3Foutcome%3Drejected$/);
+  await expect(page.locator('body[data-hydrated="true"]')).toHaveCount(1, { timeout: 15_000 });
+  await page.getByLabel('Username').fill(accounts.viewer.username);
+  await page.getByLabel('Password').fill('wrong password');
+  await page.getByRole('button', { name: 'Sign in' }).click();
+  await expect(page.getByRole('alert')).toContainText('wrong username or password');
+  await page.getByLabel('Password').fill(accounts.viewer.password);
+  await page.getByRole('button', { name: 'Sign in' }).click();
+  await expect(page).toHaveURL(/\/deliveries\?outcome=rejected$/);
+  await expect(page.getByTestId('whoami')).toContainText('e2e-viewer · viewer');
+
+  await page.getByRole('button', { name: 'Sign out' }).click();
+  await expect(page).toHaveURL(/\/login/);
+  await page.goto('/overview');
+  await expect(page).toHaveURL(/\/login\?next=%2Foverview$/);
+});
+
+test('an operator re-delivers a dead event and watches it complete', async ({ page, request }, testInfo) => {
+  await signIn(page, 'operator');
+  const { id } = await deadEvent(request, page);
+  expect((await received(request, `e2e-standard:${id}`)).count).toBe(1);
+
+  await page.getByTestId('redeliver').first().click();
+  await expect(page.getByTestId('redeliver-result').first()).toContainText('queued again');
+  await expect(async () => {
+    await page.reload();
+    await expect(page.getByTestId('event-facts')).toContainText('completed', { timeout: 2_000 });
+  }).toPass({ timeout: 15_000 });
+  const timeline = page.getByTestId('timeline');
+  await expect(timeline).toContainText('re-delivery');
+  await expect(timeline.locator('li[data-kind="attempt"]').last()).toContainText('HTTP 200');
+  expect((await received(request, `e2e-standard:${id}`)).count).toBe(2);
+  await page.screenshot({ path: testInfo.outputPath('redelivered.png'), fullPage: true });
+
+  // Once completed, the same button is refused by the dedup layer.
+  await page.getByTestId('redeliver').first().click();
+  await expect(page.getByTestId('redeliver-result').first()).toContainText('refused: already completed');
+  expect((await received(request, `e2e-standard:${id}`)).count).toBe(2);
+});
+
+test('two operators press re-deliver at the same moment: the destination gets it once', async ({ browser, page, request }) => {
+  await signIn(page, 'operator');
+  const { id, url } = await deadEvent(request, page);
+  const a = await signedInPage(browser, 'operator');
+  const b = await signedInPage(browser, 'admin');
+  for (const p of [a.page, b.page]) {
+    await openHydrated(p, new URL(url).pathname);
+    await expect(p.getByTestId('redeliver').first()).toBeEnabled();
+  }
+  await Promise.all([a.page.getByTestId('redeliver').first().click(), b.page.getByTestId('redeliver').first().click()]);
+  const results = await Promise.all(
+    [a.page, b.page].map(async (p) => {
+      const result = p.getByTestId('redeliver-result').first();
+      await expect(result).not.toBeEmpty();
+      return result.innerText();
+    }),
+  );
+  expect(results.filter((r) => r.includes('queued again'))).toHaveLength(1);
+  expect(results.filter((r) => /refused: (in progress|already completed)/.test(r))).toHaveLength(1);
+  await expect.poll(async () => (await received(request, `e2e-standard:${id}`)).count, { timeout: 15_000 }).toBe(2);
+  // And it stays at one re-delivered forward.
+  await page.waitForTimeout(2_000);
+  expect((await received(request, `e2e-standard:${id}`)).count).toBe(2);
+  await a.context.close();
+  await b.context.close();
+});
+
+test('a viewer sees no re-deliver control, and the server refuses the call anyway', async ({ page, request }) => {
+  await signIn(page, 'operator');
+  const { url } = await deadEvent(request, page);
+  const delivery = await page.getByTestId('timeline').getByRole('link', { name: 'first delivery' }).getAttribute('href');
+  const deliveryId = delivery!.split('/').pop();
+
+  await page.getByRole('button', { name: 'Sign out' }).click();
+  await signIn(page, 'viewer');
+  await openHydrated(page, new URL(url).pathname);
+  await expect(page.getByTestId('event-facts')).toContainText('dead-lettered');
+  await expect(page.getByTestId('redeliver')).toHaveCount(0);
+  await expect(page.getByTestId('force')).toHaveCount(0);
+
+  // The call the button would make, with the viewer's own session.
+  const origin = new URL(url).origin;
+  const refused = await page.request.post('/api/redeliver', {
+    headers: { origin, 'content-type': 'application/x-www-form-urlencoded' },
+    data: `delivery_id=${deliveryId}`,
+  });
+  expect(refused.status()).toBe(403);
+  expect(await refused.text()).toContain('operator');
+  // Without a session at all: 401; from another site: 403 before anything else.
+  const anonymous = await request.post('/api/redeliver', {
+    headers: { origin, 'content-type': 'application/x-www-form-urlencoded' },
+    data: `delivery_id=${deliveryId}`,
+  });
+  expect(anonymous.status()).toBe(401);
+  const foreign = await page.request.post('/api/redeliver', {
+    headers: { origin: 'https://evil.example', 'content-type': 'application/x-www-form-urlencoded' },
+    data: `delivery_id=${deliveryId}`,
+  });
+  expect(foreign.status()).toBe(403);
+  expect(await foreign.text()).toContain('cross-site');
+});
+
+test('an admin forces a completed event again after typing its key, and the audit log shows it', async ({ page, request }, testInfo) => {
+  await signIn(page, 'admin');
+  const id = eventId('force');
+  await sendSigned(request, 'e2e-standard', id, JSON.stringify({ type: 'ledger.entry' }));
+  await expect(async () => {
+    await page.goto(`/deliveries?key=${id}`);
+    await page.getByTestId('deliveries-table').getByRole('link', { name: id }).first().click();
+    await expect(page.getByTestId('event-facts')).toContainText('completed', { timeout: 2_000 });
+  }).toPass({ timeout: 20_000 });
+  await expect(page.locator('body[data-hydrated="true"]')).toHaveCount(1, { timeout: 15_000 });
+
+  const force = page.getByTestId('force');
+  await force.locator('summary').click();
+  await force.getByLabel('Event key').fill('not-the-key');
+  await force.getByLabel('Reason').fill('ledger rebuilt after incident 42');
+  await force.getByRole('button', { name: 'Force re-execution' }).click();
+  await expect(force.getByRole('alert')).toContainText("type the event's key exactly");
+  expect((await received(request, `e2e-standard:${id}`)).forced).toBe(0);
+
+  await force.getByLabel('Event key').fill(id);
+  await force.getByRole('button', { name: 'Force re-execution' }).click();
+  await expect(force.getByRole('status')).toContainText('forced');
+  await expect.poll(async () => (await received(request, `e2e-standard:${id}`)).forced, { timeout: 15_000 }).toBe(1);
+  expect((await received(request, `e2e-standard:${id}`)).count).toBe(2);
+
+  await page.getByRole('link', { name: 'Audit log' }).click();
+  const row = page.getByTestId('audit-table').locator('tr[data-action="force"]').first();
+  await expect(row).toContainText('e2e-admin');
+  await expect(row).toContainText(id);
+  await expect(row).toContainText('ledger rebuilt after incident 42');
+  await expect(page.getByTestId('audit-table').locator('tr[data-action="login"]').first()).toBeVisible();
+  await page.screenshot({ path: testInfo.outputPath('audit.png'), fullPage: true });
+});
+
+test('an operator pauses and resumes a source; bulk re-delivery shows progress and outcomes', async ({ page, request }) => {
+  await signIn(page, 'operator');
+  await openHydrated(page, '/sources');
+  const row = page.locator('tr[data-slug="e2e-storm"]');
+  await row.getByRole('button', { name: 'Pause e2e-storm' }).click();
+  await expect(row).toContainText('paused');
+  await expect(row).toContainText('set by an operator');
+  await row.getByRole('button', { name: 'Resume e2e-storm' }).click();
+  await expect(row).toContainText('active');
+
+  const ids = [eventId('refuse-once-bulk'), eventId('refuse-once-bulk')];
+  for (const id of ids) await sendSigned(request, 'e2e-standard', id, '{}');
+  await expect(async () => {
+    await openHydrated(page, '/dead');
+    for (const id of ids) await expect(page.getByTestId('dead-table')).toContainText(id, { timeout: 1_000 });
+  }).toPass({ timeout: 20_000 });
+  await page.getByLabel('Reason contains').fill('400');
+  await page.getByTestId('bulk-redeliver').click();
+  await expect(page.getByTestId('bulk-progress')).toContainText('done.', { timeout: 20_000 });
+  for (const id of ids) {
+    await expect(page.getByTestId('bulk-results').locator('li').filter({ hasText: id })).toContainText('queued again');
+    await expect.poll(async () => (await received(request, `e2e-standard:${id}`)).count, { timeout: 15_000 }).toBe(2);
+  }
+  await page.getByRole('link', { name: 'Audit log' }).click();
+  await expect(page.getByTestId('audit-table').locator('tr[data-action="redeliver.bulk"]').first()).toBeVisible();
+  await expect(page.getByTestId('audit-table').locator('tr[data-action="source.pause"]').first()).toContainText('e2e-operator');
+});
