@@ -222,6 +222,10 @@ async fn serve(config: Config, args: ServeArgs) -> Result<(), CliError> {
                 return;
             }
             let rollup = tokio::spawn(crate::rollup::run(pool.clone(), shutdown.clone()));
+            let sessions = tokio::spawn(crate::gate::delete_expired_sessions(
+                pool.clone(),
+                shutdown.clone(),
+            ));
             let mut workers = crate::processing::worker::Workers::new(pool, config, wake)
                 .spawn(args.workers, shutdown);
             tracing::info!(
@@ -231,6 +235,7 @@ async fn serve(config: Config, args: ServeArgs) -> Result<(), CliError> {
             );
             while workers.join_next().await.is_some() {}
             let _ = rollup.await;
+            let _ = sessions.await;
         }
     });
     tokio::select! {

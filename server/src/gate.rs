@@ -36,6 +36,24 @@ pub fn session_layer(config: &Config, store: PostgresStore) -> SessionManagerLay
         ))
 }
 
+/// Removes expired sessions hourly, so the table holds live sessions only.
+pub async fn delete_expired_sessions(
+    pool: sqlx::PgPool,
+    shutdown: tokio_util::sync::CancellationToken,
+) {
+    use tower_sessions::ExpiredDeletion;
+    let store = PostgresStore::new(pool);
+    loop {
+        if let Err(e) = store.delete_expired().await {
+            tracing::warn!(error = %e, "could not delete expired sessions; retrying later");
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(std::time::Duration::from_secs(3600)) => {}
+        }
+    }
+}
+
 /// `scheme://host[:port]` reduced to `host[:port]`.
 fn authority(url: &str) -> Option<&str> {
     let rest = url.split_once("://")?.1;
