@@ -218,6 +218,8 @@ async fn cross_site_requests_are_refused(pool: PgPool) {
     };
     assert!(cookie_header.contains("HttpOnly"), "{cookie_header}");
     assert!(cookie_header.contains("SameSite=Strict"), "{cookie_header}");
+    // Idle expiry: the session lives `session_idle_minutes` (480) past the last request.
+    assert!(cookie_header.contains("Max-Age=28800"), "{cookie_header}");
 }
 
 #[sqlx::test(migrator = "MIGRATOR")]
