@@ -128,6 +128,12 @@ pub mod ssr {
     }
 
     pub async fn session_user() -> Result<Option<CurrentUser>, ServerFnError> {
+        // The gate already looked the user up for this request.
+        let checked = use_context::<http::request::Parts>()
+            .and_then(|parts| parts.extensions.get::<CurrentUser>().cloned());
+        if let Some(user) = checked {
+            return Ok(Some(user));
+        }
         let pool = pool()?;
         let session = session().await?;
         user_of(&pool, &session).await.map_err(db_error)

@@ -80,7 +80,7 @@ pub fn same_origin(headers: &HeaderMap, public_url: &str) -> bool {
 pub async fn gate(
     State(state): State<AppState>,
     session: Session,
-    request: Request,
+    mut request: Request,
     next: Next,
 ) -> Response {
     let path = request.uri().path().to_owned();
@@ -96,7 +96,11 @@ pub async fn gate(
         return next.run(request).await;
     }
     match app::auth::ssr::user_of(&state.pool, &session).await {
-        Ok(Some(_)) => next.run(request).await,
+        Ok(Some(user)) => {
+            // Server functions read it from here instead of asking again.
+            request.extensions_mut().insert(user);
+            next.run(request).await
+        }
         Ok(None) if path.starts_with("/api/") => {
             (StatusCode::UNAUTHORIZED, "sign in first").into_response()
         }

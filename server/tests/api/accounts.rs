@@ -2,9 +2,7 @@
 //! what, sign-in and its limits, cross-site refusal, and the dedup layer's
 //! verdict on re-deliveries and forced re-executions.
 
-use hmac::{Hmac, Mac};
 use replaysafe::db::MIGRATOR;
-use sha2::Sha256;
 use sqlx::PgPool;
 
 use crate::helpers::{spawn_app, test_config, Destination, Scripted, TestApp, PASSWORD};
@@ -26,24 +24,8 @@ max_attempts = 1
 }
 
 async fn deliver(app: &TestApp, id: &str, secret: &[u8]) -> u16 {
-    let body = format!(r#"{{"id":"{id}"}}"#);
-    let mut mac = Hmac::<Sha256>::new_from_slice(secret).unwrap();
-    mac.update(body.as_bytes());
-    app.client
-        .post(app.url("/hooks/gh"))
-        .header("content-type", "application/json")
-        .header("x-github-event", "push")
-        .header("x-github-delivery", id)
-        .header(
-            "x-hub-signature-256",
-            format!("sha256={}", hex::encode(mac.finalize().into_bytes())),
-        )
-        .body(body)
-        .send()
+    app.github_delivery("gh", id, &format!(r#"{{"id":"{id}"}}"#), secret)
         .await
-        .unwrap()
-        .status()
-        .as_u16()
 }
 
 async fn first_delivery(pool: &PgPool, key: &str) -> (i64, i64) {

@@ -1,9 +1,7 @@
 //! The dashboard's data: rollups that count every row once, the server
 //! functions behind each page, and `/metrics`.
 
-use hmac::{Hmac, Mac};
 use replaysafe::db::MIGRATOR;
-use sha2::Sha256;
 use sqlx::PgPool;
 
 use crate::helpers::{spawn_app, test_config, Destination, Scripted, TestApp};
@@ -25,23 +23,7 @@ max_attempts = 2
 }
 
 async fn deliver(app: &TestApp, slug: &str, id: &str, body: &str, secret: &[u8]) -> u16 {
-    let mut mac = Hmac::<Sha256>::new_from_slice(secret).unwrap();
-    mac.update(body.as_bytes());
-    app.client
-        .post(app.url(&format!("/hooks/{slug}")))
-        .header("content-type", "application/json")
-        .header("x-github-event", "push")
-        .header("x-github-delivery", id)
-        .header(
-            "x-hub-signature-256",
-            format!("sha256={}", hex::encode(mac.finalize().into_bytes())),
-        )
-        .body(body.to_owned())
-        .send()
-        .await
-        .unwrap()
-        .status()
-        .as_u16()
+    app.github_delivery(slug, id, body, secret).await
 }
 
 #[derive(Debug, PartialEq, sqlx::FromRow)]

@@ -391,6 +391,31 @@ impl TestApp {
     }
 }
 
+impl TestApp {
+    /// A GitHub `push` delivery to `/hooks/{slug}`, signed with `secret` as
+    /// GitHub signs it; returns the status the receiver answered.
+    pub async fn github_delivery(&self, slug: &str, id: &str, body: &str, secret: &[u8]) -> u16 {
+        use hmac::Mac;
+        let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(secret).unwrap();
+        mac.update(body.as_bytes());
+        self.client
+            .post(self.url(&format!("/hooks/{slug}")))
+            .header("content-type", "application/json")
+            .header("x-github-event", "push")
+            .header("x-github-delivery", id)
+            .header(
+                "x-hub-signature-256",
+                format!("sha256={}", hex::encode(mac.finalize().into_bytes())),
+            )
+            .body(body.to_owned())
+            .send()
+            .await
+            .unwrap()
+            .status()
+            .as_u16()
+    }
+}
+
 /// `replaysafe_session=...` from a response's Set-Cookie, if set.
 pub fn session_cookie(headers: &reqwest::header::HeaderMap) -> Option<String> {
     headers
