@@ -3,7 +3,11 @@ use clap::Parser;
 fn main() -> std::process::ExitCode {
     replaysafe::telemetry::init();
     let cli = replaysafe::cli::Cli::parse();
-    let runtime = tokio::runtime::Runtime::new().expect("starting the tokio runtime");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(cli.runtime_threads())
+        .enable_all()
+        .build()
+        .expect("starting the tokio runtime");
     match runtime.block_on(replaysafe::cli::run(cli)) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {

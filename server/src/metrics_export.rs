@@ -28,6 +28,11 @@ pub fn install() -> &'static PrometheusHandle {
         let recorder = PrometheusBuilder::new()
             .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), SECONDS_BUCKETS)
             .expect("bucket list is not empty")
+            .set_buckets_for_metric(
+                Matcher::Full("replaysafe_claim_batch_size".into()),
+                &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0],
+            )
+            .expect("bucket list is not empty")
             .build_recorder();
         let handle = recorder.handle();
         if metrics::set_global_recorder(recorder).is_err() {
@@ -55,6 +60,15 @@ fn describe() {
         "replaysafe_ack_seconds",
         metrics::Unit::Seconds,
         "Time from receipt to the answer given to the provider"
+    );
+    metrics::describe_histogram!(
+        "replaysafe_claim_batch_size",
+        "Deliveries claimed together in one shared commit"
+    );
+    metrics::describe_histogram!(
+        "replaysafe_claim_commit_seconds",
+        metrics::Unit::Seconds,
+        "One shared claim commit, from sending its statement to its durable commit"
     );
     metrics::describe_counter!(
         "replaysafe_attempts_total",

@@ -21,8 +21,10 @@ use crate::db;
 use crate::processing::retry::RetryPolicy;
 use crate::receiver::batch::ClaimBatcher;
 
-/// Transactions committing claims at once; each carries a batch.
-pub const CLAIM_COMMITTERS: usize = 4;
+/// Transactions committing claims at once; each carries a batch. Two let a
+/// batch stuck on a row lock leave the other committing; more only split the
+/// same deliveries into smaller batches, one disk sync each.
+pub const CLAIM_COMMITTERS: usize = 2;
 
 /// The name cargo-leptos gives the wasm, JS and CSS bundle (`output-name`).
 pub const SITE_OUTPUT_NAME: &str = "replaysafe";

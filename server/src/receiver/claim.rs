@@ -94,7 +94,6 @@ pub struct Claimed {
     pub outcome: Outcome,
     pub event_id: i64,
     pub delivery_id: i64,
-    pub receive_count: i32,
     /// Sync mode: the destination's stored answer, returned to duplicates.
     pub stored_response: Option<StoredResponse>,
 }
@@ -114,14 +113,7 @@ pub struct SyncLease {
     pub secs: f64,
 }
 
-type Duplicate = (
-    i64,
-    String,
-    i32,
-    Option<i16>,
-    Option<String>,
-    Option<Vec<u8>>,
-);
+type Duplicate = (i64, String, Option<i16>, Option<String>, Option<Vec<u8>>);
 
 /// Records a verified delivery and claims its key, in one transaction.
 #[tracing::instrument(name = "claim", skip_all)]
@@ -190,18 +182,18 @@ pub async fn claim_in(
     // An operator's re-delivery of a dead event queues it again: the row
     // lock makes exactly one of any number of concurrent re-deliveries win.
     if let (None, Some(_)) = (won, d.redelivery) {
-        let revived: Option<(i64, i32)> = sqlx::query_as(
+        let revived: Option<i64> = sqlx::query_scalar(
             "UPDATE events SET state = 'queued', state_changed_at = now(), next_attempt_at = now(),
                  attempt_count = 0, dead_reason = NULL, last_error = NULL,
                  receive_count = receive_count + 1, last_seen_at = now()
              WHERE source = $1 AND idem_key = $2 AND state = 'dead'
-             RETURNING id, receive_count",
+             RETURNING id",
         )
         .bind(d.source)
         .bind(key)
         .fetch_optional(&mut *tx)
         .await?;
-        if let Some((event_id, receive_count)) = revived {
+        if let Some(event_id) = revived {
             let status = Outcome::Claimed.status(mode);
             let delivery_id =
                 insert_delivery(tx, d, Some(event_id), Outcome::Claimed, status).await?;
@@ -209,7 +201,6 @@ pub async fn claim_in(
                 outcome: Outcome::Claimed,
                 event_id,
                 delivery_id,
-                receive_count,
                 stored_response: None,
             });
         }
@@ -220,18 +211,16 @@ pub async fn claim_in(
             outcome: Outcome::Claimed,
             event_id,
             delivery_id,
-            receive_count: 1,
             stored_response: None,
         },
         None => {
             // A duplicate. This statement sees the claim that beat us: the
             // insert above waited for it to commit. In sync mode it takes the
             // claim over when the holder's lease expired or its try failed.
-            let (event_id, state, receive_count, status, content_type, body): Duplicate =
-                sqlx::query_as(
-                    // The takeover test reads the row's latest version (row-locked
-                    // update), so two duplicates can never both take over.
-                    "UPDATE events SET receive_count = receive_count + 1, last_seen_at = now(),
+            let (event_id, state, status, content_type, body): Duplicate = sqlx::query_as(
+                // The takeover test reads the row's latest version (row-locked
+                // update), so two duplicates can never both take over.
+                "UPDATE events SET receive_count = receive_count + 1, last_seen_at = now(),
                          state = CASE WHEN $3::text IS NOT NULL AND (state = 'retrying'
                                       OR (state = 'processing' AND lease_expires_at < now()))
                                  THEN 'processing' ELSE state END,
@@ -243,14 +232,14 @@ pub async fn claim_in(
                                  THEN $3 ELSE lease_owner END
                      WHERE source = $1 AND idem_key = $2
                      RETURNING id, CASE WHEN lease_owner = $3 THEN 'taken_over' ELSE state END,
-                               receive_count, response_status, response_content_type, response_body",
-                )
-                .bind(d.source)
-                .bind(key)
-                .bind(owner)
-                .bind(lease_secs)
-                .fetch_one(&mut *tx)
-                .await?;
+                               response_status, response_content_type, response_body",
+            )
+            .bind(d.source)
+            .bind(key)
+            .bind(owner)
+            .bind(lease_secs)
+            .fetch_one(&mut *tx)
+            .await?;
             let outcome = match state.as_str() {
                 "taken_over" => Outcome::Claimed,
                 other => Outcome::of_event_state(other),
@@ -273,7 +262,6 @@ pub async fn claim_in(
                 outcome,
                 event_id,
                 delivery_id,
-                receive_count,
                 stored_response,
             }
         }

@@ -599,3 +599,86 @@ async fn batched_claims_claim_each_key_once(pool: PgPool) {
     .await;
     assert_eq!(mismatched, 0);
 }
+
+/// Two batchers on one database (as two server processes), two committers
+/// each, claiming the same keys in opposite orders: every key is claimed
+/// once, every copy is recorded and counted, and no batch fails (a deadlock
+/// between batches would answer 503). A duplicate's outcome is its event's
+/// state, whether the copy came in the same batch as the claim or later.
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn concurrent_batches_never_deadlock_and_count_every_copy(pool: PgPool) {
+    use replaysafe::receiver::batch::{ClaimBatcher, PendingClaim};
+    use replaysafe::receiver::claim::Outcome;
+    replaysafe::db::sync_sources(&pool, &config())
+        .await
+        .unwrap();
+    let pending = |key: usize| PendingClaim {
+        source: "std".into(),
+        idem_key: format!("key-{key:02}"),
+        verification: "test".into(),
+        query: None,
+        content_type: None,
+        headers: serde_json::json!([]),
+        body: b"{}".to_vec(),
+        remote_addr: None,
+        started: std::time::Instant::now(),
+    };
+    let (a, b) = (
+        ClaimBatcher::start(pool.clone(), 2),
+        ClaimBatcher::start(pool.clone(), 2),
+    );
+    let mut claims = Vec::new();
+    for round in 0..10 {
+        for key in 0..20 {
+            claims.push(a.claim(pending(key)));
+            claims.push(b.claim(pending(if round % 2 == 0 { 19 - key } else { key })));
+        }
+    }
+    let results = futures_util::future::join_all(claims).await;
+    let outcomes: Vec<Outcome> = results
+        .into_iter()
+        .map(|r| r.expect("no batch failed").outcome)
+        .collect();
+    assert_eq!(
+        outcomes.iter().filter(|&&o| o == Outcome::Claimed).count(),
+        20
+    );
+    assert!(outcomes
+        .iter()
+        .all(|&o| o == Outcome::Claimed || o == Outcome::InProgress));
+    assert_eq!(count(&pool, "SELECT count(*) FROM events").await, 20);
+    assert_eq!(
+        count(&pool, "SELECT sum(receive_count)::bigint FROM events").await,
+        400
+    );
+    assert_eq!(count(&pool, "SELECT count(*) FROM deliveries").await, 400);
+
+    // Settled events: a later copy reports the event's state.
+    sqlx::query("UPDATE events SET state = 'completed' WHERE idem_key = 'key-00'")
+        .execute(&pool)
+        .await
+        .unwrap();
+    sqlx::query("UPDATE events SET state = 'dead' WHERE idem_key = 'key-01'")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let later = futures_util::future::join_all([
+        a.claim(pending(0)),
+        a.claim(pending(1)),
+        a.claim(pending(0)),
+    ])
+    .await;
+    let later: Vec<Outcome> = later.into_iter().map(|r| r.unwrap().outcome).collect();
+    assert_eq!(
+        later,
+        [Outcome::Completed, Outcome::Dead, Outcome::Completed]
+    );
+    assert_eq!(
+        count(
+            &pool,
+            "SELECT receive_count::bigint FROM events WHERE idem_key = 'key-00'"
+        )
+        .await,
+        22
+    );
+}
