@@ -25,6 +25,7 @@ const GATHER: usize = 8;
 /// The longest a small batch waits for another one in flight: a batch stuck
 /// on a row lock must not hold the rest back for long.
 const GATHER_WAIT: Duration = Duration::from_millis(10);
+
 /// The longest a batch's statement may take before its deliveries are
 /// answered 503 (the provider retries): connecting plus this stays under the
 /// spec's 5 s for an unreachable database.

@@ -545,26 +545,31 @@ platform_keys = {{ "5157F09EFDC096DE15EBE81A47057A7232F1B8E1" = """{}""" }}
     assert!(reason.contains("probe"), "{reason}");
 }
 
+/// A verified delivery of source `std` for the batcher, its key in its body.
+fn pending_claim(idem_key: String) -> replaysafe::receiver::batch::PendingClaim {
+    replaysafe::receiver::batch::PendingClaim {
+        source: "std".into(),
+        verification: "test".into(),
+        query: None,
+        content_type: Some("application/json".into()),
+        headers: serde_json::json!([["webhook-id", idem_key]]),
+        body: format!("{{\"k\":\"{idem_key}\"}}").into_bytes(),
+        idem_key,
+        remote_addr: None,
+        started: std::time::Instant::now(),
+    }
+}
+
 /// The group-commit batcher directly: duplicates inside one batch, duplicates
 /// of stored events, and one claim per key whatever the interleaving.
 #[sqlx::test(migrator = "MIGRATOR")]
 async fn batched_claims_claim_each_key_once(pool: PgPool) {
-    use replaysafe::receiver::batch::{ClaimBatcher, PendingClaim};
+    use replaysafe::receiver::batch::ClaimBatcher;
     replaysafe::db::sync_sources(&pool, &config())
         .await
         .unwrap();
     let batcher = ClaimBatcher::start(pool.clone(), 1);
-    let pending = |key: usize| PendingClaim {
-        source: "std".into(),
-        idem_key: format!("key-{key}"),
-        verification: "test".into(),
-        query: None,
-        content_type: Some("application/json".into()),
-        headers: serde_json::json!([["webhook-id", format!("key-{key}")]]),
-        body: format!("{{\"k\":{key}}}").into_bytes(),
-        remote_addr: None,
-        started: std::time::Instant::now(),
-    };
+    let pending = |key: usize| pending_claim(format!("key-{key}"));
     for round in 0..2 {
         let claims = (0..50).map(|i| batcher.claim(pending(i % 10)));
         let results = futures_util::future::join_all(claims).await;
@@ -607,22 +612,12 @@ async fn batched_claims_claim_each_key_once(pool: PgPool) {
 /// state, whether the copy came in the same batch as the claim or later.
 #[sqlx::test(migrator = "MIGRATOR")]
 async fn concurrent_batches_never_deadlock_and_count_every_copy(pool: PgPool) {
-    use replaysafe::receiver::batch::{ClaimBatcher, PendingClaim};
+    use replaysafe::receiver::batch::ClaimBatcher;
     use replaysafe::receiver::claim::Outcome;
     replaysafe::db::sync_sources(&pool, &config())
         .await
         .unwrap();
-    let pending = |key: usize| PendingClaim {
-        source: "std".into(),
-        idem_key: format!("key-{key:02}"),
-        verification: "test".into(),
-        query: None,
-        content_type: None,
-        headers: serde_json::json!([]),
-        body: b"{}".to_vec(),
-        remote_addr: None,
-        started: std::time::Instant::now(),
-    };
+    let pending = |key: usize| pending_claim(format!("key-{key:02}"));
     let (a, b) = (
         ClaimBatcher::start(pool.clone(), 2),
         ClaimBatcher::start(pool.clone(), 2),
