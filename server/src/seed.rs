@@ -166,7 +166,7 @@ pub async fn run(config: &Config, pool: &PgPool, args: SeedArgs) -> Result<(), S
     sqlx::query("DELETE FROM minute_stats")
         .execute(pool)
         .await?;
-    sqlx::query("UPDATE rollup_progress SET last_id = 0, pending_id = 0, pending_at = now()")
+    sqlx::query("UPDATE rollup_progress SET last_id = 0")
         .execute(pool)
         .await?;
     crate::rollup::fold_all(pool).await?;
