@@ -385,3 +385,42 @@ async fn metrics_are_prometheus_text_with_outcomes_latency_and_backlog(pool: PgP
         );
     }
 }
+
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn a_backlog_is_folded_in_bounded_steps_and_only_once_settled(pool: PgPool) {
+    // More than two folds' worth of rows (a fold takes at most 20,000 ids).
+    sqlx::query(
+        "INSERT INTO deliveries (source, outcome, http_status, verified, headers, body_size, ack_micros)
+         SELECT 'gh', 'rejected', 401, false, '[]', 0, 1500 FROM generate_series(1, 45000)",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let mut rollup = replaysafe::rollup::Rollup::default();
+    let first = rollup
+        .step(&pool, replaysafe::rollup::SETTLE)
+        .await
+        .unwrap();
+    assert_eq!(first.deliveries, 0, "nothing is folded before it settled");
+    let one_step = replaysafe::rollup::Rollup::default()
+        .step(&pool, std::time::Duration::ZERO)
+        .await
+        .unwrap();
+    assert_eq!(one_step.deliveries, 20000, "one fold is bounded");
+    let rest = replaysafe::rollup::fold_all(&pool).await.unwrap();
+    assert_eq!(rest.deliveries, 25000);
+    let (deliveries, bad_signature, last_id, max_id): (i64, i64, i64, i64) = sqlx::query_as(
+        "SELECT (SELECT sum(deliveries)::bigint FROM minute_stats),
+                (SELECT sum(bad_signature)::bigint FROM minute_stats),
+                (SELECT last_id FROM rollup_progress WHERE name = 'deliveries'),
+                (SELECT max(id) FROM deliveries)",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!((deliveries, bad_signature), (45000, 45000));
+    assert_eq!(last_id, max_id);
+    // The process that noted the ids earlier finds them folded: nothing twice.
+    let later = rollup.step(&pool, std::time::Duration::ZERO).await.unwrap();
+    assert_eq!(later.deliveries, 0);
+}
