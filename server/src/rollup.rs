@@ -102,35 +102,68 @@ pub async fn fold_all(pool: &PgPool) -> Result<Folded, sqlx::Error> {
     }
 }
 
-type Tx = sqlx::Transaction<'static, sqlx::Postgres>;
-
-/// Locks a table's progress row and returns how far it is folded.
-async fn lock_progress(tx: &mut Tx, table: &str) -> Result<i64, sqlx::Error> {
-    sqlx::query_scalar("SELECT last_id FROM rollup_progress WHERE name = $1 FOR UPDATE")
-        .bind(table)
-        .fetch_one(&mut **tx)
-        .await
-}
-
-async fn set_progress(tx: &mut Tx, table: &str, folded: i64) -> Result<(), sqlx::Error> {
-    sqlx::query("UPDATE rollup_progress SET last_id = $1 WHERE name = $2")
-        .bind(folded)
-        .bind(table)
-        .execute(&mut **tx)
-        .await?;
-    Ok(())
-}
-
-async fn fold_deliveries(pool: &PgPool, settling: &mut Settling) -> Result<u64, sqlx::Error> {
-    if settling.ripe <= settling.folded {
+/// Folds `table`'s ids after its progress up to `target` (at most `CHUNK`
+/// of them) with `statement` ($1 after, $2 up to, $3 latency bounds, $4
+/// bucket count), under the progress row's lock so each id counts once.
+async fn fold_range(
+    pool: &PgPool,
+    table: &'static str,
+    statement: &'static str,
+    target: i64,
+    settling: &mut Settling,
+) -> Result<u64, sqlx::Error> {
+    if target <= settling.folded {
         return Ok(0);
     }
     let mut tx = pool.begin().await?;
-    let last_id = lock_progress(&mut tx, "deliveries").await?;
-    let upto = settling.ripe.min(last_id + CHUNK);
+    let last_id: i64 =
+        sqlx::query_scalar("SELECT last_id FROM rollup_progress WHERE name = $1 FOR UPDATE")
+            .bind(table)
+            .fetch_one(&mut *tx)
+            .await?;
+    let upto = target.min(last_id + CHUNK);
     let folded = if upto > last_id {
-        sqlx::query(
-            "INSERT INTO minute_stats AS m (source, minute, deliveries, claimed, completed,
+        sqlx::query(statement)
+            .bind(last_id)
+            .bind(upto)
+            .bind(LATENCY_BOUNDS_MS)
+            .bind(bucket_count())
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("UPDATE rollup_progress SET last_id = $1 WHERE name = $2")
+            .bind(upto)
+            .bind(table)
+            .execute(&mut *tx)
+            .await?;
+        (upto - last_id) as u64
+    } else {
+        0
+    };
+    tx.commit().await?;
+    settling.folded = upto.max(last_id);
+    Ok(folded)
+}
+
+async fn fold_deliveries(pool: &PgPool, settling: &mut Settling) -> Result<u64, sqlx::Error> {
+    fold_range(pool, "deliveries", FOLD_DELIVERIES, settling.ripe, settling).await
+}
+
+/// Attempts are folded in once finished; the fold stops below the oldest
+/// attempt still running (a finished attempt stays finished, so reading that
+/// before taking the lock is safe).
+async fn fold_attempts(pool: &PgPool, settling: &mut Settling) -> Result<u64, sqlx::Error> {
+    if settling.ripe <= settling.folded {
+        return Ok(0);
+    }
+    let open: Option<i64> =
+        sqlx::query_scalar("SELECT min(id) FROM attempts WHERE finished_at IS NULL")
+            .fetch_one(pool)
+            .await?;
+    let target = open.map_or(settling.ripe, |open| settling.ripe.min(open - 1));
+    fold_range(pool, "attempts", FOLD_ATTEMPTS, target, settling).await
+}
+
+const FOLD_DELIVERIES: &str = "INSERT INTO minute_stats AS m (source, minute, deliveries, claimed, completed,
                  in_progress, dead, rejected, bad_signature, redeliveries, ack_hist,
                  first_delivery_id, last_delivery_id, e2e_hist)
              SELECT source, minute, sum(n), sum(claimed), sum(completed), sum(in_progress),
@@ -162,45 +195,9 @@ async fn fold_deliveries(pool: &PgPool, settling: &mut Settling) -> Result<u64, 
                  redeliveries = m.redeliveries + EXCLUDED.redeliveries,
                  ack_hist = histogram_add(m.ack_hist, EXCLUDED.ack_hist),
                  first_delivery_id = least(m.first_delivery_id, EXCLUDED.first_delivery_id),
-                 last_delivery_id = greatest(m.last_delivery_id, EXCLUDED.last_delivery_id)",
-        )
-        .bind(last_id)
-        .bind(upto)
-        .bind(LATENCY_BOUNDS_MS)
-        .bind(bucket_count())
-        .execute(&mut *tx)
-        .await?;
-        set_progress(&mut tx, "deliveries", upto).await?;
-        (upto - last_id) as u64
-    } else {
-        0
-    };
-    tx.commit().await?;
-    settling.folded = upto.max(last_id);
-    Ok(folded)
-}
+                 last_delivery_id = greatest(m.last_delivery_id, EXCLUDED.last_delivery_id)";
 
-/// Attempts are folded in once finished; the fold stops below the oldest
-/// attempt still running (a finished attempt stays finished, so reading that
-/// before taking the lock is safe).
-async fn fold_attempts(pool: &PgPool, settling: &mut Settling) -> Result<u64, sqlx::Error> {
-    if settling.ripe <= settling.folded {
-        return Ok(0);
-    }
-    let open: Option<i64> =
-        sqlx::query_scalar("SELECT min(id) FROM attempts WHERE finished_at IS NULL")
-            .fetch_one(pool)
-            .await?;
-    let target = open.map_or(settling.ripe, |open| settling.ripe.min(open - 1));
-    if target <= settling.folded {
-        return Ok(0);
-    }
-    let mut tx = pool.begin().await?;
-    let last_id = lock_progress(&mut tx, "attempts").await?;
-    let upto = target.min(last_id + CHUNK);
-    let folded = if upto > last_id {
-        sqlx::query(
-            "INSERT INTO minute_stats AS m (source, minute, attempts, attempts_failed,
+const FOLD_ATTEMPTS: &str = "INSERT INTO minute_stats AS m (source, minute, attempts, attempts_failed,
                  events_completed, events_dead, e2e_hist, ack_hist)
              SELECT source, minute, sum(n), sum(failed), sum(completed), sum(dead),
                     histogram_of(array_agg(bucket) FILTER (WHERE completed > 0),
@@ -223,23 +220,7 @@ async fn fold_attempts(pool: &PgPool, settling: &mut Settling) -> Result<u64, sq
                  attempts_failed = m.attempts_failed + EXCLUDED.attempts_failed,
                  events_completed = m.events_completed + EXCLUDED.events_completed,
                  events_dead = m.events_dead + EXCLUDED.events_dead,
-                 e2e_hist = histogram_add(m.e2e_hist, EXCLUDED.e2e_hist)",
-        )
-        .bind(last_id)
-        .bind(upto)
-        .bind(LATENCY_BOUNDS_MS)
-        .bind(bucket_count())
-        .execute(&mut *tx)
-        .await?;
-        set_progress(&mut tx, "attempts", upto).await?;
-        (upto - last_id) as u64
-    } else {
-        0
-    };
-    tx.commit().await?;
-    settling.folded = upto.max(last_id);
-    Ok(folded)
-}
+                 e2e_hist = histogram_add(m.e2e_hist, EXCLUDED.e2e_hist)";
 
 /// Folds every `INTERVAL` until shutdown; errors are logged and retried.
 pub async fn run(pool: PgPool, shutdown: CancellationToken) {
