@@ -94,6 +94,10 @@ function record(i, status, headers, body) {
   else tally.other++;
 }
 
+// The answer headers the tally reads, with the text that finds each one.
+const WANTED = ['transfer-encoding', 'content-length', 'connection', 'x-replaysafe-outcome']
+  .map((name) => [name, `\r\n${name}:`]);
+
 // One keep-alive connection with at most one request in flight (no pipelining).
 class Conn {
   constructor() {
@@ -123,18 +127,13 @@ class Conn {
       const b = this.buf;
       const status = (b[9] - 48) * 100 + (b[10] - 48) * 10 + (b[11] - 48);
       const head = b.toString('latin1', 0, end).toLowerCase();
-      const header = (name) => {
-        const k = head.indexOf(`\r\n${name}:`);
-        if (k < 0) return undefined;
-        const e = head.indexOf('\r\n', k + 2);
-        return head.slice(k + name.length + 3, e < 0 ? head.length : e).trim();
-      };
-      const headers = {
-        'transfer-encoding': header('transfer-encoding'),
-        'content-length': header('content-length'),
-        connection: header('connection'),
-        'x-replaysafe-outcome': header('x-replaysafe-outcome'),
-      };
+      const headers = {};
+      for (const [name, needle] of WANTED) {
+        const k = head.indexOf(needle);
+        if (k < 0) continue;
+        const e = head.indexOf('\r\n', k + needle.length);
+        headers[name] = head.slice(k + needle.length, e < 0 ? head.length : e).trim();
+      }
       let body, rest;
       if (headers['transfer-encoding'] && /chunked/i.test(headers['transfer-encoding'])) {
         const parts = []; let p = end + 4;
