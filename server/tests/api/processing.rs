@@ -373,6 +373,65 @@ async fn retention_prunes_only_what_is_due(pool: PgPool) {
     );
 }
 
+/// Retention prunes an original that was re-delivered; the re-delivery
+/// stays marked as one (a foreign key used to null the mark, scanning the
+/// whole table for every pruned row).
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn pruning_an_original_keeps_its_redelivery_marked(pool: PgPool) {
+    let original: i64 = sqlx::query_scalar(
+        "INSERT INTO deliveries (source, outcome, http_status, verified, headers, body_size, received_at)
+         VALUES ('gh', 'rejected', 401, false, '{}', 0, now() - interval '40 days') RETURNING id",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    let redelivery: i64 = sqlx::query_scalar(
+        "INSERT INTO deliveries (source, outcome, http_status, verified, headers, body_size, redelivery_of)
+         VALUES ('gh', 'rejected', 401, false, '{}', 0, $1) RETURNING id",
+    )
+    .bind(original)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+
+    let pruned = replaysafe::retention::prune(&pool, 30, 30).await.unwrap();
+    assert_eq!(pruned.deliveries, 1);
+    let left: Vec<(i64, Option<i64>)> =
+        sqlx::query_as("SELECT id, redelivery_of FROM deliveries ORDER BY id")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    assert_eq!(left, [(redelivery, Some(original))]);
+}
+
+/// A foreign key into a table retention prunes needs an index on its
+/// columns: without one, every pruned row scans the referencing table.
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn every_foreign_key_into_a_pruned_table_is_indexed(pool: PgPool) {
+    let unindexed: Vec<String> = sqlx::query_scalar(
+        "SELECT c.conname::text FROM pg_constraint c
+         WHERE c.contype = 'f' AND c.confrelid IN ('deliveries'::regclass, 'events'::regclass)
+           AND NOT EXISTS (
+               SELECT 1 FROM pg_index i
+               WHERE i.indrelid = c.conrelid
+                 AND (string_to_array(i.indkey::text, ' ')::int2[])[1:cardinality(c.conkey)] = c.conkey)
+         ORDER BY 1",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(unindexed, Vec::<String>::new());
+    // The rule is live: attempts.event_id is such a key, and it is indexed.
+    let checked: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM pg_constraint
+         WHERE contype = 'f' AND confrelid IN ('deliveries'::regclass, 'events'::regclass)",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert!(checked >= 1);
+}
+
 fn sync_config(destination: &str) -> replaysafe::config::Config {
     test_config(
         &format!(
