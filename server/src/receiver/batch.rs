@@ -45,7 +45,7 @@ pub struct PendingClaim {
 }
 
 /// One answered delivery: its place in the batch, delivery id, event id, outcome.
-type Answered = (i32, i64, i64, String);
+type Answered = (i64, i64, i64, String);
 
 type Job = (PendingClaim, oneshot::Sender<Result<Claimed, sqlx::Error>>);
 
@@ -286,9 +286,31 @@ impl Committer {
 async fn commit_batch(connection: &mut Committer, shared: &Shared, batch: Vec<Job>) {
     let (pending, replies): (Vec<PendingClaim>, Vec<_>) = batch.into_iter().unzip();
     let n = pending.len();
-    let ord: Vec<i32> = (0..n as i32).collect();
+    // The batch's distinct keys in one fixed order: every batch locks its
+    // keys in that order, so two batches never deadlock.
+    let mut keys: Vec<(&str, &str)> = pending
+        .iter()
+        .map(|p| (p.source.as_str(), p.idem_key.as_str()))
+        .collect();
+    keys.sort_unstable();
+    keys.dedup();
+    let key_of = |p: &PendingClaim| {
+        keys.binary_search(&(p.source.as_str(), p.idem_key.as_str()))
+            .expect("every delivery's key is among the keys")
+    };
+    let mut key_copies = vec![0i32; keys.len()];
+    // The first copy of each key is the one that may claim it.
+    let mut first = Vec::with_capacity(n);
+    for p in &pending {
+        let k = key_of(p);
+        first.push(key_copies[k] == 0);
+        key_copies[k] += 1;
+    }
+    let copies: Vec<i32> = pending.iter().map(|p| key_copies[key_of(p)]).collect();
+    let key_sources: Vec<&str> = keys.iter().map(|k| k.0).collect();
+    let key_ids: Vec<&str> = keys.iter().map(|k| k.1).collect();
     let mut sources = Vec::with_capacity(n);
-    let mut keys = Vec::with_capacity(n);
+    let mut idem_keys = Vec::with_capacity(n);
     let mut verifications = Vec::with_capacity(n);
     let mut queries = Vec::with_capacity(n);
     let mut content_types = Vec::with_capacity(n);
@@ -297,49 +319,47 @@ async fn commit_batch(connection: &mut Committer, shared: &Shared, batch: Vec<Jo
     let mut sizes = Vec::with_capacity(n);
     let mut remote_addrs = Vec::with_capacity(n);
     let mut acks = Vec::with_capacity(n);
-    for p in pending {
+    for p in &pending {
         sizes.push(i32::try_from(p.body.len()).unwrap_or(i32::MAX));
         acks.push(i32::try_from(p.started.elapsed().as_micros()).unwrap_or(i32::MAX));
-        sources.push(p.source);
-        keys.push(p.idem_key);
-        verifications.push(p.verification);
-        queries.push(p.query);
-        content_types.push(p.content_type);
-        headers.push(p.headers);
-        bodies.push(p.body);
-        remote_addrs.push(p.remote_addr);
+        sources.push(p.source.as_str());
+        idem_keys.push(p.idem_key.as_str());
+        verifications.push(p.verification.as_str());
+        queries.push(p.query.as_deref());
+        content_types.push(p.content_type.as_deref());
+        headers.push(&p.headers);
+        bodies.push(p.body.as_slice());
+        remote_addrs.push(p.remote_addr.as_deref());
     }
     metrics::histogram!("replaysafe_claim_batch_size").record(n as f64);
     let sent = Instant::now();
+    // Each key is claimed (a new event counting its copies) or its event is
+    // locked and counted. A new event's receive count equals the batch's
+    // copies; a stored one already counted at least one receipt, so its
+    // count is higher: that tells the claimant's copy apart, without
+    // joining the batch back to the keys it drew ids for.
     let statement = sqlx::query_as::<_, Answered>(
-        "WITH input AS (
-             SELECT * FROM unnest($1::int[], $2::text[], $3::text[], $4::text[], $5::text[],
-                                  $6::text[], $7::jsonb[], $8::bytea[], $9::int[], $10::text[], $11::int[])
-                 AS t(ord, source, idem_key, verification, query, content_type, headers, body,
-                      body_size, remote_addr, ack_micros)
-         ),
-         keys AS (
-             SELECT source, idem_key, min(ord) AS first_ord, count(*)::int AS copies,
-                    nextval('deliveries_id_seq') AS first_delivery_id
-             FROM input GROUP BY source, idem_key
-         ),
-         held AS (
+        "WITH held AS (
              INSERT INTO events AS e (source, idem_key, state, first_delivery_id, receive_count)
-             SELECT source, idem_key, 'queued', first_delivery_id, copies
-             FROM keys ORDER BY source, idem_key
+             SELECT source, idem_key, 'queued', nextval('deliveries_id_seq'), copies
+             FROM unnest($1::text[], $2::text[], $3::int[]) AS k(source, idem_key, copies)
              ON CONFLICT (source, idem_key) DO UPDATE
                  SET receive_count = e.receive_count + EXCLUDED.receive_count, last_seen_at = now()
-             RETURNING e.id, e.source, e.idem_key, e.state, e.first_delivery_id
+             RETURNING e.id, e.source, e.idem_key, e.state, e.first_delivery_id, e.receive_count
          ),
          placed AS (
              SELECT i.*, h.id AS event_id,
-                    CASE WHEN i.ord = k.first_ord THEN k.first_delivery_id
+                    CASE WHEN i.first AND h.receive_count = i.copies THEN h.first_delivery_id
                          ELSE nextval('deliveries_id_seq') END AS delivery_id,
-                    CASE WHEN i.ord = k.first_ord AND h.first_delivery_id = k.first_delivery_id
-                              THEN 'claimed'
+                    CASE WHEN i.first AND h.receive_count = i.copies THEN 'claimed'
                          WHEN h.state IN ('completed', 'dead') THEN h.state
                          ELSE 'in_progress' END AS outcome
-             FROM input i JOIN keys k USING (source, idem_key) JOIN held h USING (source, idem_key)
+             FROM unnest($4::text[], $5::text[], $6::bool[], $7::int[], $8::text[], $9::text[],
+                         $10::text[], $11::jsonb[], $12::bytea[], $13::int[], $14::text[], $15::int[])
+                      WITH ORDINALITY
+                      AS i(source, idem_key, first, copies, verification, query, content_type,
+                           headers, body, body_size, remote_addr, ack_micros, ord)
+             JOIN held h USING (source, idem_key)
          ),
          recorded AS (
              INSERT INTO deliveries (id, source, event_id, idem_key, outcome, http_status, ack_micros,
@@ -351,9 +371,13 @@ async fn commit_batch(connection: &mut Committer, shared: &Shared, batch: Vec<Jo
          )
          SELECT ord, delivery_id, event_id, outcome FROM placed",
     )
-    .bind(&ord)
+    .bind(&key_sources)
+    .bind(&key_ids)
+    .bind(&key_copies)
     .bind(&sources)
-    .bind(&keys)
+    .bind(&idem_keys)
+    .bind(&first)
+    .bind(&copies)
     .bind(&verifications)
     .bind(&queries)
     .bind(&content_types)
@@ -389,7 +413,11 @@ async fn commit_batch(connection: &mut Committer, shared: &Shared, batch: Vec<Jo
                     "claimed" => Outcome::Claimed,
                     state => Outcome::of_event_state(state),
                 };
-                if let Some(reply) = replies.get_mut(ord as usize).and_then(Option::take) {
+                if let Some(reply) = usize::try_from(ord - 1)
+                    .ok()
+                    .and_then(|at| replies.get_mut(at))
+                    .and_then(Option::take)
+                {
                     let _ = reply.send(Ok(Claimed {
                         outcome,
                         event_id,
