@@ -432,6 +432,34 @@ async fn every_foreign_key_into_a_pruned_table_is_indexed(pool: PgPool) {
     assert!(checked >= 1);
 }
 
+/// ANALYZE (autovacuum's, every 10% of growth) skips the payload columns no
+/// query filters on, and still samples the ones the pages filter by.
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn analyze_skips_the_payload_columns(pool: PgPool) {
+    sqlx::query(
+        "INSERT INTO deliveries (source, outcome, http_status, verified, headers, body, body_size)
+         SELECT 'gh', 'rejected', 401, false, jsonb_build_array(jsonb_build_array('n', i::text)),
+                convert_to('body ' || i, 'UTF8'), 8
+         FROM generate_series(1, 200) AS i",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    sqlx::query("ANALYZE deliveries")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let sampled: Vec<String> = sqlx::query_scalar(
+        "SELECT attname::text FROM pg_stats
+         WHERE tablename = 'deliveries' AND attname IN ('headers', 'body', 'outcome', 'source')
+         ORDER BY 1",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(sampled, ["outcome", "source"]);
+}
+
 fn sync_config(destination: &str) -> replaysafe::config::Config {
     test_config(
         &format!(
