@@ -61,11 +61,12 @@ for r in res:
     groups[(r["layout"], r["server"], int(r["conns"]))].append(r)
 
 SERVERS = [("node-single", "node, one process"), ("node-cluster", "node, two workers"),
-           ("replaysafe", "replaysafe"), ("pgbench", "pgbench (claim tx)")]
+           ("replaysafe", "replaysafe"), ("replaysafe-base", "replaysafe, baseline"),
+           ("pgbench", "pgbench (claim tx)")]
 W = 16
 print(f"replaysafe receiver benchmark {stamp}: {len(runs)} run(s), req/s (p99 ms) at c connections")
 for line in meta.splitlines():
-    if line.startswith(("replaysafe commit", "postgres:", "knobs", "wall time", "start", "end")):
+    if line.startswith(("replaysafe commit", "replaysafe baseline", "postgres:", "knobs", "wall time", "start", "end")):
         print("  " + line)
 
 for lay in layouts:
@@ -89,7 +90,8 @@ for lay in layouts:
             print(f"{label:24}" + "".join(cells))
     for a, b, label in [("replaysafe", "node-single", "replaysafe / node single"),
                         ("replaysafe", "node-cluster", "replaysafe / node 2 wkrs"),
-                        ("replaysafe", "pgbench", "replaysafe / pgbench")]:
+                        ("replaysafe", "pgbench", "replaysafe / pgbench"),
+                        ("replaysafe", "replaysafe-base", "replaysafe / baseline")]:
         cells = []
         for c in conns:
             if (a, c) in rps and (b, c) in rps and rps[(b, c)] > 0:
