@@ -333,19 +333,21 @@ async fn commit_batch(connection: &mut Committer, shared: &Shared, batch: Vec<Jo
         .collect();
     keys.sort_unstable();
     keys.dedup();
-    let key_of = |p: &PendingClaim| {
-        keys.binary_search(&(p.source.as_str(), p.idem_key.as_str()))
-            .expect("every delivery's key is among the keys")
-    };
+    let key_at: Vec<usize> = pending
+        .iter()
+        .map(|p| {
+            keys.binary_search(&(p.source.as_str(), p.idem_key.as_str()))
+                .expect("every delivery's key is among the keys")
+        })
+        .collect();
     let mut key_copies = vec![0i32; keys.len()];
     // The first copy of each key is the one that may claim it.
     let mut first = Vec::with_capacity(n);
-    for p in &pending {
-        let k = key_of(p);
+    for &k in &key_at {
         first.push(key_copies[k] == 0);
         key_copies[k] += 1;
     }
-    let copies: Vec<i32> = pending.iter().map(|p| key_copies[key_of(p)]).collect();
+    let copies: Vec<i32> = key_at.iter().map(|&k| key_copies[k]).collect();
     let key_sources: Vec<&str> = keys.iter().map(|k| k.0).collect();
     let key_ids: Vec<&str> = keys.iter().map(|k| k.1).collect();
     let mut sources = Vec::with_capacity(n);
