@@ -6,6 +6,7 @@ pub mod config;
 pub mod db;
 pub mod demo;
 pub mod embedded_pg;
+pub mod events;
 pub mod gate;
 pub mod health;
 pub mod metrics_export;

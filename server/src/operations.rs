@@ -12,6 +12,7 @@ use sqlx::PgPool;
 use tokio::sync::Notify;
 
 use crate::config::Config;
+use crate::events::Forced;
 use crate::processing::retry::RetryPolicy;
 use crate::receiver::batch::ClaimBatcher;
 use crate::receiver::claim::{Outcome, Redelivery};
@@ -56,7 +57,8 @@ struct Recorded {
     idem_key: Option<String>,
     outcome: String,
     reject_reason: Option<String>,
-    first_delivery_id: Option<i64>,
+    /// An earlier delivery holds the same event: a claim now means it was revived.
+    revived: bool,
 }
 
 impl ServerOperations {
@@ -133,16 +135,16 @@ impl ServerOperations {
             ));
         };
         let recorded: Recorded = sqlx::query_as(
-            "SELECT d.id, d.event_id, d.idem_key, d.outcome, d.reject_reason, e.first_delivery_id
-             FROM deliveries d LEFT JOIN events e ON e.id = d.event_id
-             WHERE d.id = $1",
+            "SELECT d.id, d.event_id, d.idem_key, d.outcome, d.reject_reason,
+                    EXISTS (SELECT 1 FROM deliveries o
+                            WHERE o.event_id = d.event_id AND o.id < d.id) AS revived
+             FROM deliveries d WHERE d.id = $1",
         )
         .bind(recorded_id)
         .fetch_one(&self.pool)
         .await
         .map_err(unavailable)?;
-        let new_claim = recorded.first_delivery_id == Some(recorded.id);
-        let requeued = recorded.outcome == "claimed" && !new_claim;
+        let requeued = recorded.outcome == "claimed" && recorded.revived;
         let message = match recorded.outcome.as_str() {
             "claimed" if requeued => {
                 "queued again: the dead event will be forwarded (once)".to_owned()
@@ -209,7 +211,29 @@ impl Operations for ServerOperations {
         })
     }
 
-    fn wake_workers(&self) {
-        self.wake.notify_waiters();
+    fn force(
+        &self,
+        event_id: i64,
+        reason: String,
+        by: CurrentUser,
+    ) -> BoxFuture<'_, Result<(), Refusal>> {
+        Box::pin(async move {
+            match crate::events::force(&self.pool, event_id, by.id, &reason).await {
+                Ok(Forced::Queued { .. }) => {
+                    self.wake.notify_waiters();
+                    Ok(())
+                }
+                Ok(Forced::NotCompleted(state)) => Err(refusal(
+                    StatusCode::CONFLICT,
+                    format!("only a completed event can be forced; this one is {}", state.as_str()),
+                )),
+                Ok(Forced::NoPayload) => Err(refusal(
+                    StatusCode::CONFLICT,
+                    "retention removed every stored copy of its payload: there is nothing to forward",
+                )),
+                Ok(Forced::NotFound) => Err(refusal(StatusCode::NOT_FOUND, "event not found")),
+                Err(e) => Err(unavailable(e)),
+            }
+        })
     }
 }

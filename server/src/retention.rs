@@ -61,20 +61,7 @@ pub async fn prune(
     .fetch_optional(pool)
     .await?;
     while oldest_event_due == Some(true) {
-        // Only settled keys are forgotten; an event in flight keeps its claim.
-        let n = sqlx::query(
-            "DELETE FROM events WHERE id IN (
-                 SELECT id FROM events
-                 WHERE last_seen_at < now() - make_interval(days => $1)
-                   AND state IN ('completed', 'dead')
-                 ORDER BY id
-                 LIMIT $2)",
-        )
-        .bind(dedup_ttl_days as i32)
-        .bind(BATCH)
-        .execute(pool)
-        .await?
-        .rows_affected();
+        let n = crate::events::prune(pool, dedup_ttl_days, BATCH).await?;
         pruned.events += n;
         if n < BATCH as u64 {
             break;

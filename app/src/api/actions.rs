@@ -194,8 +194,14 @@ pub mod ssr {
             paused: bool,
             by: CurrentUser,
         ) -> BoxFuture<'_, Result<(), Refusal>>;
-        /// Tells this process's workers that events are due.
-        fn wake_workers(&self);
+        /// An admin's forced re-execution of a completed event, queued for
+        /// the workers; refused with the reason otherwise.
+        fn force(
+            &self,
+            event_id: i64,
+            reason: String,
+            by: CurrentUser,
+        ) -> BoxFuture<'_, Result<(), Refusal>>;
     }
 
     pub fn operations() -> Result<Arc<dyn Operations>, ServerFnError> {
@@ -243,7 +249,15 @@ pub mod ssr {
               AND ($4::timestamptz IS NULL OR state_changed_at < $4::timestamptz)
               AND ($5::text IS NULL OR dead_reason ILIKE '%' || $5 || '%')";
         let chosen: Vec<(i64, Option<i64>, String)> = sqlx::query_as(&format!(
-            "SELECT id, first_delivery_id, idem_key FROM events WHERE {MATCH} ORDER BY id LIMIT $6"
+            // Each event's first delivery, or its newest one still holding the payload.
+            "SELECT id,
+                    coalesce((SELECT d.id FROM deliveries d
+                              WHERE d.id = events.first_delivery_id AND d.body IS NOT NULL),
+                             (SELECT d.id FROM deliveries d
+                              WHERE d.event_id = events.id AND d.body IS NOT NULL
+                              ORDER BY d.id DESC LIMIT 1)),
+                    idem_key
+             FROM events WHERE {MATCH} ORDER BY id LIMIT $6"
         ))
         .bind(after)
         .bind(source)
@@ -344,25 +358,13 @@ pub mod ssr {
         if confirm_key.trim() != key {
             return Err(bad_request("to confirm, type the event's key exactly"));
         }
-        // Only a completed event is forced, once per completion: concurrent
-        // forces serialise on the row, and the second finds it queued.
-        let forced: Option<i64> = sqlx::query_scalar(
-            "UPDATE events SET state = 'queued', state_changed_at = now(), next_attempt_at = now(),
-                 attempt_count = 0, completed_at = NULL, last_error = NULL,
-                 forced_by = $2, forced_at = now(), forced_reason = $3
-             WHERE id = $1 AND state = 'completed'
-             RETURNING id",
-        )
-        .bind(event_id)
-        .bind(user.id)
-        .bind(reason)
-        .fetch_optional(&pool)
-        .await
-        .map_err(db_error)?;
-        let outcome = if forced.is_some() {
-            "forced"
-        } else {
-            "refused"
+        // The server's event owner forces only a completed event, once per completion.
+        let forced = operations()?
+            .force(event_id, reason.to_owned(), user.clone())
+            .await;
+        let outcome = match &forced {
+            Ok(()) => "forced".to_owned(),
+            Err(refusal) => format!("refused: {}", refusal.message),
         };
         audit(
             &pool,
@@ -370,25 +372,17 @@ pub mod ssr {
             &user.username,
             "force",
             Some(&format!("event {event_id} ({key})")),
-            outcome,
+            &outcome,
             serde_json::json!({ "reason": reason }),
         )
         .await
         .map_err(db_error)?;
-        if forced.is_none() {
-            let state: String = sqlx::query_scalar("SELECT state FROM events WHERE id = $1")
-                .bind(event_id)
-                .fetch_one(&pool)
-                .await
-                .map_err(db_error)?;
-            return Err(refused(Refusal {
-                status: StatusCode::CONFLICT,
-                message: format!(
-                    "refused: only a completed event can be forced; this one is {state}"
-                ),
-            }));
-        }
-        operations()?.wake_workers();
+        forced.map_err(|r| {
+            refused(Refusal {
+                message: format!("refused: {}", r.message),
+                ..r
+            })
+        })?;
         Ok(format!(
             "forced: queued to be forwarded again with Idempotency-Key {source}:{key} and x-replaysafe-forced: true"
         ))

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 use base64::Engine;
 use hmac::Mac;
 
-use super::queue::{AttemptRecord, Leased};
 use crate::config::SourceConfig;
+use crate::events::{AttemptRecord, Leased};
 use crate::receiver::providers::{hmac_sha256, standard};
 
 /// Kept from the response for the timeline; enough to read an error message.

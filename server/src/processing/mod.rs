@@ -2,7 +2,6 @@
 //! their destination, and retry, complete or dead-letter them.
 
 pub mod forward;
-pub mod queue;
 pub mod retry;
 pub mod sync;
 pub mod worker;

@@ -5,15 +5,17 @@
 use sqlx::PgPool;
 
 use super::forward;
-use super::queue::{self, Leased, Next};
 use super::worker::decide;
 use crate::config::SourceConfig;
-use crate::receiver::claim::{Claimed, StoredResponse};
+use crate::events::{self, Done, Inline, Leased, Next, StoredResponse};
+use crate::receiver::claim::Claimed;
 use crate::receiver::{stored_headers, Inbound, Pipeline};
 
 /// What the destination answered (or why it did not), for the provider.
 pub enum SyncResult {
     Answered(StoredResponse),
+    /// The source is paused: nothing was forwarded.
+    Paused,
     Failed(String),
 }
 
@@ -39,25 +41,19 @@ pub async fn forward_inline(
         lease_owner,
         idem_key,
     } = *call;
-    let started: Option<(i64, i32)> = sqlx::query_as(
-        "WITH ev AS (
-             UPDATE events SET attempt_count = attempt_count + 1
-             WHERE id = $1 AND lease_owner = $2 AND state = 'processing'
-             RETURNING id, attempt_count
-         )
-         INSERT INTO attempts (event_id, number, worker)
-         SELECT id, attempt_count, $2 FROM ev
-         RETURNING id, number",
-    )
-    .bind(claimed.event_id)
-    .bind(lease_owner)
-    .fetch_optional(pool)
-    .await?;
-    let Some((attempt_id, attempt)) = started else {
-        return Ok(SyncResult::Failed(
-            "the claim's lease was lost before forwarding".into(),
-        ));
-    };
+    let (attempt_id, attempt) =
+        match events::start_inline(pool, claimed.event_id, lease_owner).await? {
+            Inline::Started {
+                attempt_id,
+                attempt,
+            } => (attempt_id, attempt),
+            Inline::Paused => return Ok(SyncResult::Paused),
+            Inline::LeaseLost => {
+                return Ok(SyncResult::Failed(
+                    "the claim's lease was lost before forwarding".into(),
+                ))
+            }
+        };
     let leased = Leased {
         event_id: claimed.event_id,
         attempt_id,
@@ -76,37 +72,20 @@ pub async fn forward_inline(
         body: answer.body.clone(),
     });
     let (next, record) = decide(pipeline.policy, source.max_attempts, attempt, answer);
-    let stored = (next == Next::Completed)
-        .then_some(response.as_ref())
-        .flatten();
-    queue::finish(pool, lease_owner, &leased, &record, &next, stored).await?;
-    crate::metrics_export::attempt(&source.slug, next.as_str(), record.latency_ms);
-    Ok(match (next, response) {
+    let done = Done {
+        leased,
+        record,
+        next,
+        response,
+    };
+    events::finish(pool, lease_owner, &done).await?;
+    crate::metrics_export::attempt(&source.slug, done.next.as_str(), done.record.latency_ms);
+    Ok(match (done.next, done.response) {
         (Next::Completed, Some(response)) => SyncResult::Answered(response),
-        _ => SyncResult::Failed(record.error.unwrap_or_else(|| "destination failed".into())),
+        _ => SyncResult::Failed(
+            done.record
+                .error
+                .unwrap_or_else(|| "destination failed".into()),
+        ),
     })
-}
-
-/// Settles a sync claim that needs no destination (Discord's PING), storing
-/// the answer so duplicates get it too.
-pub async fn complete_inline(
-    pool: &PgPool,
-    event_id: i64,
-    lease_owner: &str,
-    response: &StoredResponse,
-) -> Result<(), sqlx::Error> {
-    sqlx::query(
-        "UPDATE events SET state = 'completed', state_changed_at = now(), completed_at = now(),
-             lease_owner = NULL, lease_expires_at = NULL,
-             response_status = $3, response_content_type = $4, response_body = $5
-         WHERE id = $1 AND lease_owner = $2 AND state = 'processing'",
-    )
-    .bind(event_id)
-    .bind(lease_owner)
-    .bind(response.status)
-    .bind(response.content_type.as_deref())
-    .bind(&response.body)
-    .execute(pool)
-    .await?;
-    Ok(())
 }

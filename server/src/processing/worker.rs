@@ -1,20 +1,26 @@
-//! The worker pool. Each worker leases one due event at a time, forwards it
-//! with no lock held, and records the outcome. Workers wake at once when this
-//! process claims an event, and poll for work claimed by other processes.
+//! The worker pool. Each worker leases a batch of due events, forwards them
+//! with no lock held, and records each outcome as it arrives. Workers wake
+//! at once when this process claims an event, and poll for work claimed by
+//! other processes.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use futures_util::FutureExt;
 use sqlx::PgPool;
 use tokio::sync::Notify;
 use tokio::task::JoinSet;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::forward;
-use super::queue::{self, Next};
 use super::retry::{classify, RetryPolicy, Verdict};
-use crate::config::Config;
+use crate::config::{Config, Mode};
+use crate::events::{
+    self, AttemptRecord, Done, Leased, Next, Runnable, StoredResponse, LEASE_MARGIN,
+};
 
 /// How often idle workers look for work they were not told about.
 pub const POLL_INTERVAL: Duration = Duration::from_millis(500);
@@ -30,6 +36,8 @@ pub struct Workers {
     pub policy: Arc<RetryPolicy>,
     /// Notified when this process queues an event.
     pub wake: Arc<Notify>,
+    /// How long a lease outlives its source's attempt timeout.
+    pub lease_margin: Duration,
 }
 
 impl Workers {
@@ -40,6 +48,7 @@ impl Workers {
             client: http_client(),
             policy: Arc::new(RetryPolicy::default()),
             wake,
+            lease_margin: LEASE_MARGIN,
         }
     }
 
@@ -74,24 +83,65 @@ impl Workers {
         }
     }
 
+    /// The sources this process can forward: those with a destination.
+    pub fn runnable(&self) -> Runnable {
+        Runnable::new(
+            self.config
+                .sources
+                .iter()
+                .filter(|s| s.destination.is_some())
+                .map(|s| (s.slug.as_str(), Duration::from_secs(s.attempt_timeout_secs))),
+            self.lease_margin,
+        )
+    }
+
     /// Leases up to `LEASE_BATCH` due events, forwards them concurrently and
-    /// records each; returns how many were processed (0 when none was due).
-    /// One lease statement per batch: leasing, not forwarding, was the cost.
+    /// records each attempt as soon as it ends (those that end together in
+    /// one statement), so a quick destination's success is never held back
+    /// by a slow one past its own lease. Returns how many were leased (0
+    /// when none was due). One lease statement per batch: leasing, not
+    /// forwarding, was the cost.
     pub async fn run_once(&self, worker: &str) -> Result<usize, sqlx::Error> {
-        let leased = queue::lease_due(&self.pool, worker, LEASE_BATCH).await?;
+        let leased = events::lease(&self.pool, worker, LEASE_BATCH, &self.runnable()).await?;
         let count = leased.len();
-        let attempts = leased.into_iter().map(|leased| {
-            let span = tracing::info_span!("attempt", source = %leased.source, event = leased.event_id, attempt = leased.attempt);
-            self.attempt(leased).instrument(span)
-        });
-        let done: Vec<_> = futures_util::future::join_all(attempts)
-            .await
+        // Each attempt runs as its own task: it goes on while others are recorded.
+        let mut running: FuturesUnordered<_> = leased
             .into_iter()
-            .flatten()
+            .map(|leased| {
+                let span = tracing::info_span!("attempt", source = %leased.source, event = leased.event_id, attempt = leased.attempt);
+                tokio::spawn(self.clone().attempt(leased).instrument(span))
+            })
             .collect();
-        let moved = queue::finish_batch(&self.pool, worker, &done).await?;
-        for (leased, record, next) in &done {
-            crate::metrics_export::attempt(&leased.source, next.as_str(), record.latency_ms);
+        while let Some(first) = running.next().await {
+            let mut done = vec![first];
+            while let Some(Some(more)) = running.next().now_or_never() {
+                done.push(more);
+            }
+            let done: Vec<Done> = done.into_iter().filter_map(Result::ok).collect();
+            // An attempt ends within its timeout, so its lease has the margin left.
+            self.record(worker, &done, Instant::now() + self.lease_margin)
+                .await?;
+        }
+        Ok(count)
+    }
+
+    /// Records finished attempts, retrying a failed write while their leases
+    /// last: an answer the destination gave must not be lost to a blip.
+    async fn record(&self, worker: &str, done: &[Done], until: Instant) -> Result<(), sqlx::Error> {
+        let mut pause = Duration::from_millis(50);
+        let moved = loop {
+            match events::finish_each(&self.pool, worker, done).await {
+                Ok(moved) => break moved,
+                Err(e) if Instant::now() + pause < until => {
+                    tracing::warn!(error = %e, "recording attempts failed; retrying");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_secs(2));
+                }
+                Err(e) => return Err(e),
+            }
+        };
+        for d in done {
+            crate::metrics_export::attempt(&d.leased.source, d.next.as_str(), d.record.latency_ms);
         }
         if moved < done.len() as u64 {
             tracing::warn!(
@@ -99,23 +149,59 @@ impl Workers {
                 "leases lost before their attempts finished; their successors decide"
             );
         }
-        Ok(count)
+        Ok(())
     }
 
-    /// One forward; None when the event's source is no longer configured.
-    async fn attempt(
-        &self,
-        leased: queue::Leased,
-    ) -> Option<(queue::Leased, queue::AttemptRecord, Next)> {
-        // Leasing only picks configured sources; a config reload could race it.
-        let source = self
-            .config
-            .sources
-            .iter()
-            .find(|s| s.slug == leased.source)?;
-        let answer = forward::forward(&self.client, source, &leased, forward::EXCERPT_BYTES).await;
+    /// One forward and where it leads.
+    async fn attempt(self, leased: Leased) -> Done {
+        // Only this process's sources are leased (`runnable`).
+        let Some(source) = self.config.sources.iter().find(|s| s.slug == leased.source) else {
+            let error = format!("source {:?} is not configured here", leased.source);
+            return Done {
+                leased,
+                next: Next::RetryIn(Duration::from_secs(60)),
+                record: AttemptRecord {
+                    error: Some(error),
+                    ..Default::default()
+                },
+                response: None,
+            };
+        };
+        if leased.body.is_none() {
+            // Retrying cannot bring a pruned payload back.
+            let record = AttemptRecord {
+                error: Some("its payload is no longer stored".into()),
+                ..Default::default()
+            };
+            return Done {
+                leased,
+                next: Next::Dead("its payload is no longer stored: nothing to forward".into()),
+                record,
+                response: None,
+            };
+        }
+        // A sync-mode source's later duplicates get the destination's whole answer.
+        let keep = match source.mode {
+            Mode::Sync => self.config.max_body_bytes,
+            Mode::Ack => forward::EXCERPT_BYTES,
+        };
+        let answer = forward::forward(&self.client, source, &leased, keep).await;
+        let response = (source.mode == Mode::Sync)
+            .then(|| {
+                answer.record.status.map(|status| StoredResponse {
+                    status: status as i16,
+                    content_type: answer.content_type.clone(),
+                    body: answer.body.clone(),
+                })
+            })
+            .flatten();
         let (next, record) = decide(&self.policy, source.max_attempts, leased.attempt, answer);
-        Some((leased, record, next))
+        Done {
+            leased,
+            record,
+            next,
+            response,
+        }
     }
 }
 
@@ -125,7 +211,7 @@ pub fn decide(
     max_attempts: u32,
     attempt: i32,
     answer: forward::Answer,
-) -> (Next, queue::AttemptRecord) {
+) -> (Next, AttemptRecord) {
     let next = match classify(answer.record.status, answer.retry_after) {
         Verdict::Delivered => Next::Completed,
         Verdict::Fatal => Next::Dead(format!(
@@ -145,7 +231,7 @@ pub fn decide(
     (next, record)
 }
 
-fn describe(record: &queue::AttemptRecord) -> String {
+fn describe(record: &AttemptRecord) -> String {
     match (&record.error, record.status) {
         (Some(e), _) => e.clone(),
         (None, Some(status)) => format!("HTTP {status}"),

@@ -15,6 +15,7 @@ use sqlx::{Connection, PgPool};
 use tokio::sync::{mpsc, oneshot, Mutex, Notify};
 
 use super::claim::{Claimed, Outcome};
+use crate::events::{self, BatchClaim, State};
 
 /// Most claims in one transaction: bigger batches add latency, not throughput.
 pub const MAX_BATCH: usize = 64;
@@ -48,9 +49,6 @@ pub struct PendingClaim {
     pub remote_addr: Option<String>,
     pub started: Instant,
 }
-
-/// One answered delivery: its place in the batch, delivery id, event id, outcome.
-type Answered = (i64, i64, i64, String);
 
 type Job = (PendingClaim, oneshot::Sender<Result<Claimed, sqlx::Error>>);
 
@@ -223,6 +221,13 @@ async fn gather(shared: &Shared) -> Option<(Vec<Job>, HashSet<Key>)> {
             }
         };
     loop {
+        // Listening before the held deliveries are looked at: a batch in
+        // flight that returns in between would otherwise wake nobody, and
+        // a gather holding only held deliveries would sleep until the next
+        // delivery arrived.
+        let finished = shared.finished.notified();
+        tokio::pin!(finished);
+        finished.as_mut().enable();
         let Waiting { queue, held } = &mut *waiting;
         for _ in 0..held.len() {
             if batch.len() >= MAX_BATCH {
@@ -241,9 +246,6 @@ async fn gather(shared: &Shared) -> Option<(Vec<Job>, HashSet<Key>)> {
         if !batch.is_empty() && deadline.is_none() {
             deadline = Some(tokio::time::Instant::now() + GATHER_WAIT);
         }
-        let finished = shared.finished.notified();
-        tokio::pin!(finished);
-        finished.as_mut().enable();
         if !batch.is_empty()
             && (batch.len() >= shared.recent.gather()
                 || shared.in_flight.load(Ordering::SeqCst) == 0)
@@ -348,87 +350,43 @@ async fn commit_batch(connection: &mut Committer, shared: &Shared, batch: Vec<Jo
         key_copies[k] += 1;
     }
     let copies: Vec<i32> = key_at.iter().map(|&k| key_copies[k]).collect();
-    let key_sources: Vec<&str> = keys.iter().map(|k| k.0).collect();
-    let key_ids: Vec<&str> = keys.iter().map(|k| k.1).collect();
-    let mut sources = Vec::with_capacity(n);
-    let mut idem_keys = Vec::with_capacity(n);
-    let mut verifications = Vec::with_capacity(n);
-    let mut queries = Vec::with_capacity(n);
-    let mut content_types = Vec::with_capacity(n);
-    let mut headers = Vec::with_capacity(n);
-    let mut bodies = Vec::with_capacity(n);
-    let mut sizes = Vec::with_capacity(n);
-    let mut remote_addrs = Vec::with_capacity(n);
-    let mut acks = Vec::with_capacity(n);
+    let mut batch = BatchClaim {
+        key_sources: keys.iter().map(|k| k.0).collect(),
+        key_ids: keys.iter().map(|k| k.1).collect(),
+        key_copies,
+        sources: Vec::with_capacity(n),
+        idem_keys: Vec::with_capacity(n),
+        first,
+        copies,
+        verifications: Vec::with_capacity(n),
+        queries: Vec::with_capacity(n),
+        content_types: Vec::with_capacity(n),
+        headers: Vec::with_capacity(n),
+        bodies: Vec::with_capacity(n),
+        sizes: Vec::with_capacity(n),
+        remote_addrs: Vec::with_capacity(n),
+        ack_micros: Vec::with_capacity(n),
+    };
     for p in &pending {
-        sizes.push(i32::try_from(p.body.len()).unwrap_or(i32::MAX));
-        acks.push(i32::try_from(p.started.elapsed().as_micros()).unwrap_or(i32::MAX));
-        sources.push(p.source.as_str());
-        idem_keys.push(p.idem_key.as_str());
-        verifications.push(p.verification.as_str());
-        queries.push(p.query.as_deref());
-        content_types.push(p.content_type.as_deref());
-        headers.push(&p.headers);
-        bodies.push(p.body.as_slice());
-        remote_addrs.push(p.remote_addr.as_deref());
+        batch
+            .sizes
+            .push(i32::try_from(p.body.len()).unwrap_or(i32::MAX));
+        batch
+            .ack_micros
+            .push(i32::try_from(p.started.elapsed().as_micros()).unwrap_or(i32::MAX));
+        batch.sources.push(p.source.as_str());
+        batch.idem_keys.push(p.idem_key.as_str());
+        batch.verifications.push(p.verification.as_str());
+        batch.queries.push(p.query.as_deref());
+        batch.content_types.push(p.content_type.as_deref());
+        batch.headers.push(&p.headers);
+        batch.bodies.push(p.body.as_slice());
+        batch.remote_addrs.push(p.remote_addr.as_deref());
     }
     metrics::histogram!("replaysafe_claim_batch_size").record(n as f64);
     let sent = Instant::now();
-    // Each key is claimed (a new event counting its copies) or its event is
-    // locked and counted. A new event's receive count equals the batch's
-    // copies; a stored one already counted at least one receipt, so its
-    // count is higher: that tells the claimant's copy apart, without
-    // joining the batch back to the keys it drew ids for.
-    let statement = sqlx::query_as::<_, Answered>(
-        "WITH held AS (
-             INSERT INTO events AS e (source, idem_key, state, first_delivery_id, receive_count)
-             SELECT source, idem_key, 'queued', nextval('deliveries_id_seq'), copies
-             FROM unnest($1::text[], $2::text[], $3::int[]) AS k(source, idem_key, copies)
-             ON CONFLICT (source, idem_key) DO UPDATE
-                 SET receive_count = e.receive_count + EXCLUDED.receive_count, last_seen_at = now()
-             RETURNING e.id, e.source, e.idem_key, e.state, e.first_delivery_id, e.receive_count
-         ),
-         placed AS (
-             SELECT i.*, h.id AS event_id,
-                    CASE WHEN i.first AND h.receive_count = i.copies THEN h.first_delivery_id
-                         ELSE nextval('deliveries_id_seq') END AS delivery_id,
-                    CASE WHEN i.first AND h.receive_count = i.copies THEN 'claimed'
-                         WHEN h.state IN ('completed', 'dead') THEN h.state
-                         ELSE 'in_progress' END AS outcome
-             FROM unnest($4::text[], $5::text[], $6::bool[], $7::int[], $8::text[], $9::text[],
-                         $10::text[], $11::jsonb[], $12::bytea[], $13::int[], $14::text[], $15::int[])
-                      WITH ORDINALITY
-                      AS i(source, idem_key, first, copies, verification, query, content_type,
-                           headers, body, body_size, remote_addr, ack_micros, ord)
-             JOIN held h USING (source, idem_key)
-         ),
-         recorded AS (
-             INSERT INTO deliveries (id, source, event_id, idem_key, outcome, http_status, ack_micros,
-                                     verified, verification, query, content_type, headers, body,
-                                     body_size, remote_addr)
-             SELECT delivery_id, source, event_id, idem_key, outcome, 200, ack_micros, true,
-                    verification, query, content_type, headers, body, body_size, remote_addr
-             FROM placed
-         )
-         SELECT ord, delivery_id, event_id, outcome FROM placed",
-    )
-    .bind(&key_sources)
-    .bind(&key_ids)
-    .bind(&key_copies)
-    .bind(&sources)
-    .bind(&idem_keys)
-    .bind(&first)
-    .bind(&copies)
-    .bind(&verifications)
-    .bind(&queries)
-    .bind(&content_types)
-    .bind(&headers)
-    .bind(&bodies)
-    .bind(&sizes)
-    .bind(&remote_addrs)
-    .bind(&acks);
     let answered = match connection.ready(shared).await {
-        Ok(conn) => tokio::time::timeout(STATEMENT_TIMEOUT, statement.fetch_all(conn))
+        Ok(conn) => tokio::time::timeout(STATEMENT_TIMEOUT, events::claim_batch(conn, &batch))
             .await
             .unwrap_or(Err(sqlx::Error::PoolTimedOut)),
         Err(e) => Err(e),
@@ -452,7 +410,9 @@ async fn commit_batch(connection: &mut Committer, shared: &Shared, batch: Vec<Jo
             for (ord, delivery_id, event_id, outcome) in rows {
                 let outcome = match outcome.as_str() {
                     "claimed" => Outcome::Claimed,
-                    state => Outcome::of_event_state(state),
+                    state => {
+                        Outcome::of_event_state(State::parse(state).unwrap_or(State::Processing))
+                    }
                 };
                 if let Some(reply) = usize::try_from(ord - 1)
                     .ok()

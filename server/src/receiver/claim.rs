@@ -8,6 +8,8 @@ use serde::Serialize;
 use sqlx::PgPool;
 
 use crate::config::Mode;
+pub use crate::events::StoredResponse;
+use crate::events::{self, InlineLease, State};
 
 /// What the dedup layer decided for one delivery (spec section 4).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -34,11 +36,11 @@ impl Outcome {
     }
 
     /// A duplicate's outcome follows from the state of the event holding its key.
-    pub(crate) fn of_event_state(state: &str) -> Self {
+    pub(crate) fn of_event_state(state: State) -> Self {
         match state {
-            "completed" => Outcome::Completed,
-            "dead" => Outcome::Dead,
-            _ => Outcome::InProgress,
+            State::Completed => Outcome::Completed,
+            State::Dead => Outcome::Dead,
+            State::Queued | State::Processing | State::Retrying => Outcome::InProgress,
         }
     }
 
@@ -98,13 +100,6 @@ pub struct Claimed {
     pub stored_response: Option<StoredResponse>,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, sqlx::FromRow)]
-pub struct StoredResponse {
-    pub status: i16,
-    pub content_type: Option<String>,
-    pub body: Vec<u8>,
-}
-
 /// Sync mode holds the claim with a lease while the destination is called
 /// inside the request; a later delivery takes over once the lease expired.
 #[derive(Clone, Debug)]
@@ -112,8 +107,6 @@ pub struct SyncLease {
     pub owner: String,
     pub secs: f64,
 }
-
-type Duplicate = (i64, String, Option<i16>, Option<String>, Option<Vec<u8>>);
 
 /// Records a verified delivery and claims its key, in one transaction.
 #[tracing::instrument(name = "claim", skip_all)]
@@ -138,65 +131,46 @@ pub async fn claim_in(
     lease: Option<&SyncLease>,
 ) -> Result<Claimed, sqlx::Error> {
     let key = d.idem_key.unwrap_or_default();
-    let (owner, lease_secs) = match lease {
-        Some(l) => (Some(l.owner.as_str()), l.secs),
-        None => (None, 0.0),
-    };
-    // The claim: the event row (also the queue entry) and its first delivery,
-    // in one statement. On conflict nothing is written and no row returns.
-    let won: Option<(i64, i64)> = sqlx::query_as(
-        "WITH claim AS (
-            INSERT INTO events (source, idem_key, state, first_delivery_id, lease_owner, lease_expires_at)
-            VALUES ($1, $2, CASE WHEN $12::text IS NULL THEN 'queued' ELSE 'processing' END,
-                    nextval('deliveries_id_seq'), $12,
-                    CASE WHEN $12::text IS NULL THEN NULL ELSE now() + make_interval(secs => $13) END)
-            ON CONFLICT (source, idem_key) DO NOTHING
-            RETURNING id, first_delivery_id
-         )
-         INSERT INTO deliveries (id, source, event_id, idem_key, outcome, http_status, ack_micros,
-                                 verified, verification, query, content_type, headers, body,
-                                 body_size, remote_addr, redelivery_of, redelivered_by)
-         SELECT claim.first_delivery_id, $1, claim.id, $2, 'claimed', $3, $4,
-                true, $5, $6, $7, $8, $9, $10, $11, $14, $15
-         FROM claim
-         RETURNING event_id, id",
-    )
-    .bind(d.source)
-    .bind(key)
-    .bind(i16::try_from(Outcome::Claimed.status(mode)).unwrap_or(200))
-    .bind(d.ack_micros())
-    .bind(&d.verification)
-    .bind(d.query)
-    .bind(d.content_type)
-    .bind(&d.headers)
-    .bind(d.body)
-    .bind(d.body_size())
-    .bind(d.remote_addr)
-    .bind(owner)
-    .bind(lease_secs)
-    .bind(d.redelivery.map(|r| r.of))
-    .bind(d.redelivery.map(|r| r.by))
-    .fetch_optional(&mut *tx)
-    .await?;
-
-    // An operator's re-delivery of a dead event queues it again: the row
-    // lock makes exactly one of any number of concurrent re-deliveries win.
-    if let (None, Some(_)) = (won, d.redelivery) {
-        let revived: Option<i64> = sqlx::query_scalar(
-            "UPDATE events SET state = 'queued', state_changed_at = now(), next_attempt_at = now(),
-                 attempt_count = 0, dead_reason = NULL, last_error = NULL,
-                 receive_count = receive_count + 1, last_seen_at = now()
-             WHERE source = $1 AND idem_key = $2 AND state = 'dead'
-             RETURNING id",
+    let lease = lease.map(|l| InlineLease {
+        owner: &l.owner,
+        secs: l.secs,
+    });
+    // A re-delivery is always the workers' to forward: no provider waits for it.
+    let inline = lease.filter(|_| d.redelivery.is_none());
+    if let Some((event_id, delivery_id)) = events::claim(tx, d.source, key, inline).await? {
+        let status = Outcome::Claimed.status(mode);
+        insert_delivery(
+            tx,
+            d,
+            Some(delivery_id),
+            Some(event_id),
+            Outcome::Claimed,
+            status,
         )
-        .bind(d.source)
-        .bind(key)
-        .fetch_optional(&mut *tx)
         .await?;
-        if let Some(event_id) = revived {
+        return Ok(Claimed {
+            outcome: Outcome::Claimed,
+            event_id,
+            delivery_id,
+            stored_response: None,
+        });
+    }
+    // An operator's re-delivery of a dead event queues it again.
+    if d.redelivery.is_some() {
+        let delivery_id: i64 = sqlx::query_scalar("SELECT nextval('deliveries_id_seq')")
+            .fetch_one(&mut *tx)
+            .await?;
+        if let Some(event_id) = events::revive(tx, d.source, key, delivery_id).await? {
             let status = Outcome::Claimed.status(mode);
-            let delivery_id =
-                insert_delivery(tx, d, Some(event_id), Outcome::Claimed, status).await?;
+            insert_delivery(
+                tx,
+                d,
+                Some(delivery_id),
+                Some(event_id),
+                Outcome::Claimed,
+                status,
+            )
+            .await?;
             return Ok(Claimed {
                 outcome: Outcome::Claimed,
                 event_id,
@@ -205,68 +179,27 @@ pub async fn claim_in(
             });
         }
     }
-
-    let claimed = match won {
-        Some((event_id, delivery_id)) => Claimed {
-            outcome: Outcome::Claimed,
-            event_id,
-            delivery_id,
-            stored_response: None,
-        },
-        None => {
-            // A duplicate. This statement sees the claim that beat us: the
-            // insert above waited for it to commit. In sync mode it takes the
-            // claim over when the holder's lease expired or its try failed.
-            let (event_id, state, status, content_type, body): Duplicate = sqlx::query_as(
-                // The takeover test reads the row's latest version (row-locked
-                // update), so two duplicates can never both take over.
-                "UPDATE events SET receive_count = receive_count + 1, last_seen_at = now(),
-                         state = CASE WHEN $3::text IS NOT NULL AND (state = 'retrying'
-                                      OR (state = 'processing' AND lease_expires_at < now()))
-                                 THEN 'processing' ELSE state END,
-                         lease_expires_at = CASE WHEN $3::text IS NOT NULL AND (state = 'retrying'
-                                      OR (state = 'processing' AND lease_expires_at < now()))
-                                 THEN now() + make_interval(secs => $4) ELSE lease_expires_at END,
-                         lease_owner = CASE WHEN $3::text IS NOT NULL AND (state = 'retrying'
-                                      OR (state = 'processing' AND lease_expires_at < now()))
-                                 THEN $3 ELSE lease_owner END
-                     WHERE source = $1 AND idem_key = $2
-                     RETURNING id, CASE WHEN lease_owner = $3 THEN 'taken_over' ELSE state END,
-                               response_status, response_content_type, response_body",
-            )
-            .bind(d.source)
-            .bind(key)
-            .bind(owner)
-            .bind(lease_secs)
-            .fetch_one(&mut *tx)
-            .await?;
-            let outcome = match state.as_str() {
-                "taken_over" => Outcome::Claimed,
-                other => Outcome::of_event_state(other),
-            };
-            let stored_response = match (status, body) {
-                (Some(status), Some(body)) => Some(StoredResponse {
-                    status,
-                    content_type,
-                    body,
-                }),
-                _ => None,
-            };
-            // Sync mode answers a settled event's duplicate with the stored response.
-            let answered = match (&stored_response, mode, outcome) {
-                (Some(r), Mode::Sync, Outcome::Completed | Outcome::Dead) => r.status as u16,
-                _ => outcome.status(mode),
-            };
-            let delivery_id = insert_delivery(tx, d, Some(event_id), outcome, answered).await?;
-            Claimed {
-                outcome,
-                event_id,
-                delivery_id,
-                stored_response,
-            }
-        }
+    // A duplicate. This statement sees the claim that beat us: the insert
+    // above waited for it to commit. In sync mode it takes the claim over
+    // when no attempt is running (see `events::duplicate`).
+    let found = events::duplicate(tx, d.source, key, inline).await?;
+    let outcome = if found.taken_over {
+        Outcome::Claimed
+    } else {
+        Outcome::of_event_state(found.state)
     };
-    Ok(claimed)
+    // Sync mode answers a settled event's duplicate with the stored response.
+    let answered = match (&found.response, mode, outcome) {
+        (Some(r), Mode::Sync, Outcome::Completed | Outcome::Dead) => r.status as u16,
+        _ => outcome.status(mode),
+    };
+    let delivery_id = insert_delivery(tx, d, None, Some(found.event_id), outcome, answered).await?;
+    Ok(Claimed {
+        outcome,
+        event_id: found.event_id,
+        delivery_id,
+        stored_response: found.response,
+    })
 }
 
 /// Sync mode: the status the provider got is known only once the destination
@@ -291,21 +224,25 @@ pub async fn record_rejected(
     status: u16,
 ) -> Result<i64, sqlx::Error> {
     let mut conn = pool.acquire().await?;
-    insert_delivery(&mut conn, d, None, Outcome::Rejected, status).await
+    insert_delivery(&mut conn, d, None, None, Outcome::Rejected, status).await
 }
 
+/// Records a delivery, under the id the claim reserved for it if any.
 async fn insert_delivery(
     conn: &mut sqlx::PgConnection,
     d: &NewDelivery<'_>,
+    id: Option<i64>,
     event_id: Option<i64>,
     outcome: Outcome,
     status: u16,
 ) -> Result<i64, sqlx::Error> {
     sqlx::query_scalar(
-        "INSERT INTO deliveries (source, event_id, idem_key, outcome, reject_reason, http_status,
-                                 ack_micros, verified, verification, query, content_type, headers,
-                                 body, body_size, remote_addr, redelivery_of, redelivered_by)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)
+        "INSERT INTO deliveries (id, source, event_id, idem_key, outcome, reject_reason,
+                                 http_status, ack_micros, verified, verification, query,
+                                 content_type, headers, body, body_size, remote_addr,
+                                 redelivery_of, redelivered_by)
+         VALUES (coalesce($18, nextval('deliveries_id_seq')), $1, $2, $3, $4, $5, $6, $7, $8, $9,
+                 $10, $11, $12, $13, $14, $15, $16, $17)
          RETURNING id",
     )
     .bind(d.source)
@@ -325,6 +262,7 @@ async fn insert_delivery(
     .bind(d.remote_addr)
     .bind(d.redelivery.map(|r| r.of))
     .bind(d.redelivery.map(|r| r.by))
+    .bind(id)
     .fetch_one(conn)
     .await
 }

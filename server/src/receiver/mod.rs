@@ -11,7 +11,7 @@ use std::time::Instant;
 use sqlx::PgPool;
 
 use crate::config::{Mode, Provider, SourceConfig};
-use crate::processing::queue::LEASE_MARGIN;
+use crate::events::LEASE_MARGIN;
 use crate::processing::retry::RetryPolicy;
 use crate::processing::sync::{self, SyncResult};
 use batch::{ClaimBatcher, PendingClaim};
@@ -209,6 +209,9 @@ pub struct Pipeline<'a> {
     pub keep_bytes: usize,
 }
 
+/// What a paused sync-mode source asks its provider to wait before retrying.
+const PAUSED_RETRY_AFTER_SECS: u32 = 60;
+
 /// Sync mode: the claim's holder forwards now and answers with the destination's reply.
 async fn sync_reply(
     pool: &PgPool,
@@ -227,7 +230,7 @@ async fn sync_reply(
                 content_type: Some("application/json".into()),
                 body: br#"{"type":1}"#.to_vec(),
             };
-            sync::complete_inline(pool, claimed.event_id, owner, &pong).await?;
+            crate::events::complete_inline(pool, claimed.event_id, owner, &pong).await?;
             SyncResult::Answered(pong)
         } else {
             let call = sync::SyncCall {
@@ -250,6 +253,20 @@ async fn sync_reply(
             outcome: Outcome::Claimed,
             delivery_id: Some(claimed.delivery_id),
         },
+        SyncResult::Paused => {
+            // Nothing is forwarded while the source is paused: the provider
+            // is asked to come back, and the workers forward the event once
+            // it is resumed (later copies get its stored answer).
+            let mut reply = providers::reply(source, inbound, claimed);
+            reply.status = 503;
+            reply
+                .headers
+                .push(("retry-after", PAUSED_RETRY_AFTER_SECS.to_string()));
+            reply.body = serde_json::json!({"outcome": Outcome::Claimed, "paused": true})
+                .to_string()
+                .into_bytes();
+            reply
+        }
         SyncResult::Failed(reason) => {
             // 502: the provider retries, and its retry takes the claim over.
             let mut reply = providers::reply(source, inbound, claimed);

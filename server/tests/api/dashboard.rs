@@ -132,9 +132,7 @@ async fn an_attempt_in_flight_holds_the_fold_back_until_it_finishes(pool: PgPool
     let app = spawn_app(pool.clone(), config("gh", &destination.url)).await;
     deliver(&app, "gh", "a", "{}", b"gh-secret").await;
     // A worker leases the event (its attempt is open) but has not finished.
-    let leased = replaysafe::processing::queue::lease_due(&pool, "stuck-worker", 10)
-        .await
-        .unwrap();
+    let leased = app.lease_as("stuck-worker", 10).await;
     assert_eq!(leased.len(), 1);
     replaysafe::rollup::fold_all(&pool).await.unwrap();
     assert_eq!(
@@ -142,21 +140,20 @@ async fn an_attempt_in_flight_holds_the_fold_back_until_it_finishes(pool: PgPool
         0,
         "an open attempt is not counted yet"
     );
-    let record = replaysafe::processing::queue::AttemptRecord {
+    let record = replaysafe::events::AttemptRecord {
         status: Some(200),
         latency_ms: 5,
         ..Default::default()
     };
-    replaysafe::processing::queue::finish(
-        &pool,
-        "stuck-worker",
-        &leased[0],
-        &record,
-        &replaysafe::processing::queue::Next::Completed,
-        None,
-    )
-    .await
-    .unwrap();
+    assert!(
+        app.finish_as(
+            "stuck-worker",
+            &leased[0],
+            record,
+            replaysafe::events::Next::Completed
+        )
+        .await
+    );
     replaysafe::rollup::fold_all(&pool).await.unwrap();
     let sums = rolled_up(&pool).await;
     assert_eq!(

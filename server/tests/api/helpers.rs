@@ -8,6 +8,7 @@ use replaysafe::processing::retry::RetryPolicy;
 use replaysafe::processing::worker::Workers;
 
 use replaysafe::config::{self, Config};
+use replaysafe::events;
 use replaysafe::startup::Application;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
@@ -37,6 +38,31 @@ impl TestApp {
             max_retry_after: Duration::from_secs(3600),
         });
         workers
+    }
+
+    /// Leases due events as worker `worker` would, without forwarding them
+    /// (a worker about to die).
+    pub async fn lease_as(&self, worker: &str, limit: i64) -> Vec<events::Leased> {
+        events::lease(&self.pool, worker, limit, &self.workers().runnable())
+            .await
+            .unwrap()
+    }
+
+    /// Records an attempt as worker `worker`; returns whether the event moved.
+    pub async fn finish_as(
+        &self,
+        worker: &str,
+        leased: &events::Leased,
+        record: events::AttemptRecord,
+        next: events::Next,
+    ) -> bool {
+        let done = events::Done {
+            leased: leased.clone(),
+            record,
+            next,
+            response: None,
+        };
+        events::finish(&self.pool, worker, &done).await.unwrap()
     }
 
     /// Runs one worker until no event is due.

@@ -228,9 +228,7 @@ async fn a_dead_workers_lease_is_taken_over(pool: PgPool) {
     deliver(&app, "d-crash", "{}").await;
 
     // A worker leases the event and dies before forwarding it.
-    let leased = replaysafe::processing::queue::lease_due(&pool, "doomed", 1)
-        .await
-        .unwrap();
+    let leased = app.lease_as("doomed", 1).await;
     assert_eq!(leased.len(), 1);
     let lease_secs: f64 = sqlx::query_scalar(
         "SELECT extract(epoch FROM lease_expires_at - now())::float8 FROM events",
@@ -262,16 +260,14 @@ async fn a_dead_workers_lease_is_taken_over(pool: PgPool) {
     assert_eq!(abandoned, "worker lost its lease; taken over");
 
     // The dead worker's late report changes nothing.
-    let moved = replaysafe::processing::queue::finish(
-        &pool,
-        "doomed",
-        &leased[0],
-        &Default::default(),
-        &replaysafe::processing::queue::Next::Dead("late".into()),
-        None,
-    )
-    .await
-    .unwrap();
+    let moved = app
+        .finish_as(
+            "doomed",
+            &leased[0],
+            Default::default(),
+            replaysafe::events::Next::Dead("late".into()),
+        )
+        .await;
     assert!(!moved);
     assert_eq!(event_state(&pool, "d-crash").await.0, "completed");
 }

@@ -1,0 +1,233 @@
+//! The provider's transitions: a delivery claims its key (the event is
+//! created), or counts on the event holding it; and the operator's revive,
+//! which arrives as a re-delivery through the same claim.
+
+use sqlx::PgConnection;
+
+use super::{Forwarder, State};
+
+/// A sync-mode claim's lease: the request that holds it calls the destination.
+#[derive(Clone, Copy, Debug)]
+pub struct InlineLease<'a> {
+    pub owner: &'a str,
+    pub secs: f64,
+}
+
+/// Claims `(source, key)` for a new event. Ack mode (no lease): `queued`, for
+/// the workers. Sync mode: `processing` under the request's lease. Returns
+/// the new event's id and the delivery id reserved for the claimant, or None
+/// when another delivery holds the key (`ON CONFLICT DO NOTHING`: never
+/// check-then-write).
+pub async fn claim(
+    tx: &mut PgConnection,
+    source: &str,
+    key: &str,
+    lease: Option<InlineLease<'_>>,
+) -> Result<Option<(i64, i64)>, sqlx::Error> {
+    sqlx::query_as(
+        "INSERT INTO events (source, idem_key, state, forwarder, first_delivery_id,
+                             lease_owner, lease_expires_at)
+         VALUES ($1, $2, CASE WHEN $3::text IS NULL THEN 'queued' ELSE 'processing' END,
+                 CASE WHEN $3::text IS NULL THEN 'workers' ELSE 'request' END,
+                 nextval('deliveries_id_seq'), $3,
+                 CASE WHEN $3::text IS NULL THEN NULL ELSE now() + make_interval(secs => $4) END)
+         ON CONFLICT (source, idem_key) DO NOTHING
+         RETURNING id, first_delivery_id",
+    )
+    .bind(source)
+    .bind(key)
+    .bind(lease.map(|l| l.owner))
+    .bind(lease.map_or(0.0, |l| l.secs))
+    .fetch_optional(tx)
+    .await
+}
+
+/// What a duplicate found: the event holding its key, in the state it saw
+/// (after any takeover), and the stored answer in sync mode.
+#[derive(Clone, Debug)]
+pub struct Duplicate {
+    pub event_id: i64,
+    pub state: State,
+    /// This request took over the sync claim and now holds its lease.
+    pub taken_over: bool,
+    pub response: Option<super::StoredResponse>,
+}
+
+/// A delivery of a key that is held: counts the receipt. In sync mode
+/// (`takeover` given) the request takes over an event its requests forward
+/// when no attempt is running: waiting (`queued`, `retrying`) or its holder's
+/// lease expired. The row lock makes two duplicates never both take over.
+pub async fn duplicate(
+    tx: &mut PgConnection,
+    source: &str,
+    key: &str,
+    takeover: Option<InlineLease<'_>>,
+) -> Result<Duplicate, sqlx::Error> {
+    let row: (
+        i64,
+        String,
+        bool,
+        Option<i16>,
+        Option<String>,
+        Option<Vec<u8>>,
+    ) = sqlx::query_as(
+        "WITH found AS (
+                 SELECT id, $3::text IS NOT NULL AND forwarder = 'request'
+                        AND (state IN ('queued', 'retrying')
+                             OR (state = 'processing' AND lease_expires_at < now())) AS take
+                 FROM events WHERE source = $1 AND idem_key = $2
+                 FOR UPDATE
+             )
+             UPDATE events e SET receive_count = e.receive_count + 1, last_seen_at = now(),
+                 state = CASE WHEN f.take THEN 'processing' ELSE e.state END,
+                 state_changed_at = CASE WHEN f.take THEN now() ELSE e.state_changed_at END,
+                 lease_owner = CASE WHEN f.take THEN $3 ELSE e.lease_owner END,
+                 lease_expires_at = CASE WHEN f.take THEN now() + make_interval(secs => $4)
+                                         ELSE e.lease_expires_at END
+             FROM found f WHERE e.id = f.id
+             RETURNING e.id, e.state, f.take, e.response_status, e.response_content_type,
+                       e.response_body",
+    )
+    .bind(source)
+    .bind(key)
+    .bind(takeover.map(|l| l.owner))
+    .bind(takeover.map_or(0.0, |l| l.secs))
+    .fetch_one(tx)
+    .await?;
+    let (event_id, state, taken_over, status, content_type, body) = row;
+    let response = match (status, body) {
+        (Some(status), Some(body)) => Some(super::StoredResponse {
+            status,
+            content_type,
+            body,
+        }),
+        _ => None,
+    };
+    Ok(Duplicate {
+        event_id,
+        state: State::parse(&state).unwrap_or(State::Processing),
+        taken_over,
+        response,
+    })
+}
+
+/// An operator's re-delivery of a dead event queues it again for the
+/// workers (whatever the source's mode: no provider waits for it). The row
+/// lock makes exactly one of any number of concurrent re-deliveries win.
+/// When the payload the event forwards is gone, the re-delivery's own
+/// (`delivery_id`, recorded in the same transaction) takes its place.
+/// Returns the event's id when it was revived.
+pub async fn revive(
+    tx: &mut PgConnection,
+    source: &str,
+    key: &str,
+    delivery_id: i64,
+) -> Result<Option<i64>, sqlx::Error> {
+    sqlx::query_scalar(
+        "UPDATE events e SET state = 'queued', forwarder = 'workers', state_changed_at = now(),
+             next_attempt_at = now(), attempt_count = 0, dead_reason = NULL, last_error = NULL,
+             receive_count = receive_count + 1, last_seen_at = now(),
+             first_delivery_id = CASE WHEN EXISTS (SELECT 1 FROM deliveries d
+                                                   WHERE d.id = e.first_delivery_id
+                                                     AND d.body IS NOT NULL)
+                                      THEN e.first_delivery_id ELSE $3 END
+         WHERE source = $1 AND idem_key = $2 AND state = 'dead'
+         RETURNING id",
+    )
+    .bind(source)
+    .bind(key)
+    .bind(delivery_id)
+    .fetch_optional(tx)
+    .await
+}
+
+/// One batch of ack-mode deliveries for `claim_batch`: the batch's distinct
+/// keys in one fixed order (every batch locks its keys in that order, so two
+/// batches never deadlock) with their copies, and each delivery's fields.
+pub struct BatchClaim<'a> {
+    pub key_sources: Vec<&'a str>,
+    pub key_ids: Vec<&'a str>,
+    pub key_copies: Vec<i32>,
+    pub sources: Vec<&'a str>,
+    pub idem_keys: Vec<&'a str>,
+    /// The first copy of each key in the batch: the one that may claim it.
+    pub first: Vec<bool>,
+    /// How many copies of its key the batch holds.
+    pub copies: Vec<i32>,
+    pub verifications: Vec<&'a str>,
+    pub queries: Vec<Option<&'a str>>,
+    pub content_types: Vec<Option<&'a str>>,
+    pub headers: Vec<&'a serde_json::Value>,
+    pub bodies: Vec<&'a [u8]>,
+    pub sizes: Vec<i32>,
+    pub remote_addrs: Vec<Option<&'a str>>,
+    pub ack_micros: Vec<i32>,
+}
+
+/// One answered delivery: its 1-based place in the batch, delivery id,
+/// event id, and `claimed` or the state of the event holding its key.
+pub type BatchRow = (i64, i64, i64, String);
+
+/// Claims a batch in one statement: each key is claimed (a new `queued`
+/// event counting its copies) or its event is locked and counted
+/// (`ON CONFLICT DO UPDATE` waits for a concurrent claim of the same key and
+/// then counts on it), and every delivery is recorded. A new event's receive
+/// count equals the batch's copies; a stored one already counted at least
+/// one receipt, so its count is higher: that tells the claimant's copy
+/// apart without joining the batch back to the keys it drew ids for.
+pub async fn claim_batch(
+    conn: &mut PgConnection,
+    batch: &BatchClaim<'_>,
+) -> Result<Vec<BatchRow>, sqlx::Error> {
+    debug_assert_eq!(Forwarder::Workers.as_str(), "workers");
+    sqlx::query_as::<_, BatchRow>(
+        "WITH held AS (
+             INSERT INTO events AS e (source, idem_key, state, first_delivery_id, receive_count)
+             SELECT source, idem_key, 'queued', nextval('deliveries_id_seq'), copies
+             FROM unnest($1::text[], $2::text[], $3::int[]) AS k(source, idem_key, copies)
+             ON CONFLICT (source, idem_key) DO UPDATE
+                 SET receive_count = e.receive_count + EXCLUDED.receive_count, last_seen_at = now()
+             RETURNING e.id, e.source, e.idem_key, e.state, e.first_delivery_id, e.receive_count
+         ),
+         placed AS (
+             SELECT i.*, h.id AS event_id,
+                    CASE WHEN i.first AND h.receive_count = i.copies THEN h.first_delivery_id
+                         ELSE nextval('deliveries_id_seq') END AS delivery_id,
+                    CASE WHEN i.first AND h.receive_count = i.copies THEN 'claimed'
+                         WHEN h.state IN ('completed', 'dead') THEN h.state
+                         ELSE 'in_progress' END AS outcome
+             FROM unnest($4::text[], $5::text[], $6::bool[], $7::int[], $8::text[], $9::text[],
+                         $10::text[], $11::jsonb[], $12::bytea[], $13::int[], $14::text[], $15::int[])
+                      WITH ORDINALITY
+                      AS i(source, idem_key, first, copies, verification, query, content_type,
+                           headers, body, body_size, remote_addr, ack_micros, ord)
+             JOIN held h USING (source, idem_key)
+         ),
+         recorded AS (
+             INSERT INTO deliveries (id, source, event_id, idem_key, outcome, http_status, ack_micros,
+                                     verified, verification, query, content_type, headers, body,
+                                     body_size, remote_addr)
+             SELECT delivery_id, source, event_id, idem_key, outcome, 200, ack_micros, true,
+                    verification, query, content_type, headers, body, body_size, remote_addr
+             FROM placed
+         )
+         SELECT ord, delivery_id, event_id, outcome FROM placed",
+    )
+    .bind(&batch.key_sources)
+    .bind(&batch.key_ids)
+    .bind(&batch.key_copies)
+    .bind(&batch.sources)
+    .bind(&batch.idem_keys)
+    .bind(&batch.first)
+    .bind(&batch.copies)
+    .bind(&batch.verifications)
+    .bind(&batch.queries)
+    .bind(&batch.content_types)
+    .bind(&batch.headers)
+    .bind(&batch.bodies)
+    .bind(&batch.sizes)
+    .bind(&batch.remote_addrs)
+    .bind(&batch.ack_micros)
+    .fetch_all(conn)
+    .await
+}

@@ -1,0 +1,122 @@
+//! The owner of an event's life (spec sections 4 to 6). Nothing else in the
+//! workspace writes `events.state`: every transition is one function here,
+//! and each one's SQL is guarded by the state(s) it leaves, so two actors
+//! racing for the same event serialise on its row and only one moves it.
+//!
+//! ```text
+//!            claim (provider)                       finish: 2xx (worker | sync holder)
+//!   (none) ──────────────────▶ queued ──lease──▶ processing ─────────────────▶ completed
+//!                               ▲  ▲   (worker)   │ ▲   │                        │  │
+//!                               │  │              │ │   │ finish: 5xx, timeout   │  │
+//!        revive (operator's     │  │   release    │ │   ▼                        │  │
+//!        re-delivery of a dead) │  └──(paused)────┘ │ retrying                   │  │
+//!                               │                   │   │                        │  │
+//!                               │     lease, takeover    │ finish: 4xx,          │  │
+//!                               │   (worker | provider)  │ attempts used up      │  │
+//!                               │                        ▼                       │  │
+//!                               └────────────────────── dead ◀───────────────────┘  │
+//!                               ▲                        (finish from processing)   │
+//!                               └───────────── force (admin) ───────────────────────┘
+//!
+//!   completed, dead ──prune (retention, after dedup_ttl_days)──▶ (none)
+//! ```
+//!
+//! Who moves what:
+//! - **provider** (a delivery): `claim`, `claim_batch` create an event;
+//!   `duplicate` counts a receipt and, in sync mode, takes over an event that
+//!   its requests forward (`Forwarder::Request`) when it waits or its lease
+//!   expired.
+//! - **worker**: `lease` takes due events that workers forward
+//!   (`Forwarder::Workers`), including expired leases (takeover); `finish`
+//!   records an attempt and moves the event on while it still holds the lease.
+//! - **sync holder** (the request that holds a sync claim): `start_inline`,
+//!   `finish`, `complete_inline`; a paused source is released to the workers
+//!   (`release_paused`).
+//! - **operator**: `revive` (re-delivery of a dead event).
+//! - **admin**: `force` (a completed event runs once more).
+//! - **retention**: `prune` forgets settled keys.
+
+mod claim;
+mod operator;
+mod work;
+
+pub use claim::{
+    claim, claim_batch, duplicate, revive, BatchClaim, BatchRow, Duplicate, InlineLease,
+};
+pub use operator::{force, prune, Forced};
+pub use work::{
+    complete_inline, finish, finish_each, lease, release_paused, start_inline, AttemptRecord, Done,
+    Inline, Leased, Next, Runnable,
+};
+
+/// A sync-mode destination's answer, stored with its event and returned
+/// byte for byte to later duplicates.
+#[derive(Clone, Debug, PartialEq, Eq, sqlx::FromRow)]
+pub struct StoredResponse {
+    pub status: i16,
+    pub content_type: Option<String>,
+    pub body: Vec<u8>,
+}
+
+/// An event's state, stored as checked text in `events.state`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum State {
+    Queued,
+    Processing,
+    Retrying,
+    Completed,
+    Dead,
+}
+
+impl State {
+    pub const ALL: [State; 5] = [
+        State::Queued,
+        State::Processing,
+        State::Retrying,
+        State::Completed,
+        State::Dead,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            State::Queued => "queued",
+            State::Processing => "processing",
+            State::Retrying => "retrying",
+            State::Completed => "completed",
+            State::Dead => "dead",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|s| s.as_str() == text)
+    }
+
+    /// Settled: only an operator or admin action moves it again.
+    pub fn is_settled(self) -> bool {
+        matches!(self, State::Completed | State::Dead)
+    }
+}
+
+/// Who forwards an event: the worker pool, or (sync mode) the provider's
+/// own requests, inside which the destination is called. Stored in
+/// `events.forwarder`. A sync-mode event becomes the workers' once no
+/// provider request is waiting for it: an operator's re-delivery, a force,
+/// or a delivery that arrived while its source was paused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Forwarder {
+    Workers,
+    Request,
+}
+
+impl Forwarder {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Forwarder::Workers => "workers",
+            Forwarder::Request => "request",
+        }
+    }
+}
+
+/// A lease outlives the attempt's timeout by this much, so that only a worker
+/// that died (not a slow one) loses it: takeover within timeout + 30 s.
+pub const LEASE_MARGIN: std::time::Duration = std::time::Duration::from_secs(25);

@@ -1,0 +1,343 @@
+//! The forwarders' transitions: workers lease due events (and take over
+//! expired leases), a sync claim's holder starts its attempt inside the
+//! request, and either records the attempt's end. No transaction or row lock
+//! outlives a statement, so none is held across an outgoing HTTP call.
+
+use std::time::Duration;
+
+use sqlx::PgPool;
+
+use super::StoredResponse;
+
+/// An event leased for one attempt, with what it forwards.
+#[derive(Clone, Debug, sqlx::FromRow)]
+pub struct Leased {
+    pub event_id: i64,
+    pub attempt_id: i64,
+    pub source: String,
+    pub idem_key: String,
+    /// 1-based number of this attempt.
+    pub attempt: i32,
+    /// None once retention pruned the payload.
+    pub body: Option<Vec<u8>>,
+    pub content_type: Option<String>,
+    pub headers: Option<serde_json::Value>,
+    /// An admin forced this completed event to run again (spec section 6).
+    pub forced: bool,
+}
+
+/// What one attempt saw.
+#[derive(Clone, Debug, Default)]
+pub struct AttemptRecord {
+    pub status: Option<u16>,
+    pub latency_ms: i32,
+    pub response_excerpt: Option<String>,
+    pub error: Option<String>,
+}
+
+/// Where the event goes after the attempt.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Next {
+    Completed,
+    RetryIn(Duration),
+    Dead(String),
+}
+
+impl Next {
+    /// The event state it leads to, as stored in `attempts.result`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Next::Completed => "completed",
+            Next::RetryIn(_) => "retrying",
+            Next::Dead(_) => "dead",
+        }
+    }
+
+    fn delay_and_reason(&self, record: &AttemptRecord) -> (Option<f64>, Option<String>) {
+        match self {
+            Next::Completed => (None, None),
+            Next::RetryIn(d) => (Some(d.as_secs_f64()), record.error.clone()),
+            Next::Dead(reason) => (None, Some(reason.clone())),
+        }
+    }
+}
+
+/// One finished attempt, to be recorded. `response` is kept for sync-mode
+/// sources, whose later duplicates get the destination's answer back.
+#[derive(Clone, Debug)]
+pub struct Done {
+    pub leased: Leased,
+    pub record: AttemptRecord,
+    pub next: Next,
+    pub response: Option<StoredResponse>,
+}
+
+/// The sources this process can forward, each with its lease: the source's
+/// attempt timeout plus a margin. Workers lease only these, so a process
+/// never takes an event it has no destination for.
+#[derive(Clone, Debug, Default)]
+pub struct Runnable {
+    slugs: Vec<String>,
+    lease_secs: Vec<f64>,
+}
+
+impl Runnable {
+    pub fn new<'a>(
+        sources: impl IntoIterator<Item = (&'a str, Duration)>,
+        margin: Duration,
+    ) -> Self {
+        let (slugs, lease_secs) = sources
+            .into_iter()
+            .map(|(slug, timeout)| (slug.to_owned(), (timeout + margin).as_secs_f64()))
+            .unzip();
+        Self { slugs, lease_secs }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.slugs.is_empty()
+    }
+}
+
+/// Leases up to `limit` due events that workers forward: queued or retrying
+/// ones whose time has come, and processing ones whose holder lost its
+/// lease (a takeover, which closes the abandoned attempt). Only `runnable`
+/// sources, and none that is paused.
+pub async fn lease(
+    pool: &PgPool,
+    worker: &str,
+    limit: i64,
+    runnable: &Runnable,
+) -> Result<Vec<Leased>, sqlx::Error> {
+    if runnable.is_empty() {
+        return Ok(Vec::new());
+    }
+    sqlx::query_as::<_, Leased>(
+        "WITH runnable AS (
+             SELECT r.slug, r.lease_secs
+             FROM unnest($3::text[], $4::float8[]) AS r(slug, lease_secs)
+             JOIN sources s ON s.slug = r.slug
+             WHERE NOT coalesce(s.paused_override, s.config_paused)
+         ),
+         candidates AS (
+             (SELECT id FROM events
+              WHERE state IN ('queued', 'retrying') AND next_attempt_at <= now()
+                AND forwarder = 'workers' AND source IN (SELECT slug FROM runnable)
+              ORDER BY next_attempt_at LIMIT $2)
+             UNION ALL
+             (SELECT id FROM events
+              WHERE state = 'processing' AND lease_expires_at < now()
+                AND forwarder = 'workers' AND source IN (SELECT slug FROM runnable)
+              ORDER BY lease_expires_at LIMIT $2)
+         ),
+         locked AS (
+             SELECT id FROM events
+             WHERE id IN (SELECT id FROM candidates) AND forwarder = 'workers'
+               AND ((state IN ('queued', 'retrying') AND next_attempt_at <= now())
+                    OR (state = 'processing' AND lease_expires_at < now()))
+             LIMIT $2
+             FOR UPDATE SKIP LOCKED
+         ),
+         leased AS (
+             UPDATE events e SET
+                 state = 'processing', state_changed_at = now(),
+                 lease_owner = $1,
+                 lease_expires_at = now() + make_interval(secs => r.lease_secs),
+                 attempt_count = e.attempt_count + 1
+             FROM locked, runnable r
+             WHERE e.id = locked.id AND r.slug = e.source
+             RETURNING e.id, e.source, e.idem_key, e.attempt_count, e.first_delivery_id,
+                       CASE WHEN e.forced_at IS NOT NULL AND e.completed_at IS NULL
+                            THEN e.forced_by END AS forced_by,
+                       e.forced_at IS NOT NULL AND e.completed_at IS NULL AS forced
+         ),
+         abandoned AS (
+             UPDATE attempts SET finished_at = now(), error = 'worker lost its lease; taken over'
+             WHERE finished_at IS NULL AND event_id IN (SELECT id FROM leased)
+         ),
+         attempt AS (
+             INSERT INTO attempts (event_id, number, worker, forced_by)
+             SELECT id, attempt_count, $1, forced_by FROM leased
+             RETURNING id, event_id
+         )
+         SELECT l.id AS event_id, a.id AS attempt_id, l.source, l.idem_key,
+                l.attempt_count AS attempt, d.body, d.content_type, d.headers, l.forced
+         FROM leased l
+         JOIN attempt a ON a.event_id = l.id
+         LEFT JOIN deliveries d ON d.id = l.first_delivery_id",
+    )
+    .bind(worker)
+    .bind(limit)
+    .bind(&runnable.slugs)
+    .bind(&runnable.lease_secs)
+    .fetch_all(pool)
+    .await
+}
+
+/// How a sync claim's attempt began.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Inline {
+    /// The attempt is recorded: forward now.
+    Started { attempt_id: i64, attempt: i32 },
+    /// The source is paused: the event went back to `queued` for the
+    /// workers, who forward it once the source is resumed.
+    Paused,
+    /// The lease was lost before the attempt began.
+    LeaseLost,
+}
+
+/// The holder of a sync claim starts its attempt inside the request, unless
+/// the source is paused: then nothing is forwarded by any path until it is
+/// resumed, and the event is released to the workers.
+pub async fn start_inline(
+    pool: &PgPool,
+    event_id: i64,
+    lease_owner: &str,
+) -> Result<Inline, sqlx::Error> {
+    let started: Option<(i64, i32)> = sqlx::query_as(
+        "WITH ev AS (
+             UPDATE events e SET attempt_count = e.attempt_count + 1
+             FROM sources s
+             WHERE e.id = $1 AND e.lease_owner = $2 AND e.state = 'processing'
+               AND s.slug = e.source AND NOT coalesce(s.paused_override, s.config_paused)
+             RETURNING e.id, e.attempt_count
+         )
+         INSERT INTO attempts (event_id, number, worker)
+         SELECT id, attempt_count, $2 FROM ev
+         RETURNING id, number",
+    )
+    .bind(event_id)
+    .bind(lease_owner)
+    .fetch_optional(pool)
+    .await?;
+    if let Some((attempt_id, attempt)) = started {
+        return Ok(Inline::Started {
+            attempt_id,
+            attempt,
+        });
+    }
+    Ok(if release_paused(pool, event_id, lease_owner).await? {
+        Inline::Paused
+    } else {
+        Inline::LeaseLost
+    })
+}
+
+/// A sync claim whose source is paused goes back to `queued`, now the
+/// workers' to forward: no provider request will wait for it. Returns
+/// whether this holder still had the lease.
+pub async fn release_paused(
+    pool: &PgPool,
+    event_id: i64,
+    lease_owner: &str,
+) -> Result<bool, sqlx::Error> {
+    let released: Option<i64> = sqlx::query_scalar(
+        "UPDATE events SET state = 'queued', forwarder = 'workers', state_changed_at = now(),
+             next_attempt_at = now(), lease_owner = NULL, lease_expires_at = NULL
+         WHERE id = $1 AND lease_owner = $2 AND state = 'processing'
+         RETURNING id",
+    )
+    .bind(event_id)
+    .bind(lease_owner)
+    .fetch_optional(pool)
+    .await?;
+    Ok(released.is_some())
+}
+
+/// Records the attempt and moves the event on, if `holder` still holds its
+/// lease (one that lost it must not overwrite its successor). Returns
+/// whether the event moved.
+pub async fn finish(pool: &PgPool, holder: &str, done: &Done) -> Result<bool, sqlx::Error> {
+    Ok(finish_each(pool, holder, std::slice::from_ref(done)).await? == 1)
+}
+
+/// `finish` for several attempts in one statement: each attempt is
+/// recorded, and each event moves on if `holder` still holds its lease.
+/// Returns how many events moved.
+pub async fn finish_each(pool: &PgPool, holder: &str, done: &[Done]) -> Result<u64, sqlx::Error> {
+    if done.is_empty() {
+        return Ok(0);
+    }
+    let mut states = Vec::with_capacity(done.len());
+    let mut delays = Vec::with_capacity(done.len());
+    let mut reasons = Vec::with_capacity(done.len());
+    for d in done {
+        let (delay, reason) = d.next.delay_and_reason(&d.record);
+        states.push(d.next.as_str());
+        delays.push(delay);
+        reasons.push(reason);
+    }
+    fn kept(d: &Done) -> Option<&StoredResponse> {
+        d.response.as_ref().filter(|_| d.next == Next::Completed)
+    }
+    let moved = sqlx::query(
+        "WITH input AS (
+             SELECT * FROM unnest($2::bigint[], $3::bigint[], $4::int[], $5::int[], $6::text[],
+                                  $7::text[], $8::float8[], $9::text[], $10::text[],
+                                  $11::int[], $12::text[], $13::bytea[])
+                 AS t(event_id, attempt_id, status, latency_ms, excerpt, error, delay, state,
+                      reason, response_status, response_content_type, response_body)
+         ),
+         recorded AS (
+             UPDATE attempts a SET finished_at = now(), status = i.status, latency_ms = i.latency_ms,
+                 response_excerpt = i.excerpt, error = i.error,
+                 next_attempt_at = now() + make_interval(secs => i.delay), result = i.state
+             FROM input i WHERE a.id = i.attempt_id
+         )
+         UPDATE events e SET
+             state = i.state, state_changed_at = now(),
+             lease_owner = NULL, lease_expires_at = NULL,
+             next_attempt_at = CASE WHEN i.delay IS NULL THEN e.next_attempt_at
+                                    ELSE now() + make_interval(secs => i.delay) END,
+             completed_at = CASE WHEN i.state = 'completed' THEN now() END,
+             last_error = i.reason,
+             dead_reason = CASE WHEN i.state = 'dead' THEN i.reason END,
+             response_status = coalesce(i.response_status::smallint, e.response_status),
+             response_content_type = CASE WHEN i.response_status IS NULL
+                                          THEN e.response_content_type
+                                          ELSE i.response_content_type END,
+             response_body = coalesce(i.response_body, e.response_body)
+         FROM input i
+         WHERE e.id = i.event_id AND e.state = 'processing' AND e.lease_owner = $1",
+    )
+    .bind(holder)
+    .bind(done.iter().map(|d| d.leased.event_id).collect::<Vec<_>>())
+    .bind(done.iter().map(|d| d.leased.attempt_id).collect::<Vec<_>>())
+    .bind(done.iter().map(|d| d.record.status.map(i32::from)).collect::<Vec<_>>())
+    .bind(done.iter().map(|d| d.record.latency_ms).collect::<Vec<_>>())
+    .bind(done.iter().map(|d| d.record.response_excerpt.as_deref()).collect::<Vec<_>>())
+    .bind(done.iter().map(|d| d.record.error.as_deref()).collect::<Vec<_>>())
+    .bind(delays)
+    .bind(states)
+    .bind(reasons)
+    .bind(done.iter().map(|d| kept(d).map(|r| i32::from(r.status))).collect::<Vec<_>>())
+    .bind(done.iter().map(|d| kept(d).and_then(|r| r.content_type.as_deref())).collect::<Vec<_>>())
+    .bind(done.iter().map(|d| kept(d).map(|r| r.body.as_slice())).collect::<Vec<_>>())
+    .execute(pool)
+    .await?
+    .rows_affected();
+    Ok(moved)
+}
+
+/// Settles a sync claim that needs no destination (Discord's PING), storing
+/// the answer so that duplicates get it too.
+pub async fn complete_inline(
+    pool: &PgPool,
+    event_id: i64,
+    lease_owner: &str,
+    response: &StoredResponse,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "UPDATE events SET state = 'completed', state_changed_at = now(), completed_at = now(),
+             lease_owner = NULL, lease_expires_at = NULL,
+             response_status = $3, response_content_type = $4, response_body = $5
+         WHERE id = $1 AND lease_owner = $2 AND state = 'processing'",
+    )
+    .bind(event_id)
+    .bind(lease_owner)
+    .bind(response.status)
+    .bind(response.content_type.as_deref())
+    .bind(&response.body)
+    .execute(pool)
+    .await?;
+    Ok(())
+}
