@@ -53,6 +53,16 @@ pub struct Duplicate {
     pub response: Option<super::StoredResponse>,
 }
 
+/// The event's id, state, whether this request took it over, and its stored answer.
+type DuplicateRow = (
+    i64,
+    String,
+    bool,
+    Option<i16>,
+    Option<String>,
+    Option<Vec<u8>>,
+);
+
 /// A delivery of a key that is held: counts the receipt. In sync mode
 /// (`takeover` given) the request takes over an event its requests forward
 /// when no attempt is running: waiting (`queued`, `retrying`) or its holder's
@@ -63,14 +73,7 @@ pub async fn duplicate(
     key: &str,
     takeover: Option<InlineLease<'_>>,
 ) -> Result<Duplicate, sqlx::Error> {
-    let row: (
-        i64,
-        String,
-        bool,
-        Option<i16>,
-        Option<String>,
-        Option<Vec<u8>>,
-    ) = sqlx::query_as(
+    let row: DuplicateRow = sqlx::query_as(
         "WITH found AS (
                  SELECT id, $3::text IS NOT NULL AND forwarder = 'request'
                         AND (state IN ('queued', 'retrying')

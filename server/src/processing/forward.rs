@@ -8,22 +8,29 @@ use std::time::{Duration, Instant};
 use base64::Engine;
 use hmac::Mac;
 
-use crate::config::SourceConfig;
+use crate::config::{Provider, SourceConfig};
 use crate::events::{AttemptRecord, Leased};
 use crate::receiver::providers::{hmac_sha256, standard};
 
 /// Kept from the response for the timeline; enough to read an error message.
 pub const EXCERPT_BYTES: usize = 1024;
 
-/// Provider headers that describe the event; forwarded.
-const EVENT_HEADER_PREFIXES: [&str; 6] = [
-    "x-github-",
-    "x-shopify-",
-    "x-slack-",
-    "i-twilio-",
-    "wechatpay-",
-    "x-discord-",
-];
+/// The prefixes of a provider's own headers that describe the event; only
+/// the source's own provider's are forwarded, so a request cannot smuggle
+/// another provider's headers (`X-GitHub-Event` on a Shopify source) past
+/// the application. Stripe, Alipay and Standard Webhooks senders put
+/// everything in the body.
+fn event_header_prefixes(provider: Provider) -> &'static [&'static str] {
+    match provider {
+        Provider::Github => &["x-github-"],
+        Provider::Shopify => &["x-shopify-"],
+        Provider::Slack => &["x-slack-"],
+        Provider::Twilio => &["i-twilio-"],
+        Provider::Wechatpay => &["wechatpay-"],
+        Provider::Discord => &["x-discord-"],
+        Provider::Standard | Provider::Stripe | Provider::Alipay => &[],
+    }
+}
 
 /// Provider signature headers: replaysafe checked them; the application checks ours.
 const SIGNATURE_HEADERS: [&str; 11] = [
@@ -45,7 +52,11 @@ const SIGNATURE_HEADERS: [&str; 11] = [
 pub const FORCED_HEADER: &str = "x-replaysafe-forced";
 
 /// The headers of the stored delivery that go on to the application.
-pub fn event_headers(stored: Option<&serde_json::Value>) -> Vec<(String, String)> {
+pub fn event_headers(
+    provider: Provider,
+    stored: Option<&serde_json::Value>,
+) -> Vec<(String, String)> {
+    let prefixes = event_header_prefixes(provider);
     let Some(serde_json::Value::Array(pairs)) = stored else {
         return Vec::new();
     };
@@ -54,7 +65,7 @@ pub fn event_headers(stored: Option<&serde_json::Value>) -> Vec<(String, String)
         .filter_map(|pair| {
             let name = pair.get(0)?.as_str()?.to_ascii_lowercase();
             let value = pair.get(1)?.as_str()?;
-            let is_event = EVENT_HEADER_PREFIXES.iter().any(|p| name.starts_with(p));
+            let is_event = prefixes.iter().any(|p| name.starts_with(p));
             (is_event && !SIGNATURE_HEADERS.contains(&name.as_str()))
                 .then(|| (name, value.to_owned()))
         })
@@ -146,7 +157,7 @@ pub async fn forward(
             request = request.header("webhook-signature", signature);
         }
     }
-    for (name, value) in event_headers(leased.headers.as_ref()) {
+    for (name, value) in event_headers(source.provider, leased.headers.as_ref()) {
         request = request.header(name, value);
     }
     // Set after the provider's headers, so no provider can claim it.
@@ -218,7 +229,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn signature_headers_stay_and_event_headers_go_on() {
+    fn signature_headers_stay_and_only_the_sources_own_event_headers_go_on() {
         let stored = serde_json::json!([
             ["content-type", "application/json"],
             ["x-github-event", "push"],
@@ -229,12 +240,19 @@ mod tests {
             ["webhook-signature", "v1,provider"],
             ["authorization", "[redacted]"],
         ]);
-        let forwarded = event_headers(Some(&stored));
-        let names: Vec<&str> = forwarded.iter().map(|(n, _)| n.as_str()).collect();
+        let names = |provider| -> Vec<String> {
+            event_headers(provider, Some(&stored))
+                .into_iter()
+                .map(|(n, _)| n)
+                .collect()
+        };
         assert_eq!(
-            names,
-            ["x-github-event", "x-github-delivery", "x-shopify-topic"]
+            names(Provider::Github),
+            ["x-github-event", "x-github-delivery"]
         );
+        assert_eq!(names(Provider::Shopify), ["x-shopify-topic"]);
+        assert!(names(Provider::Stripe).is_empty());
+        assert!(names(Provider::Standard).is_empty());
     }
 
     #[test]

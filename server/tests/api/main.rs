@@ -4,8 +4,10 @@
 mod accounts;
 mod dashboard;
 mod embedded;
+mod exactly_once;
 mod health;
 mod helpers;
+mod model;
 mod outage;
 mod processes;
 mod processing;

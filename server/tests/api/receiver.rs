@@ -546,7 +546,7 @@ platform_keys = {{ "5157F09EFDC096DE15EBE81A47057A7232F1B8E1" = """{}""" }}
 }
 
 /// A verified delivery of source `std` for the batcher, its key in its body.
-fn pending_claim(idem_key: String) -> replaysafe::receiver::batch::PendingClaim {
+pub fn pending_claim(idem_key: String) -> replaysafe::receiver::batch::PendingClaim {
     replaysafe::receiver::batch::PendingClaim {
         source: "std".into(),
         verification: "test".into(),

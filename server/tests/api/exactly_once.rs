@@ -1,0 +1,463 @@
+//! The holes found in the exactly-once promise (issue 13), each as the
+//! interleaving that broke it: nothing may run twice, nothing may stick.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use hmac::{Hmac, Mac};
+use replaysafe::db::MIGRATOR;
+use replaysafe::processing::worker::Workers;
+use sha2::Sha256;
+use sqlx::PgPool;
+
+use crate::helpers::{spawn_app, test_config, Destination, Scripted, TestApp};
+
+fn hmac_hex(key: &[u8], data: &[u8]) -> String {
+    let mut mac = Hmac::<Sha256>::new_from_slice(key).unwrap();
+    mac.update(data);
+    hex::encode(mac.finalize().into_bytes())
+}
+
+fn github_source(slug: &str, destination: &str, timeout_secs: u32, max_attempts: u32) -> String {
+    format!(
+        r#"
+[[source]]
+slug = "{slug}"
+provider = "github"
+secrets = ["gh-secret"]
+destination = "{destination}"
+attempt_timeout_secs = {timeout_secs}
+max_attempts = {max_attempts}
+"#
+    )
+}
+
+fn slack_sync_source(destination: &str) -> String {
+    format!(
+        r#"
+[[source]]
+slug = "slack"
+provider = "slack"
+secrets = ["slack-secret"]
+mode = "sync"
+destination = "{destination}"
+attempt_timeout_secs = 1
+max_attempts = 5
+"#
+    )
+}
+
+/// A Slack interactivity request, as Slack signs it.
+async fn interact(app: &TestApp, body: &str) -> reqwest::Response {
+    let ts = chrono::Utc::now().timestamp();
+    app.client
+        .post(app.url("/hooks/slack"))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .header("x-slack-request-timestamp", ts.to_string())
+        .header(
+            "x-slack-signature",
+            format!(
+                "v0={}",
+                hmac_hex(b"slack-secret", format!("v0:{ts}:{body}").as_bytes())
+            ),
+        )
+        .body(body.to_owned())
+        .send()
+        .await
+        .unwrap()
+}
+
+async fn scalar_i64(pool: &PgPool, sql: &str) -> i64 {
+    sqlx::query_scalar(sql).fetch_one(pool).await.unwrap()
+}
+
+async fn state_of(pool: &PgPool, key: &str) -> String {
+    sqlx::query_scalar("SELECT state FROM events WHERE idem_key = $1")
+        .bind(key)
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+/// The event id and first delivery id holding `key`.
+async fn event_of(pool: &PgPool, key: &str) -> (i64, i64) {
+    sqlx::query_as("SELECT id, first_delivery_id FROM events WHERE idem_key = $1")
+        .bind(key)
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+/// Retention, once this delivery and every earlier one are 40 days old:
+/// they go, with their payloads (events in flight keep theirs).
+async fn prune_delivery(pool: &PgPool, delivery_id: i64) {
+    sqlx::query("UPDATE deliveries SET received_at = now() - interval '40 days' WHERE id <= $1")
+        .bind(delivery_id)
+        .execute(pool)
+        .await
+        .unwrap();
+    replaysafe::retention::prune(pool, 30, 30).await.unwrap();
+    let left: i64 = sqlx::query_scalar("SELECT count(*) FROM deliveries WHERE id = $1")
+        .bind(delivery_id)
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    assert_eq!(left, 0, "delivery {delivery_id} pruned");
+}
+
+/// A quick source's event sharing a worker's batch with a slow source's
+/// event: its 2xx is recorded when it arrives, not when the slow one
+/// returns, so its lease never lapses and nobody forwards it again.
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn a_quick_success_is_recorded_before_a_slow_batchmate_returns(pool: PgPool) {
+    let quick = Destination::start(vec![]).await;
+    let slow = Destination::start(vec![Scripted {
+        status: 200,
+        headers: vec![],
+        delay: Duration::from_secs(3),
+    }])
+    .await;
+    let config = format!(
+        "{}{}",
+        github_source("quick", &quick.url, 1, 8),
+        github_source("slow", &slow.url, 6, 8)
+    );
+    let app = spawn_app(pool.clone(), test_config(&config, &[])).await;
+    assert_eq!(
+        app.github_delivery("quick", "q-1", "{}", b"gh-secret")
+            .await,
+        200
+    );
+    assert_eq!(
+        app.github_delivery("slow", "s-1", "{}", b"gh-secret").await,
+        200
+    );
+    // Leases of the attempt timeout plus 1 s: the quick one's lasts 2 s,
+    // shorter than the slow destination takes.
+    let mut workers = app.workers();
+    workers.lease_margin = Duration::from_secs(1);
+    let batch = {
+        let workers = workers.clone();
+        tokio::spawn(async move { workers.run_once("batch-worker").await.unwrap() })
+    };
+    // Another worker keeps looking for expired leases meanwhile.
+    let watcher = async {
+        let mut taken = 0;
+        for _ in 0..40 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            taken += workers.run_once("watching-worker").await.unwrap();
+        }
+        taken
+    };
+    let taken = watcher.await;
+    assert_eq!(batch.await.unwrap(), 2, "one batch leased both events");
+    assert_eq!(taken, 0, "no lease lapsed, so nothing was taken over");
+    assert_eq!(quick.count(), 1, "the quick event was forwarded once");
+    assert_eq!(slow.count(), 1);
+    assert_eq!(state_of(&pool, "q-1").await, "completed");
+    assert_eq!(state_of(&pool, "s-1").await, "completed");
+}
+
+/// A sync-mode event re-delivered by an operator after it went dead is
+/// forwarded once by the workers (no provider request waits for it), and a
+/// later provider retry gets the stored answer.
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn a_sync_redelivery_of_a_dead_event_is_forwarded_once(pool: PgPool) {
+    let destination = Destination::start(vec![Scripted::status(400)]).await;
+    let app = spawn_app(
+        pool.clone(),
+        test_config(&slack_sync_source(&destination.url), &[]),
+    )
+    .await;
+    assert_eq!(interact(&app, "payload=dead").await.status(), 502);
+    let key = format!(
+        "sha256:{}",
+        hex::encode(<Sha256 as sha2::Digest>::digest(b"payload=dead"))
+    );
+    assert_eq!(state_of(&pool, &key).await, "dead");
+    let (_, first) = event_of(&pool, &key).await;
+    let (status, result) = app
+        .server_fn("redeliver", &format!("delivery_id={first}"))
+        .await;
+    assert_eq!(status, 200, "{result}");
+    assert_eq!(result["requeued"], true, "{result}");
+    assert_eq!(app.drain().await, 1, "the workers forward it");
+    assert_eq!(destination.count(), 2);
+    assert_eq!(state_of(&pool, &key).await, "completed");
+    let retry = interact(&app, "payload=dead").await;
+    assert_eq!(retry.status(), 200);
+    assert_eq!(retry.headers()["x-replaysafe-outcome"], "completed");
+    assert_eq!(
+        retry.text().await.unwrap(),
+        "answer from the test destination"
+    );
+    assert_eq!(destination.count(), 2, "the retry got the stored answer");
+}
+
+/// An admin's force of a completed sync-mode event runs it once more.
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn a_forced_sync_event_runs_once_more(pool: PgPool) {
+    let destination = Destination::start(vec![]).await;
+    let app = spawn_app(
+        pool.clone(),
+        test_config(&slack_sync_source(&destination.url), &[]),
+    )
+    .await;
+    assert_eq!(interact(&app, "payload=forced").await.status(), 200);
+    let key = format!(
+        "sha256:{}",
+        hex::encode(<Sha256 as sha2::Digest>::digest(b"payload=forced"))
+    );
+    let (event, _) = event_of(&pool, &key).await;
+    let (status, answer) = app
+        .server_fn(
+            "force",
+            &format!("event_id={event}&confirm_key={key}&reason=replay+after+a+bug"),
+        )
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(app.drain().await, 1);
+    assert_eq!(app.drain().await, 0, "once");
+    assert_eq!(destination.count(), 2);
+    let forced = destination.received.lock().unwrap()[1].headers.clone();
+    assert_eq!(forced["x-replaysafe-forced"], "true");
+    assert_eq!(state_of(&pool, &key).await, "completed");
+}
+
+/// A paused sync-mode source forwards nothing by any path: the provider is
+/// told to come back (503 with Retry-After), and once resumed the event is
+/// forwarded once; later copies get the stored answer.
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn a_paused_sync_source_forwards_nothing_until_resumed(pool: PgPool) {
+    let destination = Destination::start(vec![]).await;
+    let app = spawn_app(
+        pool.clone(),
+        test_config(&slack_sync_source(&destination.url), &[]),
+    )
+    .await;
+    let (status, _) = app
+        .server_fn("source-paused", "slug=slack&paused=true")
+        .await;
+    assert_eq!(status, 200);
+    let paused = interact(&app, "payload=paused").await;
+    assert_eq!(paused.status(), 503);
+    assert!(paused.headers().contains_key("retry-after"));
+    let again = interact(&app, "payload=paused").await;
+    assert_eq!(again.status(), 409, "held for the workers");
+    assert_eq!(app.drain().await, 0, "paused: the workers leave it too");
+    assert_eq!(destination.count(), 0);
+
+    let (status, _) = app
+        .server_fn("source-paused", "slug=slack&paused=false")
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(app.drain().await, 1);
+    assert_eq!(destination.count(), 1);
+    let later = interact(&app, "payload=paused").await;
+    assert_eq!(later.status(), 200);
+    assert_eq!(later.headers()["x-replaysafe-outcome"], "completed");
+    assert_eq!(destination.count(), 1, "forwarded once");
+}
+
+/// Forcing an event whose first delivery was pruned forwards a copy that
+/// still holds the payload; with none left, the force is refused up front
+/// with the reason, never retried for hours.
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn a_force_uses_a_stored_copy_and_is_refused_without_one(pool: PgPool) {
+    let destination = Destination::start(vec![]).await;
+    let app = spawn_app(
+        pool.clone(),
+        test_config(&github_source("gh", &destination.url, 2, 8), &[]),
+    )
+    .await;
+    let body = r#"{"n":1}"#;
+    assert_eq!(
+        app.github_delivery("gh", "k-copy", body, b"gh-secret")
+            .await,
+        200
+    );
+    assert_eq!(app.drain().await, 1);
+    assert_eq!(
+        app.github_delivery("gh", "k-copy", body, b"gh-secret")
+            .await,
+        200
+    );
+    let (event, first) = event_of(&pool, "k-copy").await;
+    prune_delivery(&pool, first).await;
+    let (status, answer) = app
+        .server_fn(
+            "force",
+            &format!("event_id={event}&confirm_key=k-copy&reason=lost+write"),
+        )
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(app.drain().await, 1);
+    assert_eq!(destination.count(), 2);
+    assert_eq!(
+        destination.received.lock().unwrap()[1].body,
+        body.as_bytes()
+    );
+    assert_eq!(state_of(&pool, "k-copy").await, "completed");
+
+    // Its only delivery pruned: nothing to forward, said at once.
+    assert_eq!(
+        app.github_delivery("gh", "k-gone", body, b"gh-secret")
+            .await,
+        200
+    );
+    assert_eq!(app.drain().await, 1);
+    let (event, first) = event_of(&pool, "k-gone").await;
+    prune_delivery(&pool, first).await;
+    let (status, answer) = app
+        .server_fn(
+            "force",
+            &format!("event_id={event}&confirm_key=k-gone&reason=lost+write"),
+        )
+        .await;
+    assert_eq!(status, 409, "{answer}");
+    assert!(
+        answer.to_string().contains("nothing to forward"),
+        "{answer}"
+    );
+    assert_eq!(state_of(&pool, "k-gone").await, "completed");
+    assert_eq!(app.drain().await, 0);
+    assert_eq!(destination.count(), 3);
+}
+
+/// A dead event whose first delivery was pruned, revived by re-delivering a
+/// later copy, forwards that copy's payload.
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn a_revived_event_forwards_the_redelivered_copy(pool: PgPool) {
+    let destination = Destination::start(vec![Scripted::status(400)]).await;
+    let app = spawn_app(
+        pool.clone(),
+        test_config(&github_source("gh", &destination.url, 2, 8), &[]),
+    )
+    .await;
+    let body = r#"{"n":2}"#;
+    assert_eq!(
+        app.github_delivery("gh", "k-dead", body, b"gh-secret")
+            .await,
+        200
+    );
+    assert_eq!(app.drain().await, 1);
+    assert_eq!(state_of(&pool, "k-dead").await, "dead");
+    assert_eq!(
+        app.github_delivery("gh", "k-dead", body, b"gh-secret")
+            .await,
+        200
+    );
+    let (_, first) = event_of(&pool, "k-dead").await;
+    let copy: i64 = sqlx::query_scalar("SELECT max(id) FROM deliveries WHERE idem_key = 'k-dead'")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    prune_delivery(&pool, first).await;
+    let (status, result) = app
+        .server_fn("redeliver", &format!("delivery_id={copy}"))
+        .await;
+    assert_eq!(status, 200, "{result}");
+    assert_eq!(result["requeued"], true, "{result}");
+    assert_eq!(app.drain().await, 1);
+    assert_eq!(destination.count(), 2);
+    assert_eq!(
+        destination.received.lock().unwrap()[1].body,
+        body.as_bytes()
+    );
+    assert_eq!(state_of(&pool, "k-dead").await, "completed");
+}
+
+/// Two processes on one database with different configs: each leases only
+/// the events of sources it can forward, and neither leaves an attempt open.
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn workers_lease_only_the_sources_their_process_has(pool: PgPool) {
+    let destination = Destination::start(vec![]).await;
+    let app = spawn_app(
+        pool.clone(),
+        test_config(&github_source("gh", &destination.url, 2, 8), &[]),
+    )
+    .await;
+    assert_eq!(
+        app.github_delivery("gh", "k-mine", "{}", b"gh-secret")
+            .await,
+        200
+    );
+    // Another process, configured with another source only, starts later
+    // (and syncs the sources table to its own config).
+    let other_config = Arc::new(test_config(
+        &github_source("other", &destination.url, 2, 8),
+        &[],
+    ));
+    replaysafe::startup::prepare_database(pool.clone(), other_config.clone(), Default::default())
+        .await;
+    let other = Workers::new(pool.clone(), other_config, Default::default());
+    assert_eq!(other.run_once("other-process").await.unwrap(), 0);
+    assert_eq!(
+        scalar_i64(&pool, "SELECT count(*) FROM attempts").await,
+        0,
+        "nothing leased, so no attempt left open"
+    );
+    assert_eq!(state_of(&pool, "k-mine").await, "queued");
+    assert_eq!(app.drain().await, 1, "its own process forwards it");
+    assert_eq!(destination.count(), 1);
+    assert_eq!(
+        scalar_i64(
+            &pool,
+            "SELECT count(*) FROM attempts WHERE finished_at IS NULL"
+        )
+        .await,
+        0
+    );
+}
+
+/// The gatherer that holds only deliveries of keys a batch in flight is
+/// claiming must wake when that batch returns, with no further traffic:
+/// copies of one key sent at once, over and over, on several runtime
+/// threads, are each answered.
+#[test]
+fn held_claims_are_answered_without_further_traffic() {
+    let url = std::env::var("DATABASE_URL").expect("DATABASE_URL names the test server");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let admin = PgPool::connect(&url).await.unwrap();
+        let name = format!("replaysafe_wakeup_{}", std::process::id());
+        sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+            .execute(&admin)
+            .await
+            .unwrap();
+        sqlx::query(&format!("CREATE DATABASE {name}"))
+            .execute(&admin)
+            .await
+            .unwrap();
+        let (server, _) = url.rsplit_once('/').unwrap();
+        let pool = PgPool::connect(&format!("{server}/{name}")).await.unwrap();
+        MIGRATOR.run(&pool).await.unwrap();
+        let claims = replaysafe::receiver::batch::ClaimBatcher::start(pool.clone(), 2);
+        for round in 0..150 {
+            let copies = (0..6).map(|_| {
+                let claims = claims.clone();
+                tokio::spawn(async move {
+                    claims
+                        .claim(crate::receiver::pending_claim(format!("wake-{round}")))
+                        .await
+                })
+            });
+            for copy in copies.collect::<Vec<_>>() {
+                let answered = tokio::time::timeout(Duration::from_secs(5), copy).await;
+                assert!(
+                    matches!(answered, Ok(Ok(Ok(_)))),
+                    "round {round}: a held copy was never answered"
+                );
+            }
+        }
+        pool.close().await;
+        sqlx::query(&format!("DROP DATABASE {name} WITH (FORCE)"))
+            .execute(&admin)
+            .await
+            .unwrap();
+    });
+}
