@@ -9,3 +9,5 @@ ALTER TABLE events ADD COLUMN forwarder text NOT NULL DEFAULT 'workers'
 UPDATE events SET forwarder = 'request'
 WHERE state IN ('processing', 'retrying')
   AND source IN (SELECT slug FROM sources WHERE mode = 'sync');
+-- A new event waits for its forwarder: fixtures need not name the state.
+ALTER TABLE events ALTER COLUMN state SET DEFAULT 'queued';

@@ -203,7 +203,8 @@ async fn reset(pool: &PgPool) {
         .unwrap();
 }
 
-/// Queued events as the receiver leaves them: a delivery with a ~650-byte body each.
+/// Queued events (the column's default state) as the receiver leaves them:
+/// a delivery with a ~650-byte body each.
 async fn queue_events(pool: &PgPool, n: i64) {
     sqlx::query(
         "WITH d AS (
@@ -215,8 +216,8 @@ async fn queue_events(pool: &PgPool, n: i64) {
              FROM generate_series(1, $1) g
              RETURNING id, idem_key
          )
-         INSERT INTO events (source, idem_key, state, first_delivery_id)
-         SELECT 'bench', idem_key, 'queued', id FROM d",
+         INSERT INTO events (source, idem_key, first_delivery_id)
+         SELECT 'bench', idem_key, id FROM d",
     )
     .bind(n)
     .execute(pool)

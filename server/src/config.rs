@@ -152,6 +152,12 @@ pub struct SourceConfig {
     pub api_v3_key: Option<Secret>,
     /// Twilio signs the public URL it posted to.
     pub public_url: Option<String>,
+    /// Providers whose signature covers neither the key nor a timestamp
+    /// (GitHub, Shopify, Twilio): dedupe also on a digest of the signed
+    /// content, so a captured request re-posted under a fresh id is a
+    /// duplicate. Off only where the provider may send one content twice
+    /// as two events.
+    pub replay_guard: bool,
     /// Public keys parsed once at start from `public_key` and `platform_keys`.
     pub verify_keys: VerifyKeys,
 }
@@ -199,6 +205,7 @@ struct RawSource {
     attempt_timeout_secs: Option<u64>,
     #[serde(default)]
     paused: bool,
+    replay_guard: Option<bool>,
     public_key: Option<String>,
     #[serde(default)]
     platform_keys: BTreeMap<String, String>,
@@ -468,6 +475,7 @@ pub fn parse_and_validate(
             platform_keys: s.platform_keys,
             api_v3_key,
             public_url: s.public_url,
+            replay_guard: s.replay_guard.unwrap_or(true),
             verify_keys,
         });
     }

@@ -67,6 +67,7 @@ pub async fn prune(
             break;
         }
     }
+    while crate::events::prune_guard(pool, dedup_ttl_days, BATCH).await? == BATCH as u64 {}
     Ok(pruned)
 }
 

@@ -102,7 +102,10 @@ pub fn sign_sample(source: &SourceConfig, event_id: &str, now: i64) -> Result<Si
             }
         }
         Provider::Github => {
-            let body = json(serde_json::json!({"action": "opened", "number": 1}));
+            // Each event's own content, as GitHub's are: the replay guard
+            // takes equal signed bodies under new ids for one event's replays.
+            let body =
+                json(serde_json::json!({"action": "opened", "number": 1, "sample": event_id}));
             let mac = hmac_sha256(secret.as_bytes(), &[&body]);
             Signed {
                 headers: vec![
@@ -118,8 +121,9 @@ pub fn sign_sample(source: &SourceConfig, event_id: &str, now: i64) -> Result<Si
             }
         }
         Provider::Shopify => {
-            let body =
-                json(serde_json::json!({"id": 820982911946154508_u64, "total_price": "42.00"}));
+            let body = json(
+                serde_json::json!({"id": 820982911946154508_u64, "total_price": "42.00", "sample": event_id}),
+            );
             let mac = hmac_sha256(secret.as_bytes(), &[&body]);
             Signed {
                 headers: vec![

@@ -152,7 +152,11 @@ pub struct BatchClaim<'a> {
     pub key_ids: Vec<&'a str>,
     pub key_copies: Vec<i32>,
     pub sources: Vec<&'a str>,
+    /// The key each delivery is claimed under.
     pub idem_keys: Vec<&'a str>,
+    /// The key each delivery was posted with, as recorded: a replay of
+    /// another event's signed content keeps its own.
+    pub posted_keys: Vec<&'a str>,
     /// The first copy of each key in the batch: the one that may claim it.
     pub first: Vec<bool>,
     /// How many copies of its key the batch holds.
@@ -200,17 +204,18 @@ pub async fn claim_batch(
                          WHEN h.state IN ('completed', 'dead') THEN h.state
                          ELSE 'in_progress' END AS outcome
              FROM unnest($4::text[], $5::text[], $6::bool[], $7::int[], $8::text[], $9::text[],
-                         $10::text[], $11::jsonb[], $12::bytea[], $13::int[], $14::text[], $15::int[])
+                         $10::text[], $11::jsonb[], $12::bytea[], $13::int[], $14::text[], $15::int[],
+                         $16::text[])
                       WITH ORDINALITY
                       AS i(source, idem_key, first, copies, verification, query, content_type,
-                           headers, body, body_size, remote_addr, ack_micros, ord)
+                           headers, body, body_size, remote_addr, ack_micros, posted_key, ord)
              JOIN held h USING (source, idem_key)
          ),
          recorded AS (
              INSERT INTO deliveries (id, source, event_id, idem_key, outcome, http_status, ack_micros,
                                      verified, verification, query, content_type, headers, body,
                                      body_size, remote_addr)
-             SELECT delivery_id, source, event_id, idem_key, outcome, 200, ack_micros, true,
+             SELECT delivery_id, source, event_id, posted_key, outcome, 200, ack_micros, true,
                     verification, query, content_type, headers, body, body_size, remote_addr
              FROM placed
          )
@@ -231,6 +236,62 @@ pub async fn claim_batch(
     .bind(&batch.sizes)
     .bind(&batch.remote_addrs)
     .bind(&batch.ack_micros)
+    .bind(&batch.posted_keys)
     .fetch_all(conn)
     .await
+}
+
+/// The replay guard, before any key is claimed: each digest of signed
+/// content is claimed for the key that brought it, or found with the key of
+/// the event it already signed (a row whose event retention has forgotten
+/// goes to the new key). Returns each digest's key. Callers pass distinct
+/// digests sorted, so concurrent guards lock them in one order, and always
+/// guard before they claim keys, so guards and claims never deadlock.
+pub async fn guard(
+    conn: &mut PgConnection,
+    sources: &[&str],
+    digests: &[&[u8]],
+    keys: &[&str],
+) -> Result<Vec<(String, Vec<u8>, String)>, sqlx::Error> {
+    sqlx::query_as(
+        "INSERT INTO signed_content AS c (source, digest, idem_key)
+         SELECT * FROM unnest($1::text[], $2::bytea[], $3::text[])
+         ON CONFLICT (source, digest) DO UPDATE
+             SET idem_key = CASE WHEN EXISTS (SELECT 1 FROM events e
+                                              WHERE e.source = c.source
+                                                AND e.idem_key = c.idem_key)
+                                 THEN c.idem_key ELSE EXCLUDED.idem_key END,
+                 first_seen_at = CASE WHEN EXISTS (SELECT 1 FROM events e
+                                                   WHERE e.source = c.source
+                                                     AND e.idem_key = c.idem_key)
+                                      THEN c.first_seen_at ELSE now() END
+         RETURNING source, digest, idem_key",
+    )
+    .bind(sources)
+    .bind(digests)
+    .bind(keys)
+    .fetch_all(conn)
+    .await
+}
+
+/// Retention forgets up to `limit` digests older than `dedup_ttl_days` whose
+/// event is gone: a digest lives as long as its key.
+pub async fn prune_guard(
+    pool: &sqlx::PgPool,
+    dedup_ttl_days: u32,
+    limit: i64,
+) -> Result<u64, sqlx::Error> {
+    Ok(sqlx::query(
+        "DELETE FROM signed_content WHERE (source, digest) IN (
+             SELECT c.source, c.digest FROM signed_content c
+             WHERE c.first_seen_at < now() - make_interval(days => $1)
+               AND NOT EXISTS (SELECT 1 FROM events e
+                               WHERE e.source = c.source AND e.idem_key = c.idem_key)
+             LIMIT $2)",
+    )
+    .bind(dedup_ttl_days as i32)
+    .bind(limit)
+    .execute(pool)
+    .await?
+    .rows_affected())
 }

@@ -41,7 +41,8 @@ mod operator;
 mod work;
 
 pub use claim::{
-    claim, claim_batch, duplicate, revive, BatchClaim, BatchRow, Duplicate, InlineLease,
+    claim, claim_batch, duplicate, guard, prune_guard, revive, BatchClaim, BatchRow, Duplicate,
+    InlineLease,
 };
 pub use operator::{force, prune, Forced};
 pub use work::{

@@ -48,6 +48,8 @@ pub struct PendingClaim {
     pub body: Vec<u8>,
     pub remote_addr: Option<String>,
     pub started: Instant,
+    /// The replay guard's digest of the signed content, where it applies.
+    pub replay_digest: Option<Vec<u8>>,
 }
 
 type Job = (PendingClaim, oneshot::Sender<Result<Claimed, sqlx::Error>>);
@@ -315,30 +317,88 @@ impl Committer {
     }
 }
 
-/// One batch in one statement, its own transaction. The first copy of each
-/// key in the batch claims it (a new event holding as many receipts as the
-/// batch has copies) or, when the key is stored already, the event is locked
-/// and its receive count bumped (`ON CONFLICT DO UPDATE` waits for a
-/// concurrent claim of the same key and then counts on it). Every copy is
-/// recorded: the claimant as `claimed`, the others with the event's state as
-/// outcome. Each delivery is answered once the statement has committed; if it
-/// fails, every delivery of the batch gets the error (503) and nothing of them
-/// was stored.
-async fn commit_batch(connection: &mut Committer, shared: &Shared, batch: Vec<Job>) {
-    let (pending, replies): (Vec<PendingClaim>, Vec<_>) = batch.into_iter().unzip();
+/// Claims a batch: one statement, its own transaction; with a replay guard
+/// first, in one transaction with it, when a delivery carries a digest of
+/// its signed content (`events::guard`): a delivery repeating another
+/// event's content is claimed under that event's key, so it is its
+/// duplicate, recorded under the key it was posted with.
+async fn claim_all(
+    conn: &mut PgConnection,
+    pending: &[PendingClaim],
+) -> Result<Vec<events::BatchRow>, sqlx::Error> {
+    if pending.iter().all(|p| p.replay_digest.is_none()) {
+        let claim_keys: Vec<&str> = pending.iter().map(|p| p.idem_key.as_str()).collect();
+        let notes = vec![None; pending.len()];
+        return events::claim_batch(conn, &batch_claim(pending, &claim_keys, &notes)).await;
+    }
+    let mut tx = conn.begin().await?;
+    // Distinct digests in one order; the first delivery bringing one proposes its key.
+    let mut digests: Vec<(&str, &[u8], &str)> = pending
+        .iter()
+        .filter_map(|p| {
+            let digest = p.replay_digest.as_deref()?;
+            Some((p.source.as_str(), digest, p.idem_key.as_str()))
+        })
+        .collect();
+    digests.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
+    digests.dedup_by(|a, b| (a.0, a.1) == (b.0, b.1));
+    let sources: Vec<&str> = digests.iter().map(|d| d.0).collect();
+    let sums: Vec<&[u8]> = digests.iter().map(|d| d.1).collect();
+    let proposed: Vec<&str> = digests.iter().map(|d| d.2).collect();
+    let found = events::guard(&mut tx, &sources, &sums, &proposed).await?;
+    let key_of: std::collections::HashMap<(&str, &[u8]), &str> = found
+        .iter()
+        .map(|(source, digest, key)| ((source.as_str(), digest.as_slice()), key.as_str()))
+        .collect();
+    let claim_keys: Vec<&str> = pending
+        .iter()
+        .map(|p| {
+            p.replay_digest
+                .as_deref()
+                .and_then(|digest| key_of.get(&(p.source.as_str(), digest)).copied())
+                .unwrap_or(p.idem_key.as_str())
+        })
+        .collect();
+    let notes: Vec<Option<String>> = pending
+        .iter()
+        .zip(&claim_keys)
+        .map(|(p, &key)| {
+            (key != p.idem_key).then(|| format!("{}; {}", p.verification, replay_note(key)))
+        })
+        .collect();
+    let rows = events::claim_batch(&mut tx, &batch_claim(pending, &claim_keys, &notes)).await?;
+    tx.commit().await?;
+    Ok(rows)
+}
+
+/// Why a delivery was taken for a duplicate though its key is new.
+pub fn replay_note(key: &str) -> String {
+    format!("same signed content as event {key}: a replay, not forwarded")
+}
+
+/// The statement's arrays: each delivery claimed under `claim_keys` (its
+/// own key, or that of the event whose signed content it repeats), with
+/// `notes` replacing its verification text where given.
+fn batch_claim<'a>(
+    pending: &'a [PendingClaim],
+    claim_keys: &[&'a str],
+    notes: &'a [Option<String>],
+) -> BatchClaim<'a> {
     let n = pending.len();
     // The batch's distinct keys in one fixed order: every batch locks its
     // keys in that order, so two batches never deadlock.
     let mut keys: Vec<(&str, &str)> = pending
         .iter()
-        .map(|p| (p.source.as_str(), p.idem_key.as_str()))
+        .zip(claim_keys)
+        .map(|(p, &key)| (p.source.as_str(), key))
         .collect();
     keys.sort_unstable();
     keys.dedup();
     let key_at: Vec<usize> = pending
         .iter()
-        .map(|p| {
-            keys.binary_search(&(p.source.as_str(), p.idem_key.as_str()))
+        .zip(claim_keys)
+        .map(|(p, &key)| {
+            keys.binary_search(&(p.source.as_str(), key))
                 .expect("every delivery's key is among the keys")
         })
         .collect();
@@ -355,7 +415,8 @@ async fn commit_batch(connection: &mut Committer, shared: &Shared, batch: Vec<Jo
         key_ids: keys.iter().map(|k| k.1).collect(),
         key_copies,
         sources: Vec::with_capacity(n),
-        idem_keys: Vec::with_capacity(n),
+        idem_keys: claim_keys.to_vec(),
+        posted_keys: Vec::with_capacity(n),
         first,
         copies,
         verifications: Vec::with_capacity(n),
@@ -367,7 +428,7 @@ async fn commit_batch(connection: &mut Committer, shared: &Shared, batch: Vec<Jo
         remote_addrs: Vec::with_capacity(n),
         ack_micros: Vec::with_capacity(n),
     };
-    for p in &pending {
+    for (p, note) in pending.iter().zip(notes) {
         batch
             .sizes
             .push(i32::try_from(p.body.len()).unwrap_or(i32::MAX));
@@ -375,18 +436,35 @@ async fn commit_batch(connection: &mut Committer, shared: &Shared, batch: Vec<Jo
             .ack_micros
             .push(i32::try_from(p.started.elapsed().as_micros()).unwrap_or(i32::MAX));
         batch.sources.push(p.source.as_str());
-        batch.idem_keys.push(p.idem_key.as_str());
-        batch.verifications.push(p.verification.as_str());
+        batch.posted_keys.push(p.idem_key.as_str());
+        batch
+            .verifications
+            .push(note.as_deref().unwrap_or(p.verification.as_str()));
         batch.queries.push(p.query.as_deref());
         batch.content_types.push(p.content_type.as_deref());
         batch.headers.push(&p.headers);
         batch.bodies.push(p.body.as_slice());
         batch.remote_addrs.push(p.remote_addr.as_deref());
     }
+    batch
+}
+
+/// One batch in one statement, its own transaction. The first copy of each
+/// key in the batch claims it (a new event holding as many receipts as the
+/// batch has copies) or, when the key is stored already, the event is locked
+/// and its receive count bumped (`ON CONFLICT DO UPDATE` waits for a
+/// concurrent claim of the same key and then counts on it). Every copy is
+/// recorded: the claimant as `claimed`, the others with the event's state as
+/// outcome. Each delivery is answered once the statement has committed; if it
+/// fails, every delivery of the batch gets the error (503) and nothing of them
+/// was stored.
+async fn commit_batch(connection: &mut Committer, shared: &Shared, batch: Vec<Job>) {
+    let (pending, replies): (Vec<PendingClaim>, Vec<_>) = batch.into_iter().unzip();
+    let n = pending.len();
     metrics::histogram!("replaysafe_claim_batch_size").record(n as f64);
     let sent = Instant::now();
     let answered = match connection.ready(shared).await {
-        Ok(conn) => tokio::time::timeout(STATEMENT_TIMEOUT, events::claim_batch(conn, &batch))
+        Ok(conn) => tokio::time::timeout(STATEMENT_TIMEOUT, claim_all(conn, &pending))
             .await
             .unwrap_or(Err(sqlx::Error::PoolTimedOut)),
         Err(e) => Err(e),

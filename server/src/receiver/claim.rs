@@ -71,6 +71,8 @@ pub struct NewDelivery<'a> {
     pub started: Instant,
     /// Set when an operator feeds a stored delivery back (spec section 6).
     pub redelivery: Option<Redelivery>,
+    /// The replay guard's digest of the signed content, where it applies.
+    pub replay_digest: Option<Vec<u8>>,
 }
 
 /// A stored delivery fed back through the pipeline by an operator.
@@ -137,6 +139,33 @@ pub async fn claim_in(
     });
     // A re-delivery is always the workers' to forward: no provider waits for it.
     let inline = lease.filter(|_| d.redelivery.is_none());
+    // The replay guard: signed content that another event's key holds makes
+    // this delivery that event's duplicate, whatever key it was posted with.
+    if let Some(digest) = d.replay_digest.as_deref() {
+        let found = events::guard(tx, &[d.source], &[digest], &[key]).await?;
+        if let Some((_, _, held_by)) = found.into_iter().next().filter(|f| f.2 != key) {
+            let found = events::duplicate(tx, d.source, &held_by, None).await?;
+            let outcome = Outcome::of_event_state(found.state);
+            let answered = match (&found.response, mode, outcome) {
+                (Some(r), Mode::Sync, Outcome::Completed | Outcome::Dead) => r.status as u16,
+                _ => outcome.status(mode),
+            };
+            let note = format!(
+                "{}; {}",
+                d.verification,
+                super::batch::replay_note(&held_by)
+            );
+            let delivery_id =
+                insert_delivery(tx, d, None, Some(found.event_id), outcome, answered, &note)
+                    .await?;
+            return Ok(Claimed {
+                outcome,
+                event_id: found.event_id,
+                delivery_id,
+                stored_response: found.response,
+            });
+        }
+    }
     if let Some((event_id, delivery_id)) = events::claim(tx, d.source, key, inline).await? {
         let status = Outcome::Claimed.status(mode);
         insert_delivery(
@@ -146,6 +175,7 @@ pub async fn claim_in(
             Some(event_id),
             Outcome::Claimed,
             status,
+            &d.verification,
         )
         .await?;
         return Ok(Claimed {
@@ -169,6 +199,7 @@ pub async fn claim_in(
                 Some(event_id),
                 Outcome::Claimed,
                 status,
+                &d.verification,
             )
             .await?;
             return Ok(Claimed {
@@ -193,7 +224,16 @@ pub async fn claim_in(
         (Some(r), Mode::Sync, Outcome::Completed | Outcome::Dead) => r.status as u16,
         _ => outcome.status(mode),
     };
-    let delivery_id = insert_delivery(tx, d, None, Some(found.event_id), outcome, answered).await?;
+    let delivery_id = insert_delivery(
+        tx,
+        d,
+        None,
+        Some(found.event_id),
+        outcome,
+        answered,
+        &d.verification,
+    )
+    .await?;
     Ok(Claimed {
         outcome,
         event_id: found.event_id,
@@ -224,7 +264,16 @@ pub async fn record_rejected(
     status: u16,
 ) -> Result<i64, sqlx::Error> {
     let mut conn = pool.acquire().await?;
-    insert_delivery(&mut conn, d, None, None, Outcome::Rejected, status).await
+    insert_delivery(
+        &mut conn,
+        d,
+        None,
+        None,
+        Outcome::Rejected,
+        status,
+        &d.verification,
+    )
+    .await
 }
 
 /// Records a delivery, under the id the claim reserved for it if any.
@@ -235,6 +284,7 @@ async fn insert_delivery(
     event_id: Option<i64>,
     outcome: Outcome,
     status: u16,
+    verification: &str,
 ) -> Result<i64, sqlx::Error> {
     sqlx::query_scalar(
         "INSERT INTO deliveries (id, source, event_id, idem_key, outcome, reject_reason,
@@ -253,7 +303,7 @@ async fn insert_delivery(
     .bind(i16::try_from(status).unwrap_or(i16::MAX))
     .bind(d.ack_micros())
     .bind(d.verified)
-    .bind(&d.verification)
+    .bind(verification)
     .bind(d.query)
     .bind(d.content_type)
     .bind(&d.headers)

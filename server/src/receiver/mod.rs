@@ -126,6 +126,7 @@ pub async fn receive(
         remote_addr: inbound.remote_addr.as_deref(),
         started: receipt.started,
         redelivery: receipt.redelivery,
+        replay_digest: None,
     };
     let result = match checked {
         Err(rejection) => {
@@ -143,6 +144,7 @@ pub async fn receive(
             delivery.verified = true;
             delivery.verification = verification;
             delivery.idem_key = Some(&key);
+            delivery.replay_digest = providers::replay_digest(source, inbound);
             let lease = (source.mode == Mode::Sync).then(|| SyncLease {
                 owner: format!("sync:{:016x}", rand::random::<u64>()),
                 secs: source.attempt_timeout_secs as f64 + LEASE_MARGIN.as_secs_f64(),
@@ -168,6 +170,7 @@ pub async fn receive(
                         body: inbound.body.clone(),
                         remote_addr: inbound.remote_addr.clone(),
                         started: receipt.started,
+                        replay_digest: delivery.replay_digest,
                     })
                     .await
                     .map(|claimed| providers::reply(source, inbound, &claimed)),
@@ -304,6 +307,7 @@ pub async fn record_oversized(
         remote_addr: inbound.remote_addr.as_deref(),
         started: receipt.started,
         redelivery: None,
+        replay_digest: None,
     };
     // The sender's mistake stays a 413 even when it cannot be recorded.
     if let Err(e) = claim::record_rejected(pool, &delivery, rejection.status).await {

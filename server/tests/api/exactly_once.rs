@@ -300,6 +300,7 @@ async fn a_force_uses_a_stored_copy_and_is_refused_without_one(pool: PgPool) {
     assert_eq!(state_of(&pool, "k-copy").await, "completed");
 
     // Its only delivery pruned: nothing to forward, said at once.
+    let body = r#"{"n":3}"#;
     assert_eq!(
         app.github_delivery("gh", "k-gone", body, b"gh-secret")
             .await,
@@ -460,4 +461,165 @@ fn held_claims_are_answered_without_further_traffic() {
             .await
             .unwrap();
     });
+}
+
+/// The outcome header and the recorded (key, event, verification) of the
+/// newest delivery.
+async fn newest_delivery(pool: &PgPool) -> (Option<String>, Option<i64>, String, String) {
+    sqlx::query_as(
+        "SELECT idem_key, event_id, outcome, verification FROM deliveries ORDER BY id DESC LIMIT 1",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
+/// GitHub signs neither its delivery id nor a timestamp: one captured
+/// request re-posted under a fresh id is a duplicate of the event it
+/// repeats, never forwarded again, and the record says why.
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn a_captured_request_reposted_under_a_fresh_id_is_not_run_again(pool: PgPool) {
+    let destination = Destination::start(vec![]).await;
+    let app = spawn_app(
+        pool.clone(),
+        test_config(&github_source("gh", &destination.url, 2, 8), &[]),
+    )
+    .await;
+    let body = r#"{"action":"opened","number":7}"#;
+    assert_eq!(
+        app.github_delivery("gh", "orig", body, b"gh-secret").await,
+        200
+    );
+    assert_eq!(app.drain().await, 1);
+    let (event, _) = event_of(&pool, "orig").await;
+    assert_eq!(
+        app.github_delivery("gh", "forged-1", body, b"gh-secret")
+            .await,
+        200
+    );
+    let (key, event_id, outcome, verification) = newest_delivery(&pool).await;
+    assert_eq!(
+        key.as_deref(),
+        Some("forged-1"),
+        "recorded under its own key"
+    );
+    assert_eq!((event_id, outcome.as_str()), (Some(event), "completed"));
+    assert!(
+        verification.contains("same signed content as event orig"),
+        "{verification}"
+    );
+    // Several at once, before anything is stored: one claim between them.
+    let body = r#"{"action":"opened","number":8}"#;
+    let copies = (0..6).map(|i| {
+        let (app, id) = (&app, format!("burst-{i}"));
+        async move { app.github_delivery("gh", &id, body, b"gh-secret").await }
+    });
+    for status in futures_util::future::join_all(copies).await {
+        assert_eq!(status, 200);
+    }
+    assert_eq!(
+        scalar_i64(
+            &pool,
+            "SELECT count(*) FROM events WHERE idem_key LIKE 'burst-%'"
+        )
+        .await,
+        1
+    );
+    assert_eq!(app.drain().await, 1);
+    assert_eq!(app.drain().await, 0);
+    assert_eq!(destination.count(), 2, "two events, each forwarded once");
+    assert_eq!(scalar_i64(&pool, "SELECT count(*) FROM events").await, 2);
+}
+
+/// A source may turn the guard off (a provider that sends one content as
+/// two events): then only the key dedupes.
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn the_replay_guard_can_be_turned_off_per_source(pool: PgPool) {
+    let destination = Destination::start(vec![]).await;
+    let config = format!(
+        "{}replay_guard = false\n",
+        github_source("gh", &destination.url, 2, 8)
+    );
+    let app = spawn_app(pool.clone(), test_config(&config, &[])).await;
+    let body = r#"{"same":true}"#;
+    assert_eq!(
+        app.github_delivery("gh", "one", body, b"gh-secret").await,
+        200
+    );
+    assert_eq!(
+        app.github_delivery("gh", "two", body, b"gh-secret").await,
+        200
+    );
+    assert_eq!(scalar_i64(&pool, "SELECT count(*) FROM events").await, 2);
+    assert_eq!(app.drain().await, 2);
+}
+
+/// Twilio signs the URL and the sorted form parameters, not its
+/// idempotency token: a re-post under a new token, even with the parameters
+/// reordered, is the same signed content.
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn a_twilio_repost_under_a_new_token_is_a_duplicate(pool: PgPool) {
+    let destination = Destination::start(vec![]).await;
+    let app = spawn_app(
+        pool.clone(),
+        test_config(
+            &format!(
+                r#"
+[[source]]
+slug = "tw"
+provider = "twilio"
+secrets = ["tw-token"]
+public_url = "https://example.com/hooks/tw"
+destination = "{}"
+"#,
+                destination.url
+            ),
+            &[],
+        ),
+    )
+    .await;
+    let sign = |params: &[(&str, &str)]| {
+        let mut sorted = params.to_vec();
+        sorted.sort();
+        let mut mac = Hmac::<sha1::Sha1>::new_from_slice(b"tw-token").unwrap();
+        mac.update(b"https://example.com/hooks/tw");
+        for (k, v) in sorted {
+            mac.update(k.as_bytes());
+            mac.update(v.as_bytes());
+        }
+        base64::Engine::encode(
+            &base64::engine::general_purpose::STANDARD,
+            mac.finalize().into_bytes(),
+        )
+    };
+    let post = |token: &'static str, body: &'static str, signature: String| {
+        app.client
+            .post(app.url("/hooks/tw"))
+            .header("content-type", "application/x-www-form-urlencoded")
+            .header("i-twilio-idempotency-token", token)
+            .header("x-twilio-signature", signature)
+            .body(body)
+            .send()
+    };
+    let params = [("Body", "hi"), ("From", "+1555"), ("MessageSid", "SM1")];
+    let first = post(
+        "tok-1",
+        "Body=hi&From=%2B1555&MessageSid=SM1",
+        sign(&params),
+    )
+    .await
+    .unwrap();
+    assert_eq!(first.headers()["x-replaysafe-outcome"], "claimed");
+    let again = post(
+        "tok-2",
+        "MessageSid=SM1&Body=hi&From=%2B1555",
+        sign(&params),
+    )
+    .await
+    .unwrap();
+    assert_eq!(again.status(), 200);
+    assert_eq!(again.headers()["x-replaysafe-outcome"], "in_progress");
+    assert_eq!(scalar_i64(&pool, "SELECT count(*) FROM events").await, 1);
+    assert_eq!(app.drain().await, 1);
+    assert_eq!(destination.count(), 1);
 }

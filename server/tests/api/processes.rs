@@ -80,7 +80,13 @@ async fn two_processes_forward_each_event_once(pool: PgPool) {
     let client = reqwest::Client::new();
     let sends = (0..90).map(|i| {
         let base = if i % 2 == 0 { &a.base } else { &b.base };
-        signed_github(&client, base, &format!("evt-{}", i % 30), "{\"n\":1}").send()
+        signed_github(
+            &client,
+            base,
+            &format!("evt-{}", i % 30),
+            &format!("{{\"n\":{}}}", i % 30),
+        )
+        .send()
     });
     for r in futures_util::future::join_all(sends).await {
         assert_eq!(r.unwrap().status(), 200);

@@ -310,7 +310,7 @@ async fn retention_prunes_only_what_is_due(pool: PgPool) {
     let destination = Destination::start(vec![Scripted::status(400)]).await;
     let app = spawn_app(pool.clone(), config(&destination.url, 8)).await;
     for key in ["old-done", "old-dead", "old-waiting", "fresh"] {
-        deliver(&app, key, "{}").await;
+        deliver(&app, key, &format!(r#"{{"delivery":"{key}"}}"#)).await;
     }
     let workers = app.workers();
     // One event goes dead (the destination's first answer is 400), one completes, one waits.
@@ -586,6 +586,7 @@ async fn sync_mode_retry_takes_over_after_a_failure_or_a_crash(pool: PgPool) {
         remote_addr: None,
         started: std::time::Instant::now(),
         redelivery: None,
+        replay_digest: None,
     };
     let held = replaysafe::receiver::claim::claim(
         &pool,

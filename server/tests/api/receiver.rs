@@ -557,6 +557,7 @@ pub fn pending_claim(idem_key: String) -> replaysafe::receiver::batch::PendingCl
         idem_key,
         remote_addr: None,
         started: std::time::Instant::now(),
+        replay_digest: None,
     }
 }
 
@@ -648,15 +649,30 @@ async fn concurrent_batches_never_deadlock_and_count_every_copy(pool: PgPool) {
     );
     assert_eq!(count(&pool, "SELECT count(*) FROM deliveries").await, 400);
 
-    // Settled events: a later copy reports the event's state.
-    sqlx::query("UPDATE events SET state = 'completed' WHERE idem_key = 'key-00'")
-        .execute(&pool)
+    // Settled events (by the real transitions): a later copy reports the event's state.
+    let runnable = replaysafe::events::Runnable::new(
+        [("std", std::time::Duration::from_secs(5))],
+        std::time::Duration::from_secs(25),
+    );
+    let leased = replaysafe::events::lease(&pool, "settler", 20, &runnable)
         .await
         .unwrap();
-    sqlx::query("UPDATE events SET state = 'dead' WHERE idem_key = 'key-01'")
-        .execute(&pool)
-        .await
-        .unwrap();
+    for l in leased {
+        let next = match l.idem_key.as_str() {
+            "key-00" => replaysafe::events::Next::Completed,
+            "key-01" => replaysafe::events::Next::Dead("refused".into()),
+            _ => continue,
+        };
+        let done = replaysafe::events::Done {
+            leased: l,
+            record: Default::default(),
+            next,
+            response: None,
+        };
+        assert!(replaysafe::events::finish(&pool, "settler", &done)
+            .await
+            .unwrap());
+    }
     let later = futures_util::future::join_all([
         a.claim(pending(0)),
         a.claim(pending(1)),

@@ -127,6 +127,25 @@ pub fn idempotency_key(source: &SourceConfig, req: &Inbound) -> Result<String, R
     Ok(key)
 }
 
+/// For providers whose signature covers neither the key nor a timestamp
+/// (GitHub, Shopify, Twilio), the SHA-256 of what the signature covers: a
+/// captured request re-posted under a fresh id has the same digest. None
+/// where the signature already binds the key or a timestamp, or where the
+/// source turned the guard off. Only called on verified requests.
+pub fn replay_digest(source: &SourceConfig, req: &Inbound) -> Option<Vec<u8>> {
+    if !source.replay_guard {
+        return None;
+    }
+    let signed = match source.provider {
+        Provider::Github | Provider::Shopify => req.body.clone(),
+        Provider::Twilio => {
+            twilio::signed_content(req, source.public_url.as_deref().unwrap_or_default())
+        }
+        _ => return None,
+    };
+    Some(Sha256::digest(&signed).to_vec())
+}
+
 fn required_header(req: &Inbound, name: &str) -> Result<String, Rejection> {
     match req.header(name).map(str::trim) {
         Some(v) if !v.is_empty() => Ok(v.to_owned()),
@@ -304,6 +323,7 @@ mod tests {
             platform_keys: Default::default(),
             api_v3_key: Some(Secret::new("0123456789abcdef0123456789abcdef")),
             public_url: Some("https://example.com/hooks/s".into()),
+            replay_guard: true,
             verify_keys: VerifyKeys {
                 ed25519: Some(ed25519_dalek::SigningKey::from_bytes(&[7; 32]).verifying_key()),
                 ..Default::default()

@@ -117,6 +117,23 @@ pub fn idempotency_key(req: &Inbound, public_url: &str) -> String {
     }
 }
 
+/// What Twilio's signature covers, in signing order: the URL, then a form
+/// body's sorted parameters (a JSON body is covered through the URL's
+/// `bodySHA256`; it is appended so the digest follows it either way).
+pub fn signed_content(req: &Inbound, public_url: &str) -> Vec<u8> {
+    let mut signed = request_url(public_url, req.query.as_deref()).into_bytes();
+    if is_form(req) {
+        for (name, value) in signed_params(&req.body) {
+            signed.extend_from_slice(&name);
+            signed.extend_from_slice(&value);
+        }
+    } else {
+        signed.push(b'\n');
+        signed.extend_from_slice(&req.body);
+    }
+    signed
+}
+
 /// The URL Twilio requested: the configured public URL (any query or fragment
 /// written there is dropped: the query that arrived is the one Twilio sent)
 /// plus `?` and the raw query, when there is one.
