@@ -369,6 +369,40 @@ pub fn IfRole(role: Role, children: ChildrenFn) -> impl IntoView {
     }
 }
 
+/// A delivery rejected for its timestamp: the window stops captured
+/// replays, so re-delivering it is an admin's call, with a reason that goes
+/// into the audit log. Others see why they cannot.
+#[component]
+pub fn PastWindowRedeliver(delivery_id: i64) -> impl IntoView {
+    let action = ServerAction::<Redeliver>::new();
+    let result = move || {
+        action.value().get().map(|r| match r {
+            Ok(r) => view! { <p class="result ok" role="status" data-outcome=r.outcome.clone()>{r.message}</p> }
+                .into_any(),
+            Err(e) => view! { <p class="result refused" role="alert">{error_text(&e)}</p> }.into_any(),
+        })
+    };
+    view! {
+        <div class="warning" data-testid="past-window">
+            <p>
+                <strong>"Rejected for its timestamp."</strong>
+                " The timestamp window stops anyone who captured a signed request from replaying it. "
+                "Re-delivering this delivery waives the window: only an admin can, giving a reason."
+            </p>
+            <IfRole role=Role::Admin>
+                <ActionForm action=action>
+                    <input type="hidden" name="delivery_id" value=delivery_id/>
+                    <label>"Reason" <input name="past_window_reason" required size="40" autocomplete="off"/></label>
+                    <button type="submit" class="danger" data-testid="redeliver-past-window" disabled=move || action.pending().get()>
+                        "Re-deliver despite the timestamp"
+                    </button>
+                </ActionForm>
+                {result}
+            </IfRole>
+        </div>
+    }
+}
+
 /// Feeds a stored delivery back through the receiver; shows what the dedup
 /// layer decided.
 #[component]

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use app::api::actions::ssr::{BoxFuture, Operations, Refusal};
 use app::api::actions::RedeliveryResult;
-use app::auth::CurrentUser;
+use app::auth::{CurrentUser, Role};
 use axum::http::StatusCode;
 use sqlx::PgPool;
 use tokio::sync::Notify;
@@ -16,7 +16,7 @@ use crate::events::Forced;
 use crate::processing::retry::RetryPolicy;
 use crate::receiver::batch::ClaimBatcher;
 use crate::receiver::claim::{Outcome, Redelivery};
-use crate::receiver::{receive, Inbound, Pipeline, Receipt};
+use crate::receiver::{providers, receive, Inbound, Pipeline, Receipt};
 
 pub struct ServerOperations {
     pub pool: PgPool,
@@ -48,6 +48,9 @@ struct Stored {
     headers: serde_json::Value,
     body: Option<Vec<u8>>,
     query: Option<String>,
+    outcome: String,
+    /// Unix seconds.
+    received_at: i64,
 }
 
 #[derive(sqlx::FromRow)]
@@ -66,13 +69,17 @@ impl ServerOperations {
         &self,
         delivery_id: i64,
         by: CurrentUser,
+        past_window_reason: Option<String>,
     ) -> Result<RedeliveryResult, Refusal> {
-        let stored: Option<Stored> =
-            sqlx::query_as("SELECT source, headers, body, query FROM deliveries WHERE id = $1")
-                .bind(delivery_id)
-                .fetch_optional(&self.pool)
-                .await
-                .map_err(unavailable)?;
+        let stored: Option<Stored> = sqlx::query_as(
+            "SELECT source, headers, body, query, outcome,
+                        extract(epoch FROM received_at)::bigint AS received_at
+                 FROM deliveries WHERE id = $1",
+        )
+        .bind(delivery_id)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(unavailable)?;
         let Some(stored) = stored else {
             return Err(refusal(StatusCode::NOT_FOUND, "delivery not found"));
         };
@@ -106,8 +113,37 @@ impl ServerOperations {
             body,
             remote_addr: Some(format!("re-delivery by {}", by.username)),
         };
+        // The timestamp window exists to stop captured replays: feeding back a
+        // delivery that was rejected only for its timestamp undoes it, so it
+        // takes an admin and a reason (checked on the stored bytes, not on
+        // the recorded words: rejected at its arrival time, valid without
+        // the window).
+        let now = chrono::Utc::now().timestamp();
+        let past_window = stored.outcome == "rejected"
+            && providers::verify(source, &inbound, stored.received_at, false).is_err()
+            && providers::verify(source, &inbound, now, true).is_ok();
+        if past_window {
+            if !by.can(Role::Admin) {
+                return Err(refusal(
+                    StatusCode::FORBIDDEN,
+                    "it was rejected because its timestamp was outside the window, which \
+                     stops captured requests from being replayed: only an admin can \
+                     re-deliver it, giving a reason",
+                ));
+            }
+            if past_window_reason
+                .as_deref()
+                .is_none_or(|r| r.trim().is_empty())
+            {
+                return Err(refusal(
+                    StatusCode::BAD_REQUEST,
+                    "it was rejected for its timestamp: give the reason to re-deliver it \
+                     anyway (it goes into the audit log)",
+                ));
+            }
+        }
         let receipt = Receipt {
-            now: chrono::Utc::now().timestamp(),
+            now,
             started: Instant::now(),
             waive_timestamp: true,
             redelivery: Some(Redelivery {
@@ -173,6 +209,7 @@ impl ServerOperations {
             outcome: recorded.outcome,
             requeued,
             message,
+            past_window,
         })
     }
 }
@@ -182,8 +219,9 @@ impl Operations for ServerOperations {
         &self,
         delivery_id: i64,
         by: CurrentUser,
+        past_window_reason: Option<String>,
     ) -> BoxFuture<'_, Result<RedeliveryResult, Refusal>> {
-        Box::pin(self.redeliver_now(delivery_id, by))
+        Box::pin(self.redeliver_now(delivery_id, by, past_window_reason))
     }
 
     fn set_paused(

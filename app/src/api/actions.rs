@@ -19,6 +19,9 @@ pub struct RedeliveryResult {
     /// A dead event was queued again by this re-delivery.
     pub requeued: bool,
     pub message: String,
+    /// An admin re-delivered a delivery rejected for its timestamp, with a reason.
+    #[serde(default)]
+    pub past_window: bool,
 }
 
 #[server(endpoint = "source-paused")]
@@ -30,21 +33,28 @@ pub async fn set_source_paused(slug: String, paused: bool) -> Result<(), ServerF
         .map_err(ssr::refused)
 }
 
-/// Re-delivers one stored delivery through the receiver pipeline.
+/// Re-delivers one stored delivery through the receiver pipeline. A
+/// delivery rejected for its timestamp (the window stops captured replays)
+/// takes an admin and a typed `past_window_reason`.
 #[server(endpoint = "redeliver")]
-pub async fn redeliver(delivery_id: i64) -> Result<RedeliveryResult, ServerFnError> {
+pub async fn redeliver(
+    delivery_id: i64,
+    #[server(default)] past_window_reason: String,
+) -> Result<RedeliveryResult, ServerFnError> {
     let user = crate::auth::ssr::require(crate::auth::Role::Operator).await?;
+    let reason = Some(past_window_reason.trim().to_owned()).filter(|r| !r.is_empty());
     let result = ssr::operations()?
-        .redeliver(delivery_id, user.clone())
+        .redeliver(delivery_id, user.clone(), reason.clone())
         .await;
+    let past_window = matches!(&result, Ok(r) if r.past_window);
     let (outcome, detail) = match &result {
         Ok(r) => (
             r.message.clone(),
-            serde_json::json!({"event": r.event_id, "new_delivery": r.delivery_id, "outcome": r.outcome}),
+            serde_json::json!({"event": r.event_id, "new_delivery": r.delivery_id, "outcome": r.outcome, "reason": reason}),
         ),
         Err(refusal) => (
             format!("refused: {}", refusal.message),
-            serde_json::json!({}),
+            serde_json::json!({ "reason": reason }),
         ),
     };
     let pool = super::ssr::pool()?;
@@ -52,7 +62,11 @@ pub async fn redeliver(delivery_id: i64) -> Result<RedeliveryResult, ServerFnErr
         &pool,
         Some(&user),
         &user.username,
-        "redeliver",
+        if past_window {
+            "redeliver.past_window"
+        } else {
+            "redeliver"
+        },
         Some(&format!("delivery {delivery_id}")),
         &outcome,
         detail,
@@ -183,10 +197,13 @@ pub mod ssr {
     /// What the server binary provides: the receiver pipeline and the queue
     /// live there, and the UI reaches them only through this.
     pub trait Operations: Send + Sync + 'static {
+        /// `past_window_reason`: an admin's reason to re-deliver a delivery
+        /// that was rejected for its timestamp; refused without one.
         fn redeliver(
             &self,
             delivery_id: i64,
             by: CurrentUser,
+            past_window_reason: Option<String>,
         ) -> BoxFuture<'_, Result<RedeliveryResult, Refusal>>;
         fn set_paused(
             &self,
@@ -255,6 +272,7 @@ pub mod ssr {
                               WHERE d.id = events.first_delivery_id AND d.body IS NOT NULL),
                              (SELECT d.id FROM deliveries d
                               WHERE d.event_id = events.id AND d.body IS NOT NULL
+                                AND d.idem_key = events.idem_key
                               ORDER BY d.id DESC LIMIT 1)),
                     idem_key
              FROM events WHERE {MATCH} ORDER BY id LIMIT $6"
@@ -271,7 +289,7 @@ pub mod ssr {
         let mut results = Vec::with_capacity(chosen.len());
         for (event_id, first_delivery, key) in &chosen {
             let result = match first_delivery {
-                Some(delivery_id) => match ops.redeliver(*delivery_id, user.clone()).await {
+                Some(delivery_id) => match ops.redeliver(*delivery_id, user.clone(), None).await {
                     Ok(result) => result,
                     Err(refusal) => RedeliveryResult {
                         redelivered: *delivery_id,
@@ -281,6 +299,7 @@ pub mod ssr {
                         outcome: "refused".into(),
                         requeued: false,
                         message: refusal.message,
+                        past_window: false,
                     },
                 },
                 None => RedeliveryResult {
@@ -291,6 +310,7 @@ pub mod ssr {
                     outcome: "refused".into(),
                     requeued: false,
                     message: "its payload is no longer stored".into(),
+                    past_window: false,
                 },
             };
             results.push(result);

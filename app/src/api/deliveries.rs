@@ -48,6 +48,8 @@ pub struct DeliveryRow {
     pub outcome: String,
     pub http_status: i16,
     pub reject_reason: Option<String>,
+    /// signature, timestamp, key or size (rejected deliveries only).
+    pub reject_kind: Option<String>,
     pub ack_micros: Option<i32>,
     pub redelivery_of: Option<i64>,
 }
@@ -151,7 +153,7 @@ pub(crate) mod server {
     pub const ROW_COLUMNS: &str =
         "d.id, to_char(d.received_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.MS') AS received_at,
          d.source, d.event_id, d.idem_key, d.outcome, d.http_status, d.reject_reason,
-         d.ack_micros, d.redelivery_of";
+         d.reject_kind, d.ack_micros, d.redelivery_of";
 
     fn parse_time(field: &str, value: &str) -> Result<String, QueryError> {
         crate::api::ssr::utc_time(field, value).map_err(QueryError::Filter)

@@ -254,7 +254,11 @@ pub fn DeliveryPage() -> impl IntoView {
                                 </p>
                                 {reason}
                                 {event}
-                                <RedeliverButton delivery_id=d.row.id label="Re-deliver this delivery"/>
+                                {if d.row.reject_kind.as_deref() == Some("timestamp") {
+                                    view! { <PastWindowRedeliver delivery_id=d.row.id/> }.into_any()
+                                } else {
+                                    view! { <RedeliverButton delivery_id=d.row.id label="Re-deliver this delivery"/> }.into_any()
+                                }}
                                 <DeliveryFacts d/>
                             }.into_any()
                         }

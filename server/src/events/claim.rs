@@ -75,11 +75,17 @@ pub async fn duplicate(
 ) -> Result<Duplicate, sqlx::Error> {
     let row: DuplicateRow = sqlx::query_as(
         "WITH found AS (
-                 SELECT id, $3::text IS NOT NULL AND forwarder = 'request'
+                 SELECT id, state, $3::text IS NOT NULL AND forwarder = 'request'
                         AND (state IN ('queued', 'retrying')
                              OR (state = 'processing' AND lease_expires_at < now())) AS take
                  FROM events WHERE source = $1 AND idem_key = $2
                  FOR UPDATE
+             ),
+             abandoned AS (
+                 UPDATE attempts SET finished_at = now(),
+                     error = 'the request holding it went away; taken over'
+                 WHERE finished_at IS NULL
+                   AND event_id = (SELECT id FROM found WHERE take AND state = 'processing')
              )
              UPDATE events e SET receive_count = e.receive_count + 1, last_seen_at = now(),
                  state = CASE WHEN f.take THEN 'processing' ELSE e.state END,
@@ -243,35 +249,63 @@ pub async fn claim_batch(
 
 /// The replay guard, before any key is claimed: each digest of signed
 /// content is claimed for the key that brought it, or found with the key of
-/// the event it already signed (a row whose event retention has forgotten
-/// goes to the new key). Returns each digest's key. Callers pass distinct
-/// digests sorted, so concurrent guards lock them in one order, and always
-/// guard before they claim keys, so guards and claims never deadlock.
+/// the event it already signed. Returns each digest's key. Callers pass
+/// distinct digests sorted, so concurrent guards lock them in one order, and
+/// always guard before they claim keys, so guards and claims never deadlock.
+///
+/// A digest found under another key is checked in a second statement: only
+/// a fresh snapshot sees the event of a claim that committed while this one
+/// waited for the digest's row lock. A digest whose event retention forgot
+/// goes to the new key.
 pub async fn guard(
     conn: &mut PgConnection,
     sources: &[&str],
     digests: &[&[u8]],
     keys: &[&str],
 ) -> Result<Vec<(String, Vec<u8>, String)>, sqlx::Error> {
-    sqlx::query_as(
+    let mut found: Vec<(String, Vec<u8>, String)> = sqlx::query_as(
         "INSERT INTO signed_content AS c (source, digest, idem_key)
          SELECT * FROM unnest($1::text[], $2::bytea[], $3::text[])
-         ON CONFLICT (source, digest) DO UPDATE
-             SET idem_key = CASE WHEN EXISTS (SELECT 1 FROM events e
-                                              WHERE e.source = c.source
-                                                AND e.idem_key = c.idem_key)
-                                 THEN c.idem_key ELSE EXCLUDED.idem_key END,
-                 first_seen_at = CASE WHEN EXISTS (SELECT 1 FROM events e
-                                                   WHERE e.source = c.source
-                                                     AND e.idem_key = c.idem_key)
-                                      THEN c.first_seen_at ELSE now() END
+         ON CONFLICT (source, digest) DO UPDATE SET idem_key = c.idem_key
          RETURNING source, digest, idem_key",
     )
     .bind(sources)
     .bind(digests)
     .bind(keys)
-    .fetch_all(conn)
-    .await
+    .fetch_all(&mut *conn)
+    .await?;
+    let proposed = |source: &str, digest: &[u8]| {
+        sources
+            .iter()
+            .zip(digests)
+            .position(|(s, d)| *s == source && *d == digest)
+            .map(|at| keys[at])
+    };
+    if found
+        .iter()
+        .all(|(source, digest, key)| proposed(source, digest) == Some(key.as_str()))
+    {
+        return Ok(found);
+    }
+    let reassigned: Vec<(String, Vec<u8>, String)> = sqlx::query_as(
+        "UPDATE signed_content c SET idem_key = i.idem_key, first_seen_at = now()
+         FROM unnest($1::text[], $2::bytea[], $3::text[]) AS i(source, digest, idem_key)
+         WHERE c.source = i.source AND c.digest = i.digest AND c.idem_key <> i.idem_key
+           AND NOT EXISTS (SELECT 1 FROM events e
+                           WHERE e.source = c.source AND e.idem_key = c.idem_key)
+         RETURNING c.source, c.digest, c.idem_key",
+    )
+    .bind(sources)
+    .bind(digests)
+    .bind(keys)
+    .fetch_all(&mut *conn)
+    .await?;
+    for row in reassigned {
+        if let Some(f) = found.iter_mut().find(|f| f.0 == row.0 && f.1 == row.1) {
+            *f = row;
+        }
+    }
+    Ok(found)
 }
 
 /// Retention forgets up to `limit` digests older than `dedup_ttl_days` whose

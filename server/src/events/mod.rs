@@ -47,7 +47,7 @@ pub use claim::{
 pub use operator::{force, prune, Forced};
 pub use work::{
     complete_inline, finish, finish_each, lease, release_paused, start_inline, AttemptRecord, Done,
-    Inline, Leased, Next, Runnable,
+    Inline, Leased, Next, Runnable, REQUEST_GRACE,
 };
 
 /// A sync-mode destination's answer, stored with its event and returned

@@ -20,8 +20,9 @@ pub enum Forced {
 }
 
 /// An admin runs a completed event once more: it is queued for the workers,
-/// forwarding the first delivery's payload, or the newest one still stored
-/// when retention pruned that. Once per completion: concurrent forces
+/// forwarding the first delivery's payload, or the newest copy still stored
+/// when retention pruned that (a copy posted under the event's own key: a
+/// replay under another key carries headers its sender chose). Once per completion: concurrent forces
 /// serialise on the row, and the second finds it queued.
 pub async fn force(
     pool: &PgPool,
@@ -34,7 +35,7 @@ pub async fn force(
              next_attempt_at = now(), attempt_count = 0, completed_at = NULL, last_error = NULL,
              forced_by = $2, forced_at = now(), forced_reason = $3, first_delivery_id = p.id
          FROM (SELECT d.id FROM deliveries d JOIN events o ON o.id = d.event_id
-               WHERE d.event_id = $1 AND d.body IS NOT NULL
+               WHERE d.event_id = $1 AND d.body IS NOT NULL AND d.idem_key = o.idem_key
                ORDER BY d.id = o.first_delivery_id DESC, d.id DESC
                LIMIT 1) p
          WHERE e.id = $1 AND e.state = 'completed'

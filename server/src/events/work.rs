@@ -79,7 +79,15 @@ pub struct Done {
 pub struct Runnable {
     slugs: Vec<String>,
     lease_secs: Vec<f64>,
+    /// How long a sync-mode event whose inline attempt failed waits for its
+    /// provider's retry before the workers adopt it.
+    request_grace: Duration,
 }
+
+/// Providers retry a failed sync request within minutes (Slack: at once,
+/// after 1 and 5 minutes) or never (Discord): after this the workers adopt
+/// the event, so that it ends completed or dead instead of waiting forever.
+pub const REQUEST_GRACE: Duration = Duration::from_secs(600);
 
 impl Runnable {
     pub fn new<'a>(
@@ -90,7 +98,17 @@ impl Runnable {
             .into_iter()
             .map(|(slug, timeout)| (slug.to_owned(), (timeout + margin).as_secs_f64()))
             .unzip();
-        Self { slugs, lease_secs }
+        Self {
+            slugs,
+            lease_secs,
+            request_grace: REQUEST_GRACE,
+        }
+    }
+
+    /// The same sources with another grace for abandoned sync events.
+    pub fn with_request_grace(mut self, grace: Duration) -> Self {
+        self.request_grace = grace;
+        self
     }
 
     pub fn is_empty(&self) -> bool {
@@ -100,7 +118,10 @@ impl Runnable {
 
 /// Leases up to `limit` due events that workers forward: queued or retrying
 /// ones whose time has come, and processing ones whose holder lost its
-/// lease (a takeover, which closes the abandoned attempt). Only `runnable`
+/// lease (a takeover, which closes the abandoned attempt). A sync-mode
+/// event is adopted from its provider's requests when its holder vanished
+/// (the lease expired: a crash, or the provider hung up) or its provider
+/// has not retried a failed attempt within `REQUEST_GRACE`. Only `runnable`
 /// sources, and none that is paused.
 pub async fn lease(
     pool: &PgPool,
@@ -126,20 +147,29 @@ pub async fn lease(
              UNION ALL
              (SELECT id FROM events
               WHERE state = 'processing' AND lease_expires_at < now()
-                AND forwarder = 'workers' AND source IN (SELECT slug FROM runnable)
+                AND source IN (SELECT slug FROM runnable)
               ORDER BY lease_expires_at LIMIT $2)
+             UNION ALL
+             (SELECT id FROM events
+              WHERE state = 'retrying' AND forwarder = 'request'
+                AND state_changed_at < now() - make_interval(secs => $5)
+                AND source IN (SELECT slug FROM runnable)
+              ORDER BY next_attempt_at LIMIT $2)
          ),
          locked AS (
              SELECT id FROM events
-             WHERE id IN (SELECT id FROM candidates) AND forwarder = 'workers'
-               AND ((state IN ('queued', 'retrying') AND next_attempt_at <= now())
-                    OR (state = 'processing' AND lease_expires_at < now()))
+             WHERE id IN (SELECT id FROM candidates)
+               AND ((state IN ('queued', 'retrying') AND next_attempt_at <= now()
+                     AND forwarder = 'workers')
+                    OR (state = 'processing' AND lease_expires_at < now())
+                    OR (state = 'retrying' AND forwarder = 'request'
+                        AND state_changed_at < now() - make_interval(secs => $5)))
              LIMIT $2
              FOR UPDATE SKIP LOCKED
          ),
          leased AS (
              UPDATE events e SET
-                 state = 'processing', state_changed_at = now(),
+                 state = 'processing', state_changed_at = now(), forwarder = 'workers',
                  lease_owner = $1,
                  lease_expires_at = now() + make_interval(secs => r.lease_secs),
                  attempt_count = e.attempt_count + 1
@@ -169,6 +199,7 @@ pub async fn lease(
     .bind(limit)
     .bind(&runnable.slugs)
     .bind(&runnable.lease_secs)
+    .bind(runnable.request_grace.as_secs_f64())
     .fetch_all(pool)
     .await
 }
@@ -257,16 +288,22 @@ pub async fn finish_each(pool: &PgPool, holder: &str, done: &[Done]) -> Result<u
     if done.is_empty() {
         return Ok(0);
     }
+    // In key order, as claim batches lock events: the two never deadlock.
+    let mut sorted: Vec<&Done> = done.iter().collect();
+    sorted.sort_by(|a, b| {
+        (&a.leased.source, &a.leased.idem_key).cmp(&(&b.leased.source, &b.leased.idem_key))
+    });
+    let done = sorted;
     let mut states = Vec::with_capacity(done.len());
     let mut delays = Vec::with_capacity(done.len());
     let mut reasons = Vec::with_capacity(done.len());
-    for d in done {
+    for d in &done {
         let (delay, reason) = d.next.delay_and_reason(&d.record);
         states.push(d.next.as_str());
         delays.push(delay);
         reasons.push(reason);
     }
-    fn kept(d: &Done) -> Option<&StoredResponse> {
+    fn kept<'a>(d: &&'a Done) -> Option<&'a StoredResponse> {
         d.response.as_ref().filter(|_| d.next == Next::Completed)
     }
     let moved = sqlx::query(

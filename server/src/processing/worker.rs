@@ -38,6 +38,9 @@ pub struct Workers {
     pub wake: Arc<Notify>,
     /// How long a lease outlives its source's attempt timeout.
     pub lease_margin: Duration,
+    /// How long a failed sync-mode event waits for its provider's retry
+    /// before the workers adopt it.
+    pub request_grace: Duration,
 }
 
 impl Workers {
@@ -49,6 +52,7 @@ impl Workers {
             policy: Arc::new(RetryPolicy::default()),
             wake,
             lease_margin: LEASE_MARGIN,
+            request_grace: events::REQUEST_GRACE,
         }
     }
 
@@ -93,6 +97,7 @@ impl Workers {
                 .map(|s| (s.slug.as_str(), Duration::from_secs(s.attempt_timeout_secs))),
             self.lease_margin,
         )
+        .with_request_grace(self.request_grace)
     }
 
     /// Leases up to `LEASE_BATCH` due events, forwards them concurrently and

@@ -62,6 +62,8 @@ pub struct NewDelivery<'a> {
     pub verified: bool,
     pub verification: String,
     pub reject_reason: Option<String>,
+    /// What a rejection was about (`providers::RejectKind`).
+    pub reject_kind: Option<&'static str>,
     pub query: Option<&'a str>,
     pub content_type: Option<&'a str>,
     pub headers: serde_json::Value,
@@ -132,40 +134,34 @@ pub async fn claim_in(
     d: &NewDelivery<'_>,
     lease: Option<&SyncLease>,
 ) -> Result<Claimed, sqlx::Error> {
-    let key = d.idem_key.unwrap_or_default();
+    let posted = d.idem_key.unwrap_or_default();
     let lease = lease.map(|l| InlineLease {
         owner: &l.owner,
         secs: l.secs,
     });
-    // A re-delivery is always the workers' to forward: no provider waits for it.
-    let inline = lease.filter(|_| d.redelivery.is_none());
     // The replay guard: signed content that another event's key holds makes
-    // this delivery that event's duplicate, whatever key it was posted with.
+    // this delivery that event's, whatever key it was posted with; it is
+    // recorded under its own key with the reason.
+    let mut key = posted.to_owned();
+    let mut verification = std::borrow::Cow::Borrowed(d.verification.as_str());
     if let Some(digest) = d.replay_digest.as_deref() {
-        let found = events::guard(tx, &[d.source], &[digest], &[key]).await?;
-        if let Some((_, _, held_by)) = found.into_iter().next().filter(|f| f.2 != key) {
-            let found = events::duplicate(tx, d.source, &held_by, None).await?;
-            let outcome = Outcome::of_event_state(found.state);
-            let answered = match (&found.response, mode, outcome) {
-                (Some(r), Mode::Sync, Outcome::Completed | Outcome::Dead) => r.status as u16,
-                _ => outcome.status(mode),
-            };
-            let note = format!(
+        let found = events::guard(tx, &[d.source], &[digest], &[posted]).await?;
+        if let Some((_, _, held_by)) = found.into_iter().next().filter(|f| f.2 != posted) {
+            verification = format!(
                 "{}; {}",
                 d.verification,
                 super::batch::replay_note(&held_by)
-            );
-            let delivery_id =
-                insert_delivery(tx, d, None, Some(found.event_id), outcome, answered, &note)
-                    .await?;
-            return Ok(Claimed {
-                outcome,
-                event_id: found.event_id,
-                delivery_id,
-                stored_response: found.response,
-            });
+            )
+            .into();
+            key = held_by;
         }
     }
+    let replay = key != posted;
+    let key = key.as_str();
+    // A re-delivery is always the workers' to forward: no provider waits for
+    // it; nor does a replay ever take a sync claim over.
+    let inline = lease.filter(|_| d.redelivery.is_none() && !replay);
+    let verification = verification.as_ref();
     if let Some((event_id, delivery_id)) = events::claim(tx, d.source, key, inline).await? {
         let status = Outcome::Claimed.status(mode);
         insert_delivery(
@@ -175,7 +171,7 @@ pub async fn claim_in(
             Some(event_id),
             Outcome::Claimed,
             status,
-            &d.verification,
+            verification,
         )
         .await?;
         return Ok(Claimed {
@@ -199,7 +195,7 @@ pub async fn claim_in(
                 Some(event_id),
                 Outcome::Claimed,
                 status,
-                &d.verification,
+                verification,
             )
             .await?;
             return Ok(Claimed {
@@ -231,7 +227,7 @@ pub async fn claim_in(
         Some(found.event_id),
         outcome,
         answered,
-        &d.verification,
+        verification,
     )
     .await?;
     Ok(Claimed {
@@ -290,9 +286,9 @@ async fn insert_delivery(
         "INSERT INTO deliveries (id, source, event_id, idem_key, outcome, reject_reason,
                                  http_status, ack_micros, verified, verification, query,
                                  content_type, headers, body, body_size, remote_addr,
-                                 redelivery_of, redelivered_by)
+                                 redelivery_of, redelivered_by, reject_kind)
          VALUES (coalesce($18, nextval('deliveries_id_seq')), $1, $2, $3, $4, $5, $6, $7, $8, $9,
-                 $10, $11, $12, $13, $14, $15, $16, $17)
+                 $10, $11, $12, $13, $14, $15, $16, $17, $19)
          RETURNING id",
     )
     .bind(d.source)
@@ -313,6 +309,7 @@ async fn insert_delivery(
     .bind(d.redelivery.map(|r| r.of))
     .bind(d.redelivery.map(|r| r.by))
     .bind(id)
+    .bind(d.reject_kind)
     .fetch_one(conn)
     .await
 }

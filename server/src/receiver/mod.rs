@@ -118,6 +118,7 @@ pub async fn receive(
         verified: false,
         verification: String::new(),
         reject_reason: None,
+        reject_kind: None,
         query: inbound.query.as_deref(),
         content_type: inbound.header("content-type"),
         headers: stored_headers(&inbound.headers),
@@ -133,6 +134,7 @@ pub async fn receive(
             tracing::info!(reason = %rejection.reason, status = rejection.status, "delivery rejected");
             delivery.verification = rejection.reason.clone();
             delivery.reject_reason = Some(rejection.reason.clone());
+            delivery.reject_kind = Some(rejection.kind.as_str());
             claim::record_rejected(pool, &delivery, rejection.status)
                 .await
                 .map(|id| Reply {
@@ -299,6 +301,7 @@ pub async fn record_oversized(
         verified: false,
         verification: rejection.reason.clone(),
         reject_reason: Some(rejection.reason.clone()),
+        reject_kind: Some(rejection.kind.as_str()),
         query: inbound.query.as_deref(),
         content_type: inbound.header("content-type"),
         headers: stored_headers(&inbound.headers),

@@ -140,7 +140,19 @@ async fn a_quick_success_is_recorded_before_a_slow_batchmate_returns(pool: PgPoo
         let workers = workers.clone();
         tokio::spawn(async move { workers.run_once("batch-worker").await.unwrap() })
     };
-    // Another worker keeps looking for expired leases meanwhile.
+    // Another worker keeps looking for expired leases meanwhile, once the
+    // batch worker holds both.
+    for _ in 0..100 {
+        let held = scalar_i64(
+            &pool,
+            "SELECT count(*) FROM events WHERE lease_owner = 'batch-worker'",
+        )
+        .await;
+        if held == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let watcher = async {
         let mut taken = 0;
         for _ in 0..40 {
@@ -373,6 +385,14 @@ async fn a_revived_event_forwards_the_redelivered_copy(pool: PgPool) {
 #[sqlx::test(migrator = "MIGRATOR")]
 async fn workers_lease_only_the_sources_their_process_has(pool: PgPool) {
     let destination = Destination::start(vec![]).await;
+    // Another process, configured with another source only, started first.
+    let other_config = Arc::new(test_config(
+        &github_source("other", &destination.url, 2, 8),
+        &[],
+    ));
+    replaysafe::startup::prepare_database(pool.clone(), other_config.clone(), Default::default())
+        .await;
+    let other = Workers::new(pool.clone(), other_config, Default::default());
     let app = spawn_app(
         pool.clone(),
         test_config(&github_source("gh", &destination.url, 2, 8), &[]),
@@ -383,15 +403,6 @@ async fn workers_lease_only_the_sources_their_process_has(pool: PgPool) {
             .await,
         200
     );
-    // Another process, configured with another source only, starts later
-    // (and syncs the sources table to its own config).
-    let other_config = Arc::new(test_config(
-        &github_source("other", &destination.url, 2, 8),
-        &[],
-    ));
-    replaysafe::startup::prepare_database(pool.clone(), other_config.clone(), Default::default())
-        .await;
-    let other = Workers::new(pool.clone(), other_config, Default::default());
     assert_eq!(other.run_once("other-process").await.unwrap(), 0);
     assert_eq!(
         scalar_i64(&pool, "SELECT count(*) FROM attempts").await,
@@ -401,6 +412,25 @@ async fn workers_lease_only_the_sources_their_process_has(pool: PgPool) {
     assert_eq!(state_of(&pool, "k-mine").await, "queued");
     assert_eq!(app.drain().await, 1, "its own process forwards it");
     assert_eq!(destination.count(), 1);
+
+    // A process started later syncs the sources table to its own config:
+    // the first still forwards its own sources.
+    replaysafe::startup::prepare_database(
+        pool.clone(),
+        Arc::new(test_config(
+            &github_source("other", &destination.url, 2, 8),
+            &[],
+        )),
+        Default::default(),
+    )
+    .await;
+    assert_eq!(
+        app.github_delivery("gh", "k-later", r#"{"n":2}"#, b"gh-secret")
+            .await,
+        200
+    );
+    assert_eq!(app.drain().await, 1);
+    assert_eq!(destination.count(), 2);
     assert_eq!(
         scalar_i64(
             &pool,
@@ -622,4 +652,209 @@ destination = "{}"
     assert_eq!(scalar_i64(&pool, "SELECT count(*) FROM events").await, 1);
     assert_eq!(app.drain().await, 1);
     assert_eq!(destination.count(), 1);
+}
+
+const STANDARD_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+
+/// A Standard Webhooks delivery signed at `ts` with `secret`.
+async fn standard_delivery(app: &TestApp, id: &str, ts: i64, body: &str, secret: &str) -> u16 {
+    use base64::Engine;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let key = b64.decode(secret.trim_start_matches("whsec_")).unwrap();
+    let mut mac = Hmac::<Sha256>::new_from_slice(&key).unwrap();
+    mac.update(format!("{id}.{ts}.{body}").as_bytes());
+    let signature = format!("v1,{}", b64.encode(mac.finalize().into_bytes()));
+    app.client
+        .post(app.url("/hooks/std"))
+        .header("webhook-id", id)
+        .header("webhook-timestamp", ts.to_string())
+        .header("webhook-signature", signature)
+        .body(body.to_owned())
+        .send()
+        .await
+        .unwrap()
+        .status()
+        .as_u16()
+}
+
+/// Re-delivering a delivery that was rejected for its timestamp would undo
+/// the protection against captured replays: only an admin may, with a typed
+/// reason, and the audit log records it. Other rejections stay an
+/// operator's to retry.
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn a_timestamp_rejection_is_re_delivered_only_by_an_admin_with_a_reason(pool: PgPool) {
+    let destination = Destination::start(vec![]).await;
+    let config = format!(
+        r#"
+[[source]]
+slug = "std"
+provider = "standard"
+secrets = ["{STANDARD_SECRET}"]
+destination = "{}"
+"#,
+        destination.url
+    );
+    let app = spawn_app(pool.clone(), test_config(&config, &[])).await;
+    let an_hour_ago = chrono::Utc::now().timestamp() - 3600;
+    assert_eq!(
+        standard_delivery(&app, "msg_late", an_hour_ago, "{}", STANDARD_SECRET).await,
+        401
+    );
+    let (late, kind): (i64, Option<String>) =
+        sqlx::query_as("SELECT id, reject_kind FROM deliveries WHERE idem_key IS NULL")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!(kind.as_deref(), Some("timestamp"));
+
+    let operator = app.session("operator").await;
+    let (status, answer) = app
+        .server_fn_as(Some(&operator), "redeliver", &format!("delivery_id={late}"))
+        .await;
+    assert_eq!(status, 403, "{answer}");
+    assert!(answer.to_string().contains("only an admin"), "{answer}");
+    let (status, answer) = app
+        .server_fn("redeliver", &format!("delivery_id={late}"))
+        .await;
+    assert_eq!(status, 400, "an admin gives a reason: {answer}");
+    assert_eq!(scalar_i64(&pool, "SELECT count(*) FROM events").await, 0);
+
+    let (status, answer) = app
+        .server_fn(
+            "redeliver",
+            &format!("delivery_id={late}&past_window_reason=provider+clock+was+off"),
+        )
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["outcome"], "claimed");
+    assert_eq!(answer["past_window"], true);
+    let audited: (String, String) = sqlx::query_as(
+        "SELECT action, detail->>'reason' FROM audit_log
+         WHERE action LIKE 'redeliver%' ORDER BY id DESC LIMIT 1",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        audited,
+        (
+            "redeliver.past_window".to_owned(),
+            "provider clock was off".to_owned()
+        )
+    );
+    assert_eq!(app.drain().await, 1);
+    assert_eq!(destination.count(), 1);
+
+    // A bad signature is no protection to undo: an operator may retry it.
+    let now = chrono::Utc::now().timestamp();
+    let wrong = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
+    assert_eq!(
+        standard_delivery(&app, "msg_bad", now, "{}", wrong).await,
+        401
+    );
+    let bad: i64 = sqlx::query_scalar("SELECT max(id) FROM deliveries WHERE outcome = 'rejected'")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    let (status, answer) = app
+        .server_fn_as(Some(&operator), "redeliver", &format!("delivery_id={bad}"))
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["outcome"], "rejected");
+}
+
+/// A replay posted while the event it repeats is being claimed (its
+/// transaction not yet committed) waits for that claim and is its
+/// duplicate: the guard looks again with a fresh snapshot.
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn a_replay_racing_the_original_claim_is_its_duplicate(pool: PgPool) {
+    let destination = Destination::start(vec![]).await;
+    let app = spawn_app(
+        pool.clone(),
+        test_config(&github_source("gh", &destination.url, 2, 8), &[]),
+    )
+    .await;
+    let body = r#"{"action":"opened","number":9}"#;
+    let digest = <Sha256 as sha2::Digest>::digest(body.as_bytes()).to_vec();
+    // The original's claim, held open.
+    let mut original = pool.begin().await.unwrap();
+    replaysafe::events::guard(&mut original, &["gh"], &[&digest], &["orig"])
+        .await
+        .unwrap();
+    replaysafe::events::claim(&mut original, "gh", "orig", None)
+        .await
+        .unwrap()
+        .expect("claimed");
+    let (status, ()) = tokio::join!(
+        app.github_delivery("gh", "forged", body, b"gh-secret"),
+        async {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            original.commit().await.unwrap();
+        }
+    );
+    assert_eq!(status, 200);
+    let (key, _, outcome, verification) = newest_delivery(&pool).await;
+    assert_eq!(key.as_deref(), Some("forged"));
+    assert_eq!(outcome, "in_progress", "{verification}");
+    assert_eq!(scalar_i64(&pool, "SELECT count(*) FROM events").await, 1);
+}
+
+/// A sync-mode event no provider request will move on is adopted by the
+/// workers: its holder vanished (lease expired), or its provider did not
+/// retry a failed attempt within the grace. The abandoned attempt is closed.
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn sync_events_their_provider_abandoned_are_adopted_by_the_workers(pool: PgPool) {
+    let destination = Destination::start(vec![Scripted::status(500)]).await;
+    let app = spawn_app(
+        pool.clone(),
+        test_config(&slack_sync_source(&destination.url), &[]),
+    )
+    .await;
+    assert_eq!(interact(&app, "payload=failed").await.status(), 502);
+    let key = format!(
+        "sha256:{}",
+        hex::encode(<Sha256 as sha2::Digest>::digest(b"payload=failed"))
+    );
+    assert_eq!(state_of(&pool, &key).await, "retrying");
+    assert_eq!(
+        app.drain().await,
+        0,
+        "within the grace the provider retries"
+    );
+    let mut workers = app.workers();
+    workers.request_grace = Duration::ZERO;
+    assert_eq!(workers.run_once("adopter").await.unwrap(), 1);
+    assert_eq!(state_of(&pool, &key).await, "completed");
+    assert_eq!(destination.count(), 2);
+    let later = interact(&app, "payload=failed").await;
+    assert_eq!(later.headers()["x-replaysafe-outcome"], "completed");
+    assert_eq!(destination.count(), 2);
+
+    // A holder that died mid-attempt: once its lease lapses, a worker takes over.
+    let holder = replaysafe::events::InlineLease {
+        owner: "sync:crashed",
+        secs: 0.0,
+    };
+    let mut tx = pool.begin().await.unwrap();
+    let (event, _) = replaysafe::events::claim(&mut tx, "slack", "orphan", Some(holder))
+        .await
+        .unwrap()
+        .expect("claimed");
+    tx.commit().await.unwrap();
+    assert!(matches!(
+        replaysafe::events::start_inline(&pool, event, "sync:crashed").await,
+        Ok(replaysafe::events::Inline::Started { .. }) | Ok(replaysafe::events::Inline::LeaseLost)
+    ));
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    // No payload was recorded for this hand-made claim: it goes dead, not stuck.
+    assert_eq!(app.drain().await, 1);
+    assert_eq!(state_of(&pool, "orphan").await, "dead");
+    assert_eq!(
+        scalar_i64(
+            &pool,
+            "SELECT count(*) FROM attempts WHERE finished_at IS NULL"
+        )
+        .await,
+        0
+    );
 }

@@ -94,12 +94,12 @@ async fn start_destination(behaviour: Arc<Behaviour>) -> String {
                     };
                     let (status, delay, sure) = match roll {
                         0..=44 => (200, 0.0, true),
-                        45..=54 => (200, timeout * 0.3, true),
+                        45..=54 => (200, timeout * 0.1, true),
                         55..=69 => (500, 0.0, false),
                         70..=74 => (429, 0.0, false),
                         75..=81 => (400, 0.0, false),
                         82..=89 => (200, timeout + 1.5, false),
-                        _ => (503, timeout * 0.3, false),
+                        _ => (503, timeout * 0.1, false),
                     };
                     if delay > 0.0 {
                         tokio::time::sleep(Duration::from_secs_f64(delay)).await;
@@ -181,6 +181,8 @@ fn model_workers(app: &TestApp, config: Arc<replaysafe::config::Config>) -> Work
         max_retry_after: Duration::from_millis(50),
     });
     workers.lease_margin = MARGIN;
+    // Sync events whose provider does not retry are adopted quickly here.
+    workers.request_grace = Duration::from_secs(1);
     workers
 }
 
@@ -236,7 +238,7 @@ impl World {
         .await
         .unwrap();
         if let Some(id) = picked {
-            let _ = self.ops.redeliver(id, self.admin.clone()).await;
+            let _ = self.ops.redeliver(id, self.admin.clone(), None).await;
         }
     }
 

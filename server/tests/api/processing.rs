@@ -578,6 +578,7 @@ async fn sync_mode_retry_takes_over_after_a_failure_or_a_crash(pool: PgPool) {
         verified: true,
         verification: "test".into(),
         reject_reason: None,
+        reject_kind: None,
         query: None,
         content_type: None,
         headers: serde_json::json!([]),

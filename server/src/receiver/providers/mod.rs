@@ -20,11 +20,35 @@ use super::claim::{Claimed, Outcome};
 use super::{Inbound, Reply};
 use crate::config::{Mode, Provider, SourceConfig};
 
-/// Why a delivery is refused: 401 (signature), 400 (key), 413 (size).
+/// Why a delivery is refused: 401 (signature, or a timestamp outside the
+/// window), 400 (key), 413 (size).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Rejection {
     pub status: u16,
     pub reason: String,
+    /// What failed, as stored in `deliveries.reject_kind`.
+    pub kind: RejectKind,
+}
+
+/// What a rejection was about. A `Timestamp` rejection protects against
+/// captured replays, so undoing it by re-delivery takes an admin.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RejectKind {
+    Signature,
+    Timestamp,
+    Key,
+    Size,
+}
+
+impl RejectKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RejectKind::Signature => "signature",
+            RejectKind::Timestamp => "timestamp",
+            RejectKind::Key => "key",
+            RejectKind::Size => "size",
+        }
+    }
 }
 
 impl Rejection {
@@ -32,18 +56,29 @@ impl Rejection {
         Self {
             status: 401,
             reason: reason.into(),
+            kind: RejectKind::Signature,
+        }
+    }
+    /// A signed timestamp outside the window: 401, as a bad signature.
+    pub fn timestamp(reason: impl Into<String>) -> Self {
+        Self {
+            status: 401,
+            reason: reason.into(),
+            kind: RejectKind::Timestamp,
         }
     }
     pub fn key(reason: impl Into<String>) -> Self {
         Self {
             status: 400,
             reason: reason.into(),
+            kind: RejectKind::Key,
         }
     }
     pub fn too_large(size: usize) -> Self {
         Self {
             status: 413,
             reason: format!("body of {size} bytes or more is over the limit"),
+            kind: RejectKind::Size,
         }
     }
 }
@@ -245,13 +280,13 @@ pub fn check_timestamp(value: &str, window: Option<Window>) -> Result<i64, Rejec
         .map_err(|_| Rejection::signature("timestamp is not a Unix time in seconds"))?;
     if let Some(w) = window {
         if ts < w.now.saturating_sub(w.tolerance) {
-            return Err(Rejection::signature(format!(
+            return Err(Rejection::timestamp(format!(
                 "timestamp is older than the {} s window",
                 w.tolerance
             )));
         }
         if ts > w.now.saturating_add(w.tolerance) {
-            return Err(Rejection::signature(format!(
+            return Err(Rejection::timestamp(format!(
                 "timestamp is more than {} s in the future",
                 w.tolerance
             )));
