@@ -161,6 +161,36 @@ test('an admin forces a completed event again after typing its key, and the audi
   await page.screenshot({ path: testInfo.outputPath('audit.png'), fullPage: true });
 });
 
+test('a delivery rejected for its timestamp warns, and only an admin re-delivers it, with a reason', async ({ page, request }) => {
+  const id = eventId('late');
+  const late = await sendSigned(request, 'e2e-standard', id, JSON.stringify({ type: 'late' }), { ageSecs: 3600 });
+  expect(late.status).toBe(401);
+
+  // An operator sees why, and no control.
+  await signIn(page, 'operator');
+  await openHydrated(page, '/deliveries?source=e2e-standard&outcome=rejected');
+  await page.getByTestId('deliveries-table').locator('tbody tr').first().getByTitle('Open this delivery').click();
+  await expect(page.getByTestId('past-window')).toContainText('Rejected for its timestamp');
+  await expect(page.locator('body[data-hydrated="true"]')).toHaveCount(1, { timeout: 15_000 });
+  await expect(page.getByTestId('redeliver-past-window')).toHaveCount(0);
+  await expect(page.getByTestId('redeliver')).toHaveCount(0);
+  const deliveryPath = new URL(page.url()).pathname;
+
+  // An admin gives the reason and re-delivers it; the audit log says who and why.
+  await page.getByRole('button', { name: 'Sign out' }).click();
+  await signIn(page, 'admin');
+  await openHydrated(page, deliveryPath);
+  const box = page.getByTestId('past-window');
+  await box.getByLabel('Reason').fill('provider clock skew, ticket 77');
+  await box.getByTestId('redeliver-past-window').click();
+  await expect(box.getByRole('status')).toContainText('claimed');
+  await expect.poll(async () => (await received(request, `e2e-standard:${id}`)).count, { timeout: 15_000 }).toBe(1);
+  await page.getByRole('link', { name: 'Audit log' }).click();
+  const row = page.getByTestId('audit-table').locator('tr[data-action="redeliver.past_window"]').first();
+  await expect(row).toContainText('e2e-admin');
+  await expect(row).toContainText('provider clock skew, ticket 77');
+});
+
 test('an operator pauses and resumes a source; bulk re-delivery shows progress and outcomes', async ({ page, request }) => {
   await signIn(page, 'operator');
   await openHydrated(page, '/sources');

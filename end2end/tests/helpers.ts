@@ -22,11 +22,11 @@ export async function sendSigned(
   slug: string,
   id: string,
   body: string,
-  opts: { secret?: string; wrongSecret?: boolean } = {},
+  opts: { secret?: string; wrongSecret?: boolean; ageSecs?: number } = {},
 ) {
   const secret = opts.secret ?? e2eSources.standardSecret;
   const key = Buffer.from(secret.replace(/^whsec_/, ''), 'base64');
-  const ts = Math.floor(Date.now() / 1000).toString();
+  const ts = (Math.floor(Date.now() / 1000) - (opts.ageSecs ?? 0)).toString();
   const signingKey = opts.wrongSecret ? Buffer.from('not-the-secret') : key;
   const sig = createHmac('sha256', signingKey).update(`${id}.${ts}.${body}`).digest('base64');
   const response = await request.post(`/hooks/${slug}`, {
