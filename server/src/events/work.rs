@@ -190,10 +190,23 @@ pub async fn lease(
              RETURNING id, event_id
          )
          SELECT l.id AS event_id, a.id AS attempt_id, l.source, l.idem_key,
-                l.attempt_count AS attempt, d.body, d.content_type, d.headers, l.forced
+                l.attempt_count AS attempt,
+                coalesce(d.body, c.body) AS body,
+                CASE WHEN d.body IS NULL THEN c.content_type ELSE d.content_type END
+                    AS content_type,
+                CASE WHEN d.body IS NULL THEN c.headers ELSE d.headers END AS headers,
+                l.forced
          FROM leased l
          JOIN attempt a ON a.event_id = l.id
-         LEFT JOIN deliveries d ON d.id = l.first_delivery_id",
+         LEFT JOIN deliveries d ON d.id = l.first_delivery_id
+         -- Only when that payload is gone (retention racing a force or a
+         -- revive): the newest copy posted under the event's own key.
+         LEFT JOIN LATERAL (
+             SELECT c.body, c.content_type, c.headers FROM deliveries c
+             WHERE d.body IS NULL AND c.event_id = l.id AND c.idem_key = l.idem_key
+               AND c.body IS NOT NULL
+             ORDER BY c.id DESC LIMIT 1
+         ) c ON true",
     )
     .bind(worker)
     .bind(limit)

@@ -311,6 +311,35 @@ async fn a_force_uses_a_stored_copy_and_is_refused_without_one(pool: PgPool) {
     );
     assert_eq!(state_of(&pool, "k-copy").await, "completed");
 
+    // Retention racing a force: the copy the force chose goes before the
+    // worker leases the event; an older copy is forwarded instead.
+    assert_eq!(
+        app.github_delivery("gh", "k-copy", body, b"gh-secret")
+            .await,
+        200
+    );
+    let (status, answer) = app
+        .server_fn(
+            "force",
+            &format!("event_id={event}&confirm_key=k-copy&reason=again"),
+        )
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    sqlx::query(
+        "DELETE FROM deliveries WHERE id = (SELECT first_delivery_id FROM events WHERE id = $1)",
+    )
+    .bind(event)
+    .execute(&pool)
+    .await
+    .unwrap();
+    assert_eq!(app.drain().await, 1);
+    assert_eq!(destination.count(), 3);
+    assert_eq!(
+        destination.received.lock().unwrap()[2].body,
+        body.as_bytes()
+    );
+    assert_eq!(state_of(&pool, "k-copy").await, "completed");
+
     // Its only delivery pruned: nothing to forward, said at once.
     let body = r#"{"n":3}"#;
     assert_eq!(
@@ -334,7 +363,7 @@ async fn a_force_uses_a_stored_copy_and_is_refused_without_one(pool: PgPool) {
     );
     assert_eq!(state_of(&pool, "k-gone").await, "completed");
     assert_eq!(app.drain().await, 0);
-    assert_eq!(destination.count(), 3);
+    assert_eq!(destination.count(), 4);
 }
 
 /// A dead event whose first delivery was pruned, revived by re-delivering a
