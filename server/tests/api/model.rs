@@ -96,7 +96,7 @@ async fn start_destination(behaviour: Arc<Behaviour>) -> String {
                     };
                     // The slow source often answers only after its timeout, so
                     // that its attempts hold a worker's batch back.
-                    let roll = if source.starts_with("slow") && roll >= 45 && roll < 75 {
+                    let roll = if source.starts_with("slow") && (45..75).contains(&roll) {
                         85
                     } else {
                         roll
