@@ -223,13 +223,6 @@ async fn gather(shared: &Shared) -> Option<(Vec<Job>, HashSet<Key>)> {
             }
         };
     loop {
-        // Listening before the held deliveries are looked at: a batch in
-        // flight that returns in between would otherwise wake nobody, and
-        // a gather holding only held deliveries would sleep until the next
-        // delivery arrived.
-        let finished = shared.finished.notified();
-        tokio::pin!(finished);
-        finished.as_mut().enable();
         let Waiting { queue, held } = &mut *waiting;
         for _ in 0..held.len() {
             if batch.len() >= MAX_BATCH {
@@ -247,6 +240,18 @@ async fn gather(shared: &Shared) -> Option<(Vec<Job>, HashSet<Key>)> {
         }
         if !batch.is_empty() && deadline.is_none() {
             deadline = Some(tokio::time::Instant::now() + GATHER_WAIT);
+        }
+        let finished = shared.finished.notified();
+        tokio::pin!(finished);
+        finished.as_mut().enable();
+        // Holding only deliveries of keys in flight: a batch that returned
+        // before we listened woke nobody, so look again now that we listen
+        // (else this gather would sleep until the next delivery arrived).
+        if batch.is_empty() && !held.is_empty() {
+            let claiming = shared.claiming.lock().expect("claiming lock");
+            if held.iter().any(|job| !claiming.contains(&key_of(job))) {
+                continue;
+            }
         }
         if !batch.is_empty()
             && (batch.len() >= shared.recent.gather()
