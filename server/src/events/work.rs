@@ -154,7 +154,7 @@ pub async fn lease(
               WHERE state = 'retrying' AND forwarder = 'request'
                 AND state_changed_at < now() - make_interval(secs => $5)
                 AND source IN (SELECT slug FROM runnable)
-              ORDER BY next_attempt_at LIMIT $2)
+              ORDER BY state_changed_at LIMIT $2)
          ),
          locked AS (
              SELECT id FROM events
