@@ -162,7 +162,17 @@ pub async fn claim_in(
     // it; nor does a replay ever take a sync claim over.
     let inline = lease.filter(|_| d.redelivery.is_none() && !replay);
     let verification = verification.as_ref();
-    if let Some((event_id, delivery_id)) = events::claim(tx, d.source, key, inline).await? {
+    let mut won = events::claim(tx, d.source, key, inline).await?;
+    // An operator's re-delivery of a dead event queues it again.
+    if won.is_none() && d.redelivery.is_some() {
+        let delivery_id: i64 = sqlx::query_scalar("SELECT nextval('deliveries_id_seq')")
+            .fetch_one(&mut *tx)
+            .await?;
+        won = events::revive(tx, d.source, key, delivery_id)
+            .await?
+            .map(|event_id| (event_id, delivery_id));
+    }
+    if let Some((event_id, delivery_id)) = won {
         let status = Outcome::Claimed.status(mode);
         insert_delivery(
             tx,
@@ -180,31 +190,6 @@ pub async fn claim_in(
             delivery_id,
             stored_response: None,
         });
-    }
-    // An operator's re-delivery of a dead event queues it again.
-    if d.redelivery.is_some() {
-        let delivery_id: i64 = sqlx::query_scalar("SELECT nextval('deliveries_id_seq')")
-            .fetch_one(&mut *tx)
-            .await?;
-        if let Some(event_id) = events::revive(tx, d.source, key, delivery_id).await? {
-            let status = Outcome::Claimed.status(mode);
-            insert_delivery(
-                tx,
-                d,
-                Some(delivery_id),
-                Some(event_id),
-                Outcome::Claimed,
-                status,
-                verification,
-            )
-            .await?;
-            return Ok(Claimed {
-                outcome: Outcome::Claimed,
-                event_id,
-                delivery_id,
-                stored_response: None,
-            });
-        }
     }
     // A duplicate. This statement sees the claim that beat us: the insert
     // above waited for it to commit. In sync mode it takes the claim over

@@ -12,12 +12,6 @@ use sqlx::PgPool;
 
 use crate::helpers::{spawn_app, test_config, Destination, Scripted, TestApp};
 
-fn hmac_hex(key: &[u8], data: &[u8]) -> String {
-    let mut mac = Hmac::<Sha256>::new_from_slice(key).unwrap();
-    mac.update(data);
-    hex::encode(mac.finalize().into_bytes())
-}
-
 fn github_source(slug: &str, destination: &str, timeout_secs: u32, max_attempts: u32) -> String {
     format!(
         r#"
@@ -47,24 +41,9 @@ max_attempts = 5
     )
 }
 
-/// A Slack interactivity request, as Slack signs it.
+/// A Slack interactivity request to the `slack` source.
 async fn interact(app: &TestApp, body: &str) -> reqwest::Response {
-    let ts = chrono::Utc::now().timestamp();
-    app.client
-        .post(app.url("/hooks/slack"))
-        .header("content-type", "application/x-www-form-urlencoded")
-        .header("x-slack-request-timestamp", ts.to_string())
-        .header(
-            "x-slack-signature",
-            format!(
-                "v0={}",
-                hmac_hex(b"slack-secret", format!("v0:{ts}:{body}").as_bytes())
-            ),
-        )
-        .body(body.to_owned())
-        .send()
-        .await
-        .unwrap()
+    app.slack_interaction("slack", body).await
 }
 
 async fn scalar_i64(pool: &PgPool, sql: &str) -> i64 {

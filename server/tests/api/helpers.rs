@@ -421,9 +421,6 @@ impl TestApp {
     /// A GitHub `push` delivery to `/hooks/{slug}`, signed with `secret` as
     /// GitHub signs it; returns the status the receiver answered.
     pub async fn github_delivery(&self, slug: &str, id: &str, body: &str, secret: &[u8]) -> u16 {
-        use hmac::Mac;
-        let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(secret).unwrap();
-        mac.update(body.as_bytes());
         self.client
             .post(self.url(&format!("/hooks/{slug}")))
             .header("content-type", "application/json")
@@ -431,7 +428,7 @@ impl TestApp {
             .header("x-github-delivery", id)
             .header(
                 "x-hub-signature-256",
-                format!("sha256={}", hex::encode(mac.finalize().into_bytes())),
+                format!("sha256={}", hmac_hex(secret, body.as_bytes())),
             )
             .body(body.to_owned())
             .send()
@@ -440,6 +437,37 @@ impl TestApp {
             .status()
             .as_u16()
     }
+}
+
+impl TestApp {
+    /// A Slack interactivity request to `/hooks/{slug}`, as Slack signs it
+    /// (secret `slack-secret`).
+    pub async fn slack_interaction(&self, slug: &str, body: &str) -> reqwest::Response {
+        let ts = chrono::Utc::now().timestamp();
+        self.client
+            .post(self.url(&format!("/hooks/{slug}")))
+            .header("content-type", "application/x-www-form-urlencoded")
+            .header("x-slack-request-timestamp", ts.to_string())
+            .header(
+                "x-slack-signature",
+                format!(
+                    "v0={}",
+                    hmac_hex(b"slack-secret", format!("v0:{ts}:{body}").as_bytes())
+                ),
+            )
+            .body(body.to_owned())
+            .send()
+            .await
+            .unwrap()
+    }
+}
+
+/// Hex HMAC-SHA256, as GitHub and Slack sign.
+pub fn hmac_hex(key: &[u8], data: &[u8]) -> String {
+    use hmac::Mac;
+    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(key).unwrap();
+    mac.update(data);
+    hex::encode(mac.finalize().into_bytes())
 }
 
 /// `replaysafe_session=...` from a response's Set-Cookie, if set.

@@ -27,13 +27,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use app::api::actions::ssr::Operations;
-use hmac::{Hmac, Mac};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use replaysafe::db::MIGRATOR;
 use replaysafe::processing::retry::RetryPolicy;
 use replaysafe::processing::worker::Workers;
-use sha2::Sha256;
 use sqlx::PgPool;
 
 use crate::helpers::{spawn_app, test_config, TestApp};
@@ -195,12 +193,6 @@ fn model_workers(app: &TestApp, config: Arc<replaysafe::config::Config>) -> Work
     workers
 }
 
-fn slack_signature(ts: i64, body: &str) -> String {
-    let mut mac = Hmac::<Sha256>::new_from_slice(b"slack-secret").unwrap();
-    mac.update(format!("v0:{ts}:{body}").as_bytes());
-    format!("v0={}", hex::encode(mac.finalize().into_bytes()))
-}
-
 impl World {
     async fn provider_sends(&self, rng: &mut StdRng) {
         let n = rng.gen_range(0..KEYS);
@@ -223,18 +215,7 @@ impl World {
 
     async fn sync_request(&self, n: u32) {
         let body = format!("payload={}-{n}", self.slugs[1]);
-        let ts = chrono::Utc::now().timestamp();
-        let _ = self
-            .app
-            .client
-            .post(self.app.url(&format!("/hooks/{}", self.slugs[1])))
-            .header("content-type", "application/x-www-form-urlencoded")
-            .header("x-slack-request-timestamp", ts.to_string())
-            .header("x-slack-signature", slack_signature(ts, &body))
-            .body(body)
-            .send()
-            .await
-            .unwrap();
+        self.app.slack_interaction(&self.slugs[1], &body).await;
     }
 
     async fn redeliver(&self) {

@@ -9,7 +9,7 @@ use replaysafe::db::MIGRATOR;
 use sha2::Sha256;
 use sqlx::PgPool;
 
-use crate::helpers::{spawn_app, test_config, Destination, Scripted, TestApp};
+use crate::helpers::{hmac_hex, spawn_app, test_config, Destination, Scripted, TestApp};
 
 const DESTINATION_SECRET: &str = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
 
@@ -29,12 +29,6 @@ attempt_timeout_secs = 2
         ),
         &[],
     )
-}
-
-fn hmac_hex(key: &[u8], data: &[u8]) -> String {
-    let mut mac = Hmac::<Sha256>::new_from_slice(key).unwrap();
-    mac.update(data);
-    hex::encode(mac.finalize().into_bytes())
 }
 
 /// A GitHub delivery, as GitHub signs it.
@@ -474,24 +468,9 @@ max_attempts = 5
     )
 }
 
-/// A Slack interactivity request, as Slack signs it.
+/// A Slack interactivity request to the `slack` source.
 async fn interact(app: &TestApp, body: &str) -> reqwest::Response {
-    let ts = chrono::Utc::now().timestamp();
-    app.client
-        .post(app.url("/hooks/slack"))
-        .header("content-type", "application/x-www-form-urlencoded")
-        .header("x-slack-request-timestamp", ts.to_string())
-        .header(
-            "x-slack-signature",
-            format!(
-                "v0={}",
-                hmac_hex(b"slack-secret", format!("v0:{ts}:{body}").as_bytes())
-            ),
-        )
-        .body(body.to_owned())
-        .send()
-        .await
-        .unwrap()
+    app.slack_interaction("slack", body).await
 }
 
 #[sqlx::test(migrator = "MIGRATOR")]
