@@ -2,43 +2,19 @@
 //! start. Errors name the key and what is wrong; secrets redact themselves.
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde::Deserialize;
 
-use crate::receiver::providers;
+use crate::providers::{self, Provider, Scheme, Settings};
+pub use crate::secret::Secret;
 
 pub const DEFAULT_CONFIG_PATH: &str = "./replaysafe.toml";
 pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
 /// Keys younger than a week must never be forgotten: providers retry for days.
 pub const MIN_DEDUP_TTL_DAYS: u32 = 7;
-
-/// A secret from the config: prints as `[redacted]`, read only via `expose`.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Secret(String);
-
-impl Secret {
-    pub fn new(value: impl Into<String>) -> Self {
-        Self(value.into())
-    }
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Secret([redacted])")
-    }
-}
-
-impl fmt::Display for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("[redacted]")
-    }
-}
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -55,44 +31,6 @@ pub enum ConfigError {
         key: String,
         problem: String,
     },
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Provider {
-    Standard,
-    Stripe,
-    Github,
-    Shopify,
-    Slack,
-    Twilio,
-    Alipay,
-    Wechatpay,
-    Discord,
-}
-
-impl Provider {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Provider::Standard => "standard",
-            Provider::Stripe => "stripe",
-            Provider::Github => "github",
-            Provider::Shopify => "shopify",
-            Provider::Slack => "slack",
-            Provider::Twilio => "twilio",
-            Provider::Alipay => "alipay",
-            Provider::Wechatpay => "wechatpay",
-            Provider::Discord => "discord",
-        }
-    }
-
-    /// Providers that sign with a shared secret (the others verify with a public key).
-    fn uses_shared_secret(self) -> bool {
-        !matches!(
-            self,
-            Provider::Alipay | Provider::Wechatpay | Provider::Discord
-        )
-    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Deserialize)]
@@ -135,8 +73,10 @@ pub const DEFAULT_SESSION_IDLE_MINUTES: u32 = 480;
 #[derive(Debug, Clone)]
 pub struct SourceConfig {
     pub slug: String,
-    pub provider: Provider,
-    pub secrets: Vec<Secret>,
+    /// Its provider's entry in the registry.
+    pub provider: &'static Provider,
+    /// Its provider's rules, built from its settings at start.
+    pub scheme: Arc<dyn Scheme>,
     pub mode: Mode,
     pub destination: Option<String>,
     pub destination_secret: Option<Secret>,
@@ -144,33 +84,12 @@ pub struct SourceConfig {
     pub max_attempts: u32,
     pub attempt_timeout_secs: u64,
     pub paused: bool,
-    /// Alipay's RSA public key (PEM) or Discord's Ed25519 public key (hex).
-    pub public_key: Option<String>,
-    /// WeChat Pay platform public keys (PEM) by `Wechatpay-Serial`.
-    pub platform_keys: BTreeMap<String, String>,
-    /// WeChat Pay API v3 key (AES-256-GCM, 32 bytes).
-    pub api_v3_key: Option<Secret>,
-    /// Twilio signs the public URL it posted to.
-    pub public_url: Option<String>,
     /// Providers whose signature covers neither the key nor a timestamp
     /// (GitHub, Shopify, Twilio): dedupe also on a digest of the signed
     /// content, so a captured request re-posted under a fresh id is a
     /// duplicate. Off only where the provider may send one content twice
     /// as two events.
     pub replay_guard: bool,
-    /// Public keys parsed once at start from `public_key` and `platform_keys`.
-    pub verify_keys: VerifyKeys,
-}
-
-/// Keys of the providers that sign with a private key.
-#[derive(Clone, Debug, Default)]
-pub struct VerifyKeys {
-    /// Alipay's RSA public key.
-    pub rsa: Option<rsa::RsaPublicKey>,
-    /// WeChat Pay platform keys by serial.
-    pub platform: Vec<(String, rsa::RsaPublicKey)>,
-    /// Discord's application public key.
-    pub ed25519: Option<ed25519_dalek::VerifyingKey>,
 }
 
 #[derive(Deserialize)]
@@ -193,7 +112,7 @@ struct RawConfig {
 #[serde(deny_unknown_fields)]
 struct RawSource {
     slug: String,
-    provider: Provider,
+    provider: String,
     #[serde(default)]
     secrets: Vec<String>,
     #[serde(default)]
@@ -257,7 +176,7 @@ pub fn parse_and_validate(
         match value.strip_prefix("env:") {
             Some(name) => env(name)
                 .filter(|v| !v.is_empty())
-                .map(Secret)
+                .map(Secret::new)
                 .ok_or_else(|| {
                     invalid(
                         key,
@@ -265,7 +184,7 @@ pub fn parse_and_validate(
                     )
                 }),
             None if value.is_empty() => Err(invalid(key, "must not be empty".into())),
-            None => Ok(Secret(value.to_owned())),
+            None => Ok(Secret::new(value)),
         }
     };
 
@@ -279,7 +198,7 @@ pub fn parse_and_validate(
 
     // $DATABASE_URL wins over the file.
     let database_url = match env("DATABASE_URL").filter(|v| !v.is_empty()) {
-        Some(url) => Some(Secret(url)),
+        Some(url) => Some(Secret::new(url)),
         None => raw
             .database_url
             .as_deref()
@@ -344,31 +263,36 @@ pub fn parse_and_validate(
                 format!("{:?} is used by another source", s.slug),
             ));
         }
+        let provider = providers::find(&s.provider).ok_or_else(|| {
+            let known: Vec<&str> = providers::REGISTRY.iter().map(|p| p.name).collect();
+            invalid(
+                &at("provider"),
+                format!("{:?} is not one of {}", s.provider, known.join(", ")),
+            )
+        })?;
         let secrets = s
             .secrets
             .iter()
             .enumerate()
             .map(|(j, v)| secret(&at(&format!("secrets[{j}]")), v))
             .collect::<Result<Vec<_>, _>>()?;
-        if s.provider.uses_shared_secret() && secrets.is_empty() {
-            return Err(invalid(
-                &at("secrets"),
-                format!(
-                    "provider {} signs with a shared secret: give at least one",
-                    s.provider.as_str()
-                ),
-            ));
+        let api_v3_key = s
+            .api_v3_key
+            .as_deref()
+            .map(|v| secret(&at("api_v3_key"), v))
+            .transpose()?;
+        if let Some(u) = &s.public_url {
+            check_http_url(u).map_err(|p| invalid(&at("public_url"), p))?;
         }
-        if s.provider == Provider::Discord && s.mode != Mode::Sync {
-            return Err(invalid(
-                &at("mode"),
-                "discord interactions must be answered inline: use mode = \"sync\"".into(),
-            ));
-        }
-        for (j, secret) in secrets.iter().enumerate() {
-            providers::check_secret(s.provider, secret.expose())
-                .map_err(|p| invalid(&at(&format!("secrets[{j}]")), p))?;
-        }
+        let settings = Settings {
+            secrets,
+            public_key: s.public_key,
+            platform_keys: s.platform_keys,
+            api_v3_key,
+            public_url: s.public_url,
+            sync: s.mode == Mode::Sync,
+        };
+        let scheme = (provider.build)(&settings).map_err(|e| invalid(&at(&e.field), e.problem))?;
         if let Some(d) = &s.destination {
             check_http_url(d).map_err(|p| invalid(&at("destination"), p))?;
         }
@@ -393,77 +317,10 @@ pub fn parse_and_validate(
             providers::standard::decode_secret(ds.expose())
                 .map_err(|p| invalid(&at("destination_secret"), p))?;
         }
-        let api_v3_key = s
-            .api_v3_key
-            .as_deref()
-            .map(|v| secret(&at("api_v3_key"), v))
-            .transpose()?;
-        if let Some(u) = &s.public_url {
-            check_http_url(u).map_err(|p| invalid(&at("public_url"), p))?;
-        }
-        let mut verify_keys = VerifyKeys::default();
-        let needs = |field: &str, what: &str| {
-            invalid(&at(field), format!("{} needs {what}", s.provider.as_str()))
-        };
-        match s.provider {
-            Provider::Alipay => {
-                let text = s.public_key.as_deref().ok_or_else(|| {
-                    needs("public_key", "Alipay's RSA public key (PEM or base64)")
-                })?;
-                verify_keys.rsa = Some(
-                    providers::alipay::parse_public_key(text)
-                        .map_err(|p| invalid(&at("public_key"), p))?,
-                );
-            }
-            Provider::Discord => {
-                let text = s.public_key.as_deref().ok_or_else(|| {
-                    needs("public_key", "the application's Ed25519 public key (hex)")
-                })?;
-                verify_keys.ed25519 = Some(
-                    providers::discord::parse_public_key(text)
-                        .map_err(|p| invalid(&at("public_key"), p))?,
-                );
-            }
-            Provider::Wechatpay => {
-                if s.platform_keys.is_empty() {
-                    return Err(needs(
-                        "platform_keys",
-                        "its platform public keys by serial (platform_keys = { SERIAL = \"PEM\" })",
-                    ));
-                }
-                for (serial, pem) in &s.platform_keys {
-                    let key = providers::wechatpay::parse_public_key(pem)
-                        .map_err(|p| invalid(&at(&format!("platform_keys.{serial}")), p))?;
-                    verify_keys.platform.push((serial.clone(), key));
-                }
-                match &api_v3_key {
-                    Some(k) if k.expose().len() == 32 => {}
-                    Some(_) => {
-                        return Err(invalid(
-                            &at("api_v3_key"),
-                            "must be the 32-character API v3 key".into(),
-                        ))
-                    }
-                    None => {
-                        return Err(needs(
-                            "api_v3_key",
-                            "the API v3 key to decrypt notifications",
-                        ))
-                    }
-                }
-            }
-            Provider::Twilio if s.public_url.is_none() => {
-                return Err(needs(
-                    "public_url",
-                    "the public URL Twilio posts to: it is part of what Twilio signs",
-                ));
-            }
-            _ => {}
-        }
         sources.push(SourceConfig {
             slug: s.slug,
-            provider: s.provider,
-            secrets,
+            provider,
+            scheme: Arc::from(scheme),
             mode: s.mode,
             destination: s.destination,
             destination_secret,
@@ -471,12 +328,7 @@ pub fn parse_and_validate(
             max_attempts,
             attempt_timeout_secs,
             paused: s.paused,
-            public_key: s.public_key,
-            platform_keys: s.platform_keys,
-            api_v3_key,
-            public_url: s.public_url,
             replay_guard: s.replay_guard.unwrap_or(true),
-            verify_keys,
         });
     }
 
@@ -546,8 +398,25 @@ mod tests {
         let s = &c.sources[0];
         assert_eq!(s.mode, Mode::Ack);
         assert_eq!(s.max_attempts, 8);
-        assert_eq!(s.secrets[0].expose(), "whsec_new");
-        assert_eq!(s.secrets[1].expose(), "whsec_old");
+        // Both secrets verify, the one from the environment first.
+        let body = br#"{"id":"evt_1"}"#;
+        for (secret, matched) in [
+            ("whsec_new", "secret 1 of 2"),
+            ("whsec_old", "secret 2 of 2"),
+        ] {
+            let mac = providers::hmac_sha256(secret.as_bytes(), &[b"1700000000.", body]);
+            let signature = hex::encode(hmac::Mac::finalize(mac).into_bytes());
+            let request = providers::Inbound {
+                headers: vec![(
+                    "stripe-signature".into(),
+                    format!("t=1700000000,v1={signature}"),
+                )],
+                body: body.to_vec(),
+                ..Default::default()
+            };
+            let verdict = s.scheme.verify(&request, None).unwrap();
+            assert!(verdict.ends_with(matched), "{verdict}");
+        }
     }
 
     #[test]
@@ -569,7 +438,7 @@ mod tests {
     #[test]
     fn secrets_never_print() {
         let c = parse(STRIPE, &[("STRIPE_SECRET", "whsec_topsecret")]).unwrap();
-        let shown = format!("{c:?} {}", c.sources[0].secrets[0]);
+        let shown = format!("{c:?}");
         assert!(!shown.contains("topsecret"), "{shown}");
         assert!(shown.contains("[redacted]"));
     }

@@ -140,7 +140,7 @@ pub async fn sync_sources(pool: &PgPool, config: &Config) -> Result<(), sqlx::Er
                 in_config = true, synced_at = now()",
         )
         .bind(&s.slug)
-        .bind(s.provider.as_str())
+        .bind(s.provider.name)
         .bind(s.mode.as_str())
         .bind(&s.destination)
         .bind(i32::try_from(s.attempt_timeout_secs).unwrap_or(i32::MAX))

@@ -16,7 +16,7 @@ use crate::events::Forced;
 use crate::processing::retry::RetryPolicy;
 use crate::receiver::batch::ClaimBatcher;
 use crate::receiver::claim::{Outcome, Redelivery};
-use crate::receiver::{providers, receive, Inbound, Pipeline, Receipt};
+use crate::receiver::{receive, Inbound, Pipeline, Receipt};
 
 pub struct ServerOperations {
     pub pool: PgPool,
@@ -120,8 +120,8 @@ impl ServerOperations {
         // the window).
         let now = chrono::Utc::now().timestamp();
         let past_window = stored.outcome == "rejected"
-            && providers::verify(source, &inbound, stored.received_at, false).is_err()
-            && providers::verify(source, &inbound, now, true).is_ok();
+            && crate::receiver::verify(source, &inbound, stored.received_at, false).is_err()
+            && crate::receiver::verify(source, &inbound, now, true).is_ok();
         if past_window {
             if !by.can(Role::Admin) {
                 return Err(refusal(

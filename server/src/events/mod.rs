@@ -59,6 +59,29 @@ pub struct StoredResponse {
     pub body: Vec<u8>,
 }
 
+impl StoredResponse {
+    /// Given back byte for byte; a missing content type is sent as bytes.
+    pub fn answer(&self) -> crate::providers::Answer {
+        crate::providers::Answer {
+            status: self.status as u16,
+            content_type: self
+                .content_type
+                .clone()
+                .unwrap_or_else(|| "application/octet-stream".into()),
+            body: self.body.clone(),
+            headers: Vec::new(),
+        }
+    }
+
+    pub fn from_answer(answer: &crate::providers::Answer) -> Self {
+        Self {
+            status: i16::try_from(answer.status).unwrap_or(i16::MAX),
+            content_type: Some(answer.content_type.clone()),
+            body: answer.body.clone(),
+        }
+    }
+}
+
 /// An event's state, stored as checked text in `events.state`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum State {

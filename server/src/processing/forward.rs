@@ -5,47 +5,12 @@
 
 use std::time::{Duration, Instant};
 
-use base64::Engine;
-use hmac::Mac;
-
-use crate::config::{Provider, SourceConfig};
+use crate::config::SourceConfig;
 use crate::events::{AttemptRecord, Leased};
-use crate::receiver::providers::{hmac_sha256, standard};
+use crate::providers::{standard, Provider};
 
 /// Kept from the response for the timeline; enough to read an error message.
 pub const EXCERPT_BYTES: usize = 1024;
-
-/// The prefixes of a provider's own headers that describe the event; only
-/// the source's own provider's are forwarded, so a request cannot smuggle
-/// another provider's headers (`X-GitHub-Event` on a Shopify source) past
-/// the application. Stripe, Alipay and Standard Webhooks senders put
-/// everything in the body.
-fn event_header_prefixes(provider: Provider) -> &'static [&'static str] {
-    match provider {
-        Provider::Github => &["x-github-"],
-        Provider::Shopify => &["x-shopify-"],
-        Provider::Slack => &["x-slack-"],
-        Provider::Twilio => &["i-twilio-"],
-        Provider::Wechatpay => &["wechatpay-"],
-        Provider::Discord => &["x-discord-"],
-        Provider::Standard | Provider::Stripe | Provider::Alipay => &[],
-    }
-}
-
-/// Provider signature headers: replaysafe checked them; the application checks ours.
-const SIGNATURE_HEADERS: [&str; 11] = [
-    "x-hub-signature",
-    "x-hub-signature-256",
-    "x-shopify-hmac-sha256",
-    "stripe-signature",
-    "x-slack-signature",
-    "x-slack-request-timestamp",
-    "x-twilio-signature",
-    "wechatpay-signature",
-    "wechatpay-serial",
-    "x-signature-ed25519",
-    "x-signature-timestamp",
-];
 
 /// Marks a forced re-execution of a completed event: the application sees
 /// the same Idempotency-Key again and should run it anyway (spec section 6).
@@ -53,10 +18,9 @@ pub const FORCED_HEADER: &str = "x-replaysafe-forced";
 
 /// The headers of the stored delivery that go on to the application.
 pub fn event_headers(
-    provider: Provider,
+    provider: &Provider,
     stored: Option<&serde_json::Value>,
 ) -> Vec<(String, String)> {
-    let prefixes = event_header_prefixes(provider);
     let Some(serde_json::Value::Array(pairs)) = stored else {
         return Vec::new();
     };
@@ -65,8 +29,8 @@ pub fn event_headers(
         .filter_map(|pair| {
             let name = pair.get(0)?.as_str()?.to_ascii_lowercase();
             let value = pair.get(1)?.as_str()?;
-            let is_event = prefixes.iter().any(|p| name.starts_with(p));
-            (is_event && !SIGNATURE_HEADERS.contains(&name.as_str()))
+            provider
+                .forwards_header(&name)
                 .then(|| (name, value.to_owned()))
         })
         .collect()
@@ -80,15 +44,7 @@ pub fn sign(
     body: &[u8],
 ) -> Option<String> {
     let key = standard::decode_secret(destination_secret).ok()?;
-    let ts = timestamp.to_string();
-    let mac = hmac_sha256(
-        &key,
-        &[message_id.as_bytes(), b".", ts.as_bytes(), b".", body],
-    );
-    Some(format!(
-        "v1,{}",
-        base64::engine::general_purpose::STANDARD.encode(mac.finalize().into_bytes())
-    ))
+    Some(standard::sign(&key, message_id, timestamp, body))
 }
 
 /// The stable message id the application sees in `webhook-id` across retries.
@@ -247,12 +203,15 @@ mod tests {
                 .collect()
         };
         assert_eq!(
-            names(Provider::Github),
+            names(&crate::providers::github::PROVIDER),
             ["x-github-event", "x-github-delivery"]
         );
-        assert_eq!(names(Provider::Shopify), ["x-shopify-topic"]);
-        assert!(names(Provider::Stripe).is_empty());
-        assert!(names(Provider::Standard).is_empty());
+        assert_eq!(
+            names(&crate::providers::shopify::PROVIDER),
+            ["x-shopify-topic"]
+        );
+        assert!(names(&crate::providers::stripe::PROVIDER).is_empty());
+        assert!(names(&crate::providers::standard::PROVIDER).is_empty());
     }
 
     #[test]

@@ -4,52 +4,21 @@
 pub mod batch;
 pub mod claim;
 pub mod http;
-pub mod providers;
+pub mod reply;
 
 use std::time::Instant;
 
 use sqlx::PgPool;
 
-use crate::config::{Mode, Provider, SourceConfig};
+use crate::config::{Mode, SourceConfig};
 use crate::events::LEASE_MARGIN;
 use crate::processing::retry::RetryPolicy;
 use crate::processing::sync::{self, SyncResult};
+pub use crate::providers::Inbound;
+use crate::providers::{Rejection, Window};
 use batch::{ClaimBatcher, PendingClaim};
 use claim::{NewDelivery, Outcome, SyncLease};
-use providers::Rejection;
-
-/// One request as it reached a source: raw bytes, nothing trusted yet.
-#[derive(Clone, Debug, Default)]
-pub struct Inbound {
-    /// The raw query string, without `?`.
-    pub query: Option<String>,
-    /// Header names in lowercase, values as sent, in order (repeats kept).
-    pub headers: Vec<(String, String)>,
-    pub body: Vec<u8>,
-    pub remote_addr: Option<String>,
-}
-
-impl Inbound {
-    /// The first value of a header, by case-insensitive name.
-    pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-    }
-}
-
-/// What the HTTP layer sends back to the provider.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Reply {
-    pub status: u16,
-    pub content_type: String,
-    pub body: Vec<u8>,
-    pub headers: Vec<(&'static str, String)>,
-    pub outcome: Outcome,
-    /// The delivery recorded for this request (None when nothing was stored).
-    pub delivery_id: Option<i64>,
-}
+pub use reply::Reply;
 
 /// How a delivery is being received: from a provider now, or fed back by an operator.
 #[derive(Clone, Copy, Debug)]
@@ -98,6 +67,45 @@ pub fn stored_headers(headers: &[(String, String)]) -> serde_json::Value {
     )
 }
 
+/// Checks the request with its source's scheme: what matched, or why not.
+pub fn verify(
+    source: &SourceConfig,
+    req: &Inbound,
+    now: i64,
+    waive_timestamp: bool,
+) -> Result<String, Rejection> {
+    let window = (!waive_timestamp).then_some(Window {
+        now,
+        tolerance: i64::try_from(source.tolerance_secs).unwrap_or(i64::MAX),
+    });
+    source.scheme.verify(req, window)
+}
+
+/// The longest key stored: a provider's ids are far shorter.
+const MAX_KEY_BYTES: usize = 512;
+
+/// The provider's stable event id; only asked of verified requests.
+fn idempotency_key(source: &SourceConfig, req: &Inbound) -> Result<String, Rejection> {
+    let key = source.scheme.key(req)?;
+    if key.len() > MAX_KEY_BYTES {
+        return Err(Rejection::key(format!(
+            "idempotency key longer than {MAX_KEY_BYTES} bytes"
+        )));
+    }
+    Ok(key)
+}
+
+/// The SHA-256 of what the signature covers, where it binds neither the key
+/// nor a timestamp and the source keeps its replay guard on.
+fn replay_digest(source: &SourceConfig, req: &Inbound) -> Option<Vec<u8>> {
+    use sha2::Digest;
+    let signed = source
+        .scheme
+        .replay_content(req)
+        .filter(|_| source.replay_guard)?;
+    Some(sha2::Sha256::digest(&signed).to_vec())
+}
+
 /// Verify, key and claim one delivery; every path records it, except when
 /// the database is unreachable (then 503, so the provider retries).
 #[tracing::instrument(name = "receive", skip_all, fields(source = %source.slug))]
@@ -108,10 +116,8 @@ pub async fn receive(
     receipt: Receipt,
     pipeline: &Pipeline<'_>,
 ) -> Reply {
-    let checked = providers::verify(source, inbound, receipt.now, receipt.waive_timestamp)
-        .and_then(|verification| {
-            providers::idempotency_key(source, inbound).map(|key| (verification, key))
-        });
+    let checked = verify(source, inbound, receipt.now, receipt.waive_timestamp)
+        .and_then(|verification| idempotency_key(source, inbound).map(|key| (verification, key)));
     let mut delivery = NewDelivery {
         source: &source.slug,
         idem_key: None,
@@ -139,14 +145,14 @@ pub async fn receive(
                 .await
                 .map(|id| Reply {
                     delivery_id: Some(id),
-                    ..providers::rejection_reply(source, &rejection)
+                    ..reply::rejected(&rejection)
                 })
         }
         Ok((verification, key)) => {
             delivery.verified = true;
             delivery.verification = verification;
             delivery.idem_key = Some(&key);
-            delivery.replay_digest = providers::replay_digest(source, inbound);
+            delivery.replay_digest = replay_digest(source, inbound);
             let lease = (source.mode == Mode::Sync).then(|| SyncLease {
                 owner: format!("sync:{:016x}", rand::random::<u64>()),
                 secs: source.attempt_timeout_secs as f64 + LEASE_MARGIN.as_secs_f64(),
@@ -157,7 +163,7 @@ pub async fn receive(
                 _ if receipt.redelivery.is_some() => {
                     claim::claim(pool, source.mode, &delivery, None)
                         .await
-                        .map(|claimed| providers::reply(source, inbound, &claimed))
+                        .map(|claimed| reply::verified(source, inbound, &claimed))
                 }
                 // Ack mode: claimed in a shared transaction with concurrent deliveries.
                 None => pipeline
@@ -175,7 +181,7 @@ pub async fn receive(
                         replay_digest: delivery.replay_digest,
                     })
                     .await
-                    .map(|claimed| providers::reply(source, inbound, &claimed)),
+                    .map(|claimed| reply::verified(source, inbound, &claimed)),
                 Some(lease) => match claim::claim(pool, source.mode, &delivery, Some(&lease)).await
                 {
                     Ok(claimed) if claimed.outcome == Outcome::Claimed => {
@@ -190,7 +196,7 @@ pub async fn receive(
                         )
                         .await
                     }
-                    Ok(claimed) => Ok(providers::reply(source, inbound, &claimed)),
+                    Ok(claimed) => Ok(reply::verified(source, inbound, &claimed)),
                     Err(e) => Err(e),
                 },
             }
@@ -198,7 +204,7 @@ pub async fn receive(
     };
     let reply = result.unwrap_or_else(|e| {
         tracing::error!(error = %e, "database unavailable: answering 503 so the provider retries");
-        providers::unavailable_reply()
+        reply::unavailable()
     });
     crate::metrics_export::delivery(&source.slug, &reply, receipt.started);
     reply
@@ -227,42 +233,29 @@ async fn sync_reply(
     key: &str,
     pipeline: &Pipeline<'_>,
 ) -> Result<Reply, sqlx::Error> {
-    let result =
-        if source.provider == Provider::Discord && providers::discord::is_ping(&inbound.body) {
-            // Discord checks the endpoint with PINGs; they are answered here, not forwarded.
-            let pong = claim::StoredResponse {
-                status: 200,
-                content_type: Some("application/json".into()),
-                body: br#"{"type":1}"#.to_vec(),
-            };
-            crate::events::complete_inline(pool, claimed.event_id, owner, &pong).await?;
-            SyncResult::Answered(pong)
-        } else {
-            let call = sync::SyncCall {
-                source,
-                inbound,
-                claimed,
-                lease_owner: owner,
-                idem_key: key,
-            };
-            sync::forward_inline(pool, pipeline, &call).await?
+    let result = if let Some(own) = source.scheme.own_answer(inbound) {
+        let own = claim::StoredResponse::from_answer(&own);
+        crate::events::complete_inline(pool, claimed.event_id, owner, &own).await?;
+        SyncResult::Answered(own)
+    } else {
+        let call = sync::SyncCall {
+            source,
+            inbound,
+            claimed,
+            lease_owner: owner,
+            idem_key: key,
         };
+        sync::forward_inline(pool, pipeline, &call).await?
+    };
     let reply = match result {
-        SyncResult::Answered(response) => Reply {
-            status: response.status as u16,
-            content_type: response
-                .content_type
-                .unwrap_or_else(|| "application/octet-stream".into()),
-            body: response.body,
-            headers: vec![("x-replaysafe-outcome", Outcome::Claimed.as_str().to_owned())],
-            outcome: Outcome::Claimed,
-            delivery_id: Some(claimed.delivery_id),
-        },
+        SyncResult::Answered(response) => {
+            Reply::from_answer(response.answer(), Outcome::Claimed, claimed.delivery_id)
+        }
         SyncResult::Paused => {
             // Nothing is forwarded while the source is paused: the provider
             // is asked to come back, and the workers forward the event once
             // it is resumed (later copies get its stored answer).
-            let mut reply = providers::reply(source, inbound, claimed);
+            let mut reply = reply::verified(source, inbound, claimed);
             reply.status = 503;
             reply
                 .headers
@@ -274,7 +267,7 @@ async fn sync_reply(
         }
         SyncResult::Failed(reason) => {
             // 502: the provider retries, and its retry takes the claim over.
-            let mut reply = providers::reply(source, inbound, claimed);
+            let mut reply = reply::verified(source, inbound, claimed);
             reply.status = 502;
             reply.body = serde_json::json!({"outcome": Outcome::Claimed, "error": reason})
                 .to_string()
@@ -316,7 +309,7 @@ pub async fn record_oversized(
     if let Err(e) = claim::record_rejected(pool, &delivery, rejection.status).await {
         tracing::error!(error = %e, "database unavailable while recording an oversized delivery");
     }
-    let reply = providers::rejection_reply(source, &rejection);
+    let reply = reply::rejected(&rejection);
     crate::metrics_export::delivery(&source.slug, &reply, receipt.started);
     reply
 }

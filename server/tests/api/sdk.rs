@@ -2,53 +2,15 @@
 //! (tests/sdk: npm and PyPI packages that scripts/test installs), sent over
 //! real HTTP: a signer and a verifier written together would share their bugs.
 
-use std::io::Write;
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
-
 use replaysafe::db::MIGRATOR;
 use serde_json::{json, Value};
 use sqlx::PgPool;
 
 use crate::helpers::{spawn_app, test_config, TestApp};
 
-fn sdk_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/sdk")
-}
-
-/// Signs requests with an SDK script (`sign.mjs` under node, `sign.py` under python3).
-fn sdk_sign(script: &str, requests: Value) -> Vec<Value> {
-    let dir = sdk_dir();
-    assert!(
-        dir.join("node_modules").exists() && dir.join(".venv").exists(),
-        "the provider SDKs are not installed: run server/tests/sdk/setup.sh (scripts/test does)"
-    );
-    let interpreter = if script.ends_with(".mjs") {
-        "node"
-    } else {
-        "python3"
-    };
-    let mut child = Command::new(interpreter)
-        .arg(dir.join(script))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("running the SDK signer");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(requests.to_string().as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "{script}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice::<Vec<Value>>(&out.stdout).unwrap()
-}
+#[path = "../sdk/signer.rs"]
+mod signer;
+use signer::sdk_sign;
 
 async fn send(app: &TestApp, slug: &str, signed: &Value) -> reqwest::Response {
     let mut request = app

@@ -2,8 +2,87 @@
 //! HMAC-SHA256 signatures of `id.timestamp.body`, keyed by the base64-decoded
 //! secret after `whsec_`.
 
-use super::{any_key_signs, check_timestamp, decode_base64, matched, Rejection, Window};
-use crate::receiver::Inbound;
+use base64::Engine;
+use hmac::Mac;
+
+use super::{
+    any_key_signs, check_timestamp, decode_base64, hmac_sha256, key_slices, matched, Inbound,
+    Provider, Rejection, Scheme, SettingError, Settings, Signed, Window,
+};
+
+pub const PROVIDER: Provider = Provider {
+    name: "standard",
+    build,
+    // Standard Webhooks senders put everything in the body.
+    event_headers: &[],
+    signature_headers: &[],
+    #[cfg(test)]
+    contract: tests::contract,
+};
+
+/// The decoded secrets, checked at start.
+struct Standard {
+    keys: Vec<Vec<u8>>,
+}
+
+fn build(settings: &Settings) -> Result<Box<dyn Scheme>, SettingError> {
+    settings.shared_secrets(PROVIDER.name)?;
+    let keys = settings
+        .secrets
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            decode_secret(s.expose()).map_err(|p| SettingError::new(format!("secrets[{i}]"), p))
+        })
+        .collect::<Result<_, _>>()?;
+    Ok(Box::new(Standard { keys }))
+}
+
+impl Scheme for Standard {
+    fn verify(&self, req: &Inbound, window: Option<Window>) -> Result<String, Rejection> {
+        verify_with_keys(req, &key_slices(&self.keys), window)
+    }
+
+    fn key(&self, req: &Inbound) -> Result<String, Rejection> {
+        req.required_header("webhook-id")
+    }
+
+    fn sign_sample(&self, event_id: &str, now: i64) -> Result<Signed, String> {
+        let body = serde_json::json!({
+            "type": "invoice.paid",
+            "data": {"invoice": event_id, "amount_cents": 4200, "currency": "eur"}
+        })
+        .to_string()
+        .into_bytes();
+        Ok(Signed {
+            headers: vec![
+                ("content-type".into(), "application/json".into()),
+                ("webhook-id".into(), event_id.into()),
+                ("webhook-timestamp".into(), now.to_string()),
+                (
+                    "webhook-signature".into(),
+                    sign(&self.keys[0], event_id, now, &body),
+                ),
+            ],
+            body,
+        })
+    }
+}
+
+/// A `webhook-signature` value: `v1,` and the base64 HMAC-SHA256 of
+/// `id.timestamp.body` under the decoded key. replaysafe signs its own
+/// forwards this way too.
+pub fn sign(key: &[u8], message_id: &str, timestamp: i64, body: &[u8]) -> String {
+    let ts = timestamp.to_string();
+    let mac = hmac_sha256(
+        key,
+        &[message_id.as_bytes(), b".", ts.as_bytes(), b".", body],
+    );
+    format!(
+        "v1,{}",
+        base64::engine::general_purpose::STANDARD.encode(mac.finalize().into_bytes())
+    )
+}
 
 pub fn decode_secret(secret: &str) -> Result<Vec<u8>, String> {
     let encoded = secret.strip_prefix("whsec_").unwrap_or(secret);
@@ -12,9 +91,26 @@ pub fn decode_secret(secret: &str) -> Result<Vec<u8>, String> {
         .ok_or_else(|| "a Standard Webhooks secret is `whsec_` followed by base64".to_owned())
 }
 
+/// Verifies with the secrets as written (`whsec_...`); undecodable ones never match.
 pub fn verify(
     req: &Inbound,
     secrets: &[&[u8]],
+    window: Option<Window>,
+) -> Result<String, Rejection> {
+    let keys: Vec<Vec<u8>> = secrets
+        .iter()
+        .filter_map(|s| {
+            std::str::from_utf8(s)
+                .ok()
+                .and_then(|s| decode_secret(s).ok())
+        })
+        .collect();
+    verify_with_keys(req, &key_slices(&keys), window)
+}
+
+fn verify_with_keys(
+    req: &Inbound,
+    keys: &[&[u8]],
     window: Option<Window>,
 ) -> Result<String, Rejection> {
     let header = |name: &str| {
@@ -25,15 +121,6 @@ pub fn verify(
     let timestamp = header("webhook-timestamp")?;
     let signatures = header("webhook-signature")?;
     check_timestamp(timestamp, window)?;
-    let keys: Vec<Vec<u8>> = secrets
-        .iter()
-        .filter_map(|s| {
-            std::str::from_utf8(s)
-                .ok()
-                .and_then(|s| decode_secret(s).ok())
-        })
-        .collect();
-    let keys: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
     let parts: [&[u8]; 5] = [
         id.as_bytes(),
         b".",
@@ -48,7 +135,7 @@ pub fn verify(
         };
         seen_v1 = true;
         if let Some(sig) = decode_base64(encoded) {
-            if let Some(i) = any_key_signs(&keys, &parts, &sig) {
+            if let Some(i) = any_key_signs(keys, &parts, &sig) {
                 return Ok(matched("v1", i, keys.len()));
             }
         }
@@ -82,6 +169,42 @@ mod tests {
     const TS: &str = "1649367553";
     const BODY: &str = r#"{"email":"test@example.com","username":"test_user"}"#;
     const SIG: &str = "v1,tZ1I4/hDygAJgO5TYxiSd6Sd0kDW6hPenDe+bTa3Kkw=";
+
+    pub(super) fn contract() -> crate::providers::contract::Contract {
+        use crate::providers::contract::{Contract, Sdk, Vector};
+        fn settings(secret: &str) -> Settings {
+            Settings {
+                secrets: vec![crate::secret::Secret::new(secret)],
+                ..Default::default()
+            }
+        }
+        let mut keyless = request(ID, TS, SIG, BODY);
+        keyless.headers.retain(|(name, _)| name != "webhook-id");
+        Contract {
+            settings: settings(SECRET),
+            wrong: settings("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"),
+            vector: Vector {
+                request: request(ID, TS, SIG, BODY),
+                now: 1649367553 + 10,
+                key: ID,
+            },
+            keyless: Some(Vector {
+                request: keyless,
+                now: 1649367553,
+                key: "",
+            }),
+            pieces: ["v1,", "v1a,", "whsec_"].map(String::from).to_vec(),
+            sdk: Some(Sdk {
+                script: "sign.mjs",
+                request: |now| {
+                    serde_json::json!({"provider": "standard", "secret": SECRET,
+                        "body": BODY, "timestamp": now, "id": "msg_contract"})
+                },
+                settings: |_| settings(SECRET),
+                key: Some("msg_contract"),
+            }),
+        }
+    }
 
     fn window() -> Option<Window> {
         Some(Window {

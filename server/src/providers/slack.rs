@@ -2,8 +2,70 @@
 //! `X-Slack-Request-Timestamp`. Key: the Events API `event_id`, else the
 //! SHA-256 of the body (slash commands and interactivity carry no id).
 
-use super::{any_key_signs, check_timestamp, decode_hex, matched, sha256_hex, Rejection, Window};
-use crate::receiver::Inbound;
+use hmac::Mac;
+
+use super::{
+    any_key_signs, check_timestamp, decode_hex, hmac_sha256, key_slices, matched, sha256_hex,
+    Answer, Inbound, Provider, Rejection, Scheme, SettingError, Settings, Signed, Window,
+};
+
+pub const PROVIDER: Provider = Provider {
+    name: "slack",
+    build,
+    event_headers: &["x-slack-"],
+    signature_headers: &["x-slack-signature", "x-slack-request-timestamp"],
+    #[cfg(test)]
+    contract: tests::contract,
+};
+
+struct Slack {
+    secrets: Vec<Vec<u8>>,
+}
+
+fn build(settings: &Settings) -> Result<Box<dyn Scheme>, SettingError> {
+    Ok(Box::new(Slack {
+        secrets: settings.shared_secrets(PROVIDER.name)?,
+    }))
+}
+
+impl Scheme for Slack {
+    fn verify(&self, req: &Inbound, window: Option<Window>) -> Result<String, Rejection> {
+        verify(req, &key_slices(&self.secrets), window)
+    }
+
+    fn key(&self, req: &Inbound) -> Result<String, Rejection> {
+        Ok(event_key(&req.body))
+    }
+
+    /// Slack stops retrying an event replaysafe already holds when told so.
+    fn shape_answer(&self, answer: &mut Answer, req: &Inbound, claimed_now: bool) {
+        if !claimed_now && req.header("x-slack-retry-num").is_some() {
+            answer.headers.push(("x-slack-no-retry", "1".into()));
+        }
+    }
+
+    fn sign_sample(&self, event_id: &str, now: i64) -> Result<Signed, String> {
+        let body = serde_json::json!({
+            "type": "event_callback", "event_id": event_id,
+            "event": {"type": "app_mention", "text": "hello"}
+        })
+        .to_string()
+        .into_bytes();
+        let ts = now.to_string();
+        let mac = hmac_sha256(&self.secrets[0], &[b"v0:", ts.as_bytes(), b":", &body]);
+        Ok(Signed {
+            headers: vec![
+                ("content-type".into(), "application/json".into()),
+                ("x-slack-request-timestamp".into(), ts),
+                (
+                    "x-slack-signature".into(),
+                    format!("v0={}", hex::encode(mac.finalize().into_bytes())),
+                ),
+            ],
+            body,
+        })
+    }
+}
 
 pub fn verify(
     req: &Inbound,
@@ -49,6 +111,37 @@ mod tests {
     const TS: &str = "1531420618";
     const BODY: &str = "token=xyzz0WbapA4vBCDEFasx0q6G&team_id=T1DC2JH3J&team_domain=testteamnow&channel_id=G8PSS9T3V&channel_name=foobar&user_id=U2CERLKJA&user_name=roadrunner&command=%2Fwebhook-collect&text=&response_url=https%3A%2F%2Fhooks.slack.com%2Fcommands%2FT1DC2JH3J%2F397700885554%2F96rGlfmibIGlgcZRskXaIFfN&trigger_id=398738663015.47445629121.803a0bc887a14d10d2c447fce8b6703c";
     const SIG: &str = "v0=a2114d57b48eac39b9ad189dd8316235a7b4a8d21a10bd27519666489c69b503";
+
+    pub(super) fn contract() -> crate::providers::contract::Contract {
+        use crate::providers::contract::{Contract, Sdk, Vector};
+        fn settings(secret: &str) -> Settings {
+            Settings {
+                secrets: vec![crate::secret::Secret::new(secret)],
+                ..Default::default()
+            }
+        }
+        Contract {
+            settings: settings(SECRET),
+            wrong: settings("8f742231b10e8888abcd99yyyzzz85a6"),
+            vector: Vector {
+                request: request(TS, SIG, BODY),
+                now: 1531420618 + 5,
+                key: "sha256:390eeeff8d0cb7c9f6ecf8a88c3df6452fea0914eb02f64844369f3758d8d330",
+            },
+            // Slash commands carry no id: the key is the body's hash.
+            keyless: None,
+            pieces: ["v0=", "v0:", "event_id"].map(String::from).to_vec(),
+            sdk: Some(Sdk {
+                script: "sign.py",
+                request: |now| {
+                    serde_json::json!({"provider": "slack", "secret": SECRET,
+                        "body": r#"{"type":"event_callback","event_id":"EvContract"}"#, "timestamp": now})
+                },
+                settings: |_| settings(SECRET),
+                key: Some("EvContract"),
+            }),
+        }
+    }
 
     fn request(ts: &str, sig: &str, body: &str) -> Inbound {
         Inbound {

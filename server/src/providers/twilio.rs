@@ -18,8 +18,91 @@ use hmac::{Hmac, Mac};
 use sha1::Sha1;
 use sha2::{Digest, Sha256};
 
-use super::{decode_base64, decode_hex, matched, sha256_hex, Rejection};
-use crate::receiver::Inbound;
+use base64::Engine;
+
+use super::{
+    decode_base64, decode_hex, form_pairs, key_slices, matched, sha256_hex, Inbound, Provider,
+    Rejection, Scheme, SettingError, Settings, Signed, Window,
+};
+
+pub const PROVIDER: Provider = Provider {
+    name: "twilio",
+    build,
+    event_headers: &["i-twilio-"],
+    signature_headers: &[],
+    #[cfg(test)]
+    contract: tests::contract,
+};
+
+struct Twilio {
+    secrets: Vec<Vec<u8>>,
+    public_url: String,
+}
+
+fn build(settings: &Settings) -> Result<Box<dyn Scheme>, SettingError> {
+    let secrets = settings.shared_secrets(PROVIDER.name)?;
+    let public_url = settings.public_url.clone().ok_or_else(|| {
+        SettingError::new(
+            "public_url",
+            "twilio needs the public URL Twilio posts to: it is part of what Twilio signs",
+        )
+    })?;
+    Ok(Box::new(Twilio {
+        secrets,
+        public_url,
+    }))
+}
+
+impl Scheme for Twilio {
+    fn verify(&self, req: &Inbound, _window: Option<Window>) -> Result<String, Rejection> {
+        verify(req, &key_slices(&self.secrets), &self.public_url)
+    }
+
+    fn key(&self, req: &Inbound) -> Result<String, Rejection> {
+        Ok(idempotency_key(req, &self.public_url))
+    }
+
+    fn replay_content(&self, req: &Inbound) -> Option<Vec<u8>> {
+        Some(signed_content(req, &self.public_url))
+    }
+
+    fn sign_sample(&self, event_id: &str, _now: i64) -> Result<Signed, String> {
+        let url = request_url(&self.public_url, None);
+        let mut params = [
+            (
+                "AccountSid",
+                "AC00000000000000000000000000000000".to_owned(),
+            ),
+            ("Body", "hello from replaysafe send".to_owned()),
+            ("From", "+14155550100".to_owned()),
+            ("MessageSid", format!("SM{event_id}")),
+            ("To", "+14155550199".to_owned()),
+        ];
+        params.sort();
+        let signed_text: String = params.iter().map(|(k, v)| format!("{k}{v}")).collect();
+        let mac = <Hmac<Sha1> as Mac>::new_from_slice(&self.secrets[0])
+            .expect("HMAC takes keys of any length")
+            .chain_update(url.as_bytes())
+            .chain_update(signed_text.as_bytes());
+        let body = form_urlencoded::Serializer::new(String::new())
+            .extend_pairs(params.iter().map(|(k, v)| (*k, v.as_str())))
+            .finish();
+        Ok(Signed {
+            headers: vec![
+                (
+                    "content-type".into(),
+                    "application/x-www-form-urlencoded".into(),
+                ),
+                ("i-twilio-idempotency-token".into(), event_id.into()),
+                (
+                    "x-twilio-signature".into(),
+                    base64::engine::general_purpose::STANDARD.encode(mac.finalize().into_bytes()),
+                ),
+            ],
+            body: body.into_bytes(),
+        })
+    }
+}
 
 /// The hash Twilio signed with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -277,61 +360,10 @@ fn toggle_port(url: &str) -> Option<String> {
     }
 }
 
-/// Splits an `application/x-www-form-urlencoded` string into decoded
-/// (name, value) byte pairs, in order, repeats kept: `+` is a space, `%XX` a
-/// byte, a malformed `%` stays as written. Bytes, not text, so that a body in
-/// another charset (Alipay's GBK) is signed exactly as sent.
-pub fn form_pairs(raw: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> {
-    raw.split(|&b| b == b'&')
-        .filter(|pair| !pair.is_empty())
-        .map(|pair| match pair.iter().position(|&b| b == b'=') {
-            Some(i) => (form_decode(&pair[..i]), form_decode(&pair[i + 1..])),
-            None => (form_decode(pair), Vec::new()),
-        })
-        .collect()
-}
-
-fn form_decode(raw: &[u8]) -> Vec<u8> {
-    fn hex_value(b: u8) -> Option<u8> {
-        char::from(b)
-            .to_digit(16)
-            .and_then(|d| u8::try_from(d).ok())
-    }
-    let mut out = Vec::with_capacity(raw.len());
-    let mut i = 0;
-    while let Some(&b) = raw.get(i) {
-        match b {
-            b'+' => {
-                out.push(b' ');
-                i += 1;
-            }
-            b'%' => {
-                let high = raw.get(i + 1).copied().and_then(hex_value);
-                let low = raw.get(i + 2).copied().and_then(hex_value);
-                match (high, low) {
-                    (Some(h), Some(l)) => {
-                        out.push(h << 4 | l);
-                        i += 3;
-                    }
-                    _ => {
-                        out.push(b'%');
-                        i += 1;
-                    }
-                }
-            }
-            other => {
-                out.push(other);
-                i += 1;
-            }
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rand::{Rng, RngCore};
+    use rand::Rng;
 
     const FORM: &str = "application/x-www-form-urlencoded";
 
@@ -360,6 +392,59 @@ mod tests {
     const SDK_SIG: &str = "RSOYDt4T1cUTdK1PDd93/VVr8B8=";
     const JSON_BODY: &str = r#"{"property": "value", "boolean": true}"#;
     const JSON_HASH: &str = "0a1ff7634d9ab3b95db5c9a2dfe9416e41502b283a80c7cf19632632f96e6620";
+
+    pub(super) fn contract() -> crate::providers::contract::Contract {
+        use crate::providers::contract::{Contract, Sdk, Vector};
+        fn settings(token: &str, url: &str) -> Settings {
+            Settings {
+                secrets: vec![crate::secret::Secret::new(token)],
+                public_url: Some(url.into()),
+                ..Default::default()
+            }
+        }
+        let mut request = vector();
+        request
+            .headers
+            .push(("i-twilio-idempotency-token".into(), "idem-contract".into()));
+        Contract {
+            settings: settings("12345", URL),
+            wrong: settings("12346", URL),
+            vector: Vector {
+                request,
+                now: 1_700_000_000,
+                key: "idem-contract",
+            },
+            // Without the token the key is the hash of the URL and body.
+            keyless: None,
+            pieces: [
+                "bodySHA256=",
+                "bodySHA256=00",
+                "%2",
+                "?",
+                "#",
+                "algorithm=HMAC_SHA256",
+                "I-Twilio-",
+                BODY,
+                QUERY,
+                SIG,
+            ]
+            .map(String::from)
+            .to_vec(),
+            sdk: Some(Sdk {
+                script: "sign.mjs",
+                request: |_| {
+                    serde_json::json!({"provider": "twilio", "secret": "contract-token",
+                        "url": "https://hooks.example.com/hooks/twilio?region=eu",
+                        "params": {"CallSid": "CA1", "Digits": "1 2&3"}, "id": "idem-sdk"})
+                },
+                settings: |signed| {
+                    let url = signed["url"].as_str().unwrap();
+                    settings("contract-token", url.split('?').next().unwrap())
+                },
+                key: Some("idem-sdk"),
+            }),
+        }
+    }
 
     fn vector() -> Inbound {
         request(SIG, Some(QUERY), FORM, BODY)
@@ -647,71 +732,20 @@ mod tests {
         assert_eq!(idempotency_key(&req, URL), "da4b6e6f-1234");
     }
 
+    /// The registry's contract throws random requests at the configured
+    /// URL; this throws random public URLs, which the port toggling parses.
     #[test]
-    fn random_garbage_never_panics() {
-        let mut rng = rand::thread_rng();
-        let pieces = [
-            "",
-            "%",
-            "%%",
-            "%2",
-            "+",
-            "=",
-            "&",
-            "?",
-            "#",
-            ":",
-            "@",
-            "[",
-            "]",
-            "://",
-            "bodySHA256=",
-            "bodySHA256=00",
-            "é",
-            "\u{0}",
-            SIG,
-            QUERY,
-            BODY,
-        ];
-        let garble = |rng: &mut rand::rngs::ThreadRng| -> String {
-            (0..rng.gen_range(0..6))
-                .map(|_| {
-                    if rng.gen_bool(0.5) {
-                        pieces[rng.gen_range(0..pieces.len())].to_owned()
-                    } else {
-                        let mut bytes = vec![0u8; rng.gen_range(0..24)];
-                        rng.fill_bytes(&mut bytes);
-                        String::from_utf8_lossy(&bytes).into_owned()
-                    }
-                })
-                .collect()
-        };
+    fn random_public_urls_never_panic() {
+        let pieces = ["://", ":", "@", "[", "]", "?", "#", ":443", ":99999"].map(String::from);
+        let mut garbage = crate::providers::contract::Garbage::new(&pieces);
         for _ in 0..400 {
-            let sig = garble(&mut rng);
-            let query = rng.gen_bool(0.7).then(|| garble(&mut rng));
-            let url = format!("https://{}", garble(&mut rng));
-            let mut body = garble(&mut rng).into_bytes();
-            if rng.gen_bool(0.3) {
-                let mut raw = vec![0u8; rng.gen_range(0..64)];
-                rng.fill_bytes(&mut raw);
-                body.extend(raw);
-            }
-            let ct = [FORM, "application/json", "", "text/plain; x"][rng.gen_range(0..4)];
-            let mut req = request(&sig, query.as_deref(), ct, "");
-            req.body = body;
-            if rng.gen_bool(0.3) {
-                req.headers.push((
-                    "x-twilio-webhooks-signature-settings".into(),
-                    garble(&mut rng),
-                ));
-            }
-            if rng.gen_bool(0.3) {
-                req.headers
-                    .push(("i-twilio-idempotency-token".into(), garble(&mut rng)));
-            }
+            let url = format!("https://{}", garbage.text());
+            let mut req = vector();
+            req.query = garbage.rng.gen_bool(0.7).then(|| garbage.text());
             let _ = verify(&req, &[TOKEN], &url);
-            let _ = verify(&req, &[TOKEN], &garble(&mut rng));
+            let _ = verify(&req, &[TOKEN], &garbage.text());
             let _ = idempotency_key(&req, &url);
+            let _ = signed_content(&req, &url);
         }
     }
 }

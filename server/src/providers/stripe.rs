@@ -1,8 +1,63 @@
 //! Stripe: `Stripe-Signature: t=<ts>,v1=<hex>[,v1=<hex>...]`, hex HMAC-SHA256
 //! of `t.body` keyed by the whole `whsec_...` string's bytes (not decoded).
 
-use super::{any_key_signs, check_timestamp, decode_hex, matched, Rejection, Window};
-use crate::receiver::Inbound;
+use hmac::Mac;
+
+use super::{
+    any_key_signs, check_timestamp, decode_hex, hmac_sha256, key_slices, matched, Inbound,
+    Provider, Rejection, Scheme, SettingError, Settings, Signed, Window,
+};
+
+pub const PROVIDER: Provider = Provider {
+    name: "stripe",
+    build,
+    // Stripe puts everything in the body.
+    event_headers: &[],
+    signature_headers: &[],
+    #[cfg(test)]
+    contract: tests::contract,
+};
+
+struct Stripe {
+    secrets: Vec<Vec<u8>>,
+}
+
+fn build(settings: &Settings) -> Result<Box<dyn Scheme>, SettingError> {
+    Ok(Box::new(Stripe {
+        secrets: settings.shared_secrets(PROVIDER.name)?,
+    }))
+}
+
+impl Scheme for Stripe {
+    fn verify(&self, req: &Inbound, window: Option<Window>) -> Result<String, Rejection> {
+        verify(req, &key_slices(&self.secrets), window)
+    }
+
+    fn key(&self, req: &Inbound) -> Result<String, Rejection> {
+        event_id(&req.body)
+    }
+
+    fn sign_sample(&self, event_id: &str, now: i64) -> Result<Signed, String> {
+        let body = serde_json::json!({
+            "id": event_id, "object": "event", "type": "invoice.paid",
+            "data": {"object": {"object": "invoice", "amount_paid": 4200}}
+        })
+        .to_string()
+        .into_bytes();
+        let ts = now.to_string();
+        let mac = hmac_sha256(&self.secrets[0], &[ts.as_bytes(), b".", &body]);
+        Ok(Signed {
+            headers: vec![
+                ("content-type".into(), "application/json".into()),
+                (
+                    "stripe-signature".into(),
+                    format!("t={ts},v1={}", hex::encode(mac.finalize().into_bytes())),
+                ),
+            ],
+            body,
+        })
+    }
+}
 
 pub fn verify(
     req: &Inbound,
@@ -53,8 +108,40 @@ pub fn event_id(body: &[u8]) -> Result<String, Rejection> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::receiver::providers::hmac_sha256;
-    use hmac::Mac;
+
+    pub(super) fn contract() -> crate::providers::contract::Contract {
+        use crate::providers::contract::{Contract, Sdk, Vector};
+        fn settings(secret: &str) -> Settings {
+            Settings {
+                secrets: vec![crate::secret::Secret::new(secret)],
+                ..Default::default()
+            }
+        }
+        Contract {
+            settings: settings(SECRET),
+            wrong: settings("whsec_other"),
+            vector: Vector {
+                request: signed(1_700_000_000, SECRET, BODY),
+                now: 1_700_000_100,
+                key: "evt_1",
+            },
+            keyless: Some(Vector {
+                request: signed(1_700_000_000, SECRET, r#"{"object":"event"}"#),
+                now: 1_700_000_000,
+                key: "",
+            }),
+            pieces: ["t=", "v1=", "v0=", "evt_"].map(String::from).to_vec(),
+            sdk: Some(Sdk {
+                script: "sign.mjs",
+                request: |now| {
+                    serde_json::json!({"provider": "stripe", "secret": SECRET,
+                        "body": r#"{"id":"evt_contract","object":"event"}"#, "timestamp": now})
+                },
+                settings: |_| settings(SECRET),
+                key: Some("evt_contract"),
+            }),
+        }
+    }
 
     const SECRET: &str = "whsec_test_secret";
     const BODY: &str = r#"{"id":"evt_1","object":"event","type":"invoice.paid"}"#;
