@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 
 use replaysafe::config::{self, Config};
 use replaysafe::processing::worker::Workers;
-use replaysafe::startup::{Application, Role};
+use replaysafe::processing::Services;
+use replaysafe::web::{Application, Role};
 use sqlx::{Connection, PgPool};
 use tokio_util::sync::CancellationToken;
 
@@ -35,7 +36,7 @@ async fn main() {
     let arrivals: Arrivals = Default::default();
     let destination = start_destination(arrivals.clone()).await;
     let config = Arc::new(bench_config(&destination));
-    replaysafe::db::sync_sources(&pool, &config).await.unwrap();
+    replaysafe::db::sources::sync(&pool, &config).await.unwrap();
 
     println!("forwarding throughput: {events} queued events, destination answers at once");
     for &workers in &worker_counts {
@@ -43,8 +44,12 @@ async fn main() {
         queue_events(&pool, events).await;
         let shutdown = CancellationToken::new();
         let started = Instant::now();
-        let mut set = Workers::new(pool.clone(), config.clone(), Default::default())
-            .spawn(workers, shutdown.clone());
+        let mut set = Workers::new(&Services::new(
+            pool.clone(),
+            config.clone(),
+            Default::default(),
+        ))
+        .spawn(workers, shutdown.clone());
         loop {
             let done: i64 =
                 sqlx::query_scalar("SELECT count(*) FROM events WHERE state = 'completed'")
@@ -71,12 +76,13 @@ async fn main() {
     reset(&pool).await;
     let shutdown = CancellationToken::new();
     let wake = Arc::new(tokio::sync::Notify::new());
-    let app = Application::bind(config.clone(), pool.clone(), wake.clone(), Role::Full)
+    let services = Services::new(pool.clone(), config.clone(), wake);
+    let app = Application::bind(services.clone(), Role::Full)
         .await
         .unwrap();
     let hook = format!("http://{}/hooks/bench", app.addr);
     tokio::spawn(app.run(shutdown.clone()));
-    let mut workers = Workers::new(pool.clone(), config.clone(), wake).spawn(8, shutdown.clone());
+    let mut workers = Workers::new(&services).spawn(8, shutdown.clone());
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(256)
         .build()
@@ -89,8 +95,10 @@ async fn main() {
     for i in 0..rate * seconds {
         tick.tick().await;
         let id = format!("msg_{i}");
-        let signed =
-            replaysafe::send::sign_sample(&source, &id, chrono::Utc::now().timestamp()).unwrap();
+        let signed = source
+            .scheme
+            .sign_sample(&id, chrono::Utc::now().timestamp())
+            .unwrap();
         let (client, hook, sent) = (client.clone(), hook.clone(), sent.clone());
         sends.spawn(async move {
             sent.lock()

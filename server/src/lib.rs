@@ -1,25 +1,29 @@
 //! replaysafe: an inbound-webhook gateway with safe-replay semantics.
 //! `main` parses the command line and calls into this library.
+//!
+//! The modules, each using only those listed after it:
+//! - `cli`: one file per command; `serve` builds the `Services` once.
+//! - `web`: the router, the dashboard's gate and operations, `/hooks`,
+//!   health and metrics endpoints; below `cli`, the only module that knows
+//!   axum.
+//! - `jobs`: retention, rollups, the session sweeper.
+//! - `processing`: receiving end to end, forwarding, retries, workers and
+//!   sync mode; `Services`, the handles they share.
+//! - `receiver`: verify, key and claim a delivery; answers.
+//! - `events`: the one owner of `events.state`.
+//! - `db`: the pool, the embedded PostgreSQL, sources, users, audit writes.
+//! - `config`: the TOML file, read and validated once.
+//! - `providers`, `telemetry`, `secret`: provider rules, logs and metrics,
+//!   redacted secrets.
 
 pub mod cli;
 pub mod config;
 pub mod db;
-pub mod demo;
-pub mod embedded_pg;
 pub mod events;
-pub mod gate;
-pub mod health;
-pub mod metrics_export;
-pub mod operations;
+pub mod jobs;
 pub mod processing;
 pub mod providers;
 pub mod receiver;
-pub mod retention;
-pub mod rollup;
 pub mod secret;
-pub mod seed;
-pub mod send;
-pub mod sources;
-pub mod startup;
 pub mod telemetry;
-pub mod users;
+pub mod web;

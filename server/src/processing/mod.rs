@@ -1,7 +1,73 @@
-//! Processing (spec section 5): workers lease due events, forward them to
-//! their destination, and retry, complete or dead-letter them.
+//! Processing (spec section 5): a delivery received end to end (`intake`),
+//! workers that lease due events, forward them to their destination and
+//! retry, complete or dead-letter them, and sync mode's inline forwarding.
 
 pub mod forward;
+pub mod intake;
 pub mod retry;
 pub mod sync;
 pub mod worker;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqlx::PgPool;
+use tokio::sync::Notify;
+
+use crate::config::Config;
+use crate::receiver::batch::ClaimBatcher;
+use retry::RetryPolicy;
+
+/// Transactions committing claims at once; each carries a batch. Two let a
+/// batch stuck on a row lock leave the other committing; more only split the
+/// same deliveries into smaller batches, one disk sync each.
+pub const CLAIM_COMMITTERS: usize = 2;
+
+/// The handles the receiver, the workers, sync mode and the dashboard's
+/// operations share: built once in `serve` and handed down.
+#[derive(Clone)]
+pub struct Services {
+    pub pool: PgPool,
+    pub config: Arc<Config>,
+    /// Wakes this process's workers when the receiver queues an event.
+    pub wake: Arc<Notify>,
+    /// Calls destinations: sync mode inside the request, workers after.
+    pub client: reqwest::Client,
+    pub policy: Arc<RetryPolicy>,
+    /// Group commit for ack-mode claims.
+    pub claims: ClaimBatcher,
+}
+
+impl Services {
+    /// Starts the claim committers on the current runtime.
+    pub fn new(pool: PgPool, config: Arc<Config>, wake: Arc<Notify>) -> Self {
+        Self::with_policy(pool, config, wake, RetryPolicy::default())
+    }
+
+    pub fn with_policy(
+        pool: PgPool,
+        config: Arc<Config>,
+        wake: Arc<Notify>,
+        policy: RetryPolicy,
+    ) -> Self {
+        Self {
+            claims: ClaimBatcher::start(pool.clone(), CLAIM_COMMITTERS),
+            pool,
+            config,
+            wake,
+            client: http_client(),
+            policy: Arc::new(policy),
+        }
+    }
+}
+
+/// The client every forward goes through: redirects are not followed (a
+/// destination answers, it does not send replaysafe elsewhere).
+pub fn http_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .pool_max_idle_per_host(64)
+        .connect_timeout(Duration::from_secs(5))
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .expect("building the HTTP client")
+}

@@ -2,17 +2,88 @@
 //! provider's request, under the claim's lease; its answer is stored, so a
 //! later duplicate gets it back byte for byte.
 
-use sqlx::PgPool;
-
-use super::forward;
 use super::worker::decide;
+use super::{forward, Services};
 use crate::config::SourceConfig;
 use crate::events::{self, Done, Inline, Leased, Next, StoredResponse};
-use crate::receiver::claim::Claimed;
-use crate::receiver::{stored_headers, Inbound, Pipeline};
+use crate::receiver::claim::{self, Claimed, Outcome};
+use crate::receiver::{reply, stored_headers, Inbound, Reply, SyncClaim};
+
+/// What a paused sync-mode source asks its provider to wait before retrying.
+const PAUSED_RETRY_AFTER_SECS: u32 = 60;
+
+/// The claim's holder forwards now and answers with the destination's
+/// reply (or the provider's own answer, such as Discord's PONG).
+pub async fn answer(
+    services: &Services,
+    source: &SourceConfig,
+    inbound: &Inbound,
+    held: &SyncClaim,
+) -> Reply {
+    answer_or_db_error(services, source, inbound, held)
+        .await
+        .unwrap_or_else(|e| {
+            tracing::error!(error = %e, "database unavailable: answering 503 so the provider retries");
+            reply::unavailable()
+        })
+}
+
+async fn answer_or_db_error(
+    services: &Services,
+    source: &SourceConfig,
+    inbound: &Inbound,
+    held: &SyncClaim,
+) -> Result<Reply, sqlx::Error> {
+    let pool = &services.pool;
+    let claimed = &held.claimed;
+    let result = if let Some(own) = source.scheme.own_answer(inbound) {
+        let own = StoredResponse::from_answer(&own);
+        events::complete_inline(pool, claimed.event_id, &held.lease_owner, &own).await?;
+        SyncResult::Answered(own)
+    } else {
+        let call = SyncCall {
+            source,
+            inbound,
+            claimed,
+            lease_owner: &held.lease_owner,
+            idem_key: &held.key,
+        };
+        forward_inline(services, &call).await?
+    };
+    let reply = match result {
+        SyncResult::Answered(response) => {
+            Reply::from_answer(response.answer(), Outcome::Claimed, claimed.delivery_id)
+        }
+        SyncResult::Paused => {
+            // Nothing is forwarded while the source is paused: the provider
+            // is asked to come back, and the workers forward the event once
+            // it is resumed (later copies get its stored answer).
+            let mut reply = reply::verified(source, inbound, claimed);
+            reply.status = 503;
+            reply
+                .headers
+                .push(("retry-after", PAUSED_RETRY_AFTER_SECS.to_string()));
+            reply.body = serde_json::json!({"outcome": Outcome::Claimed, "paused": true})
+                .to_string()
+                .into_bytes();
+            reply
+        }
+        SyncResult::Failed(reason) => {
+            // 502: the provider retries, and its retry takes the claim over.
+            let mut reply = reply::verified(source, inbound, claimed);
+            reply.status = 502;
+            reply.body = serde_json::json!({"outcome": Outcome::Claimed, "error": reason})
+                .to_string()
+                .into_bytes();
+            reply
+        }
+    };
+    claim::set_answered_status(pool, claimed.delivery_id, reply.status).await?;
+    Ok(reply)
+}
 
 /// What the destination answered (or why it did not), for the provider.
-pub enum SyncResult {
+enum SyncResult {
     Answered(StoredResponse),
     /// The source is paused: nothing was forwarded.
     Paused,
@@ -20,7 +91,7 @@ pub enum SyncResult {
 }
 
 /// The delivery that holds a sync claim, about to be forwarded.
-pub struct SyncCall<'a> {
+struct SyncCall<'a> {
     pub source: &'a SourceConfig,
     pub inbound: &'a Inbound,
     pub claimed: &'a Claimed,
@@ -29,11 +100,11 @@ pub struct SyncCall<'a> {
 }
 
 /// Forwards the delivery that holds the claim and records the attempt.
-pub async fn forward_inline(
-    pool: &PgPool,
-    pipeline: &Pipeline<'_>,
+async fn forward_inline(
+    services: &Services,
     call: &SyncCall<'_>,
 ) -> Result<SyncResult, sqlx::Error> {
+    let pool = &services.pool;
     let SyncCall {
         source,
         inbound,
@@ -65,13 +136,14 @@ pub async fn forward_inline(
         headers: Some(stored_headers(&inbound.headers)),
         forced: false,
     };
-    let answer = forward::forward(pipeline.client, source, &leased, pipeline.keep_bytes).await;
+    let keep_bytes = services.config.max_body_bytes;
+    let answer = forward::forward(&services.client, source, &leased, keep_bytes).await;
     let response = answer.record.status.map(|status| StoredResponse {
         status: status as i16,
         content_type: answer.content_type.clone(),
         body: answer.body.clone(),
     });
-    let (next, record) = decide(pipeline.policy, source.max_attempts, attempt, answer);
+    let (next, record) = decide(&services.policy, source.max_attempts, attempt, answer);
     let done = Done {
         leased,
         record,
@@ -79,7 +151,7 @@ pub async fn forward_inline(
         response,
     };
     events::finish(pool, lease_owner, &done).await?;
-    crate::metrics_export::attempt(&source.slug, done.next.as_str(), done.record.latency_ms);
+    crate::telemetry::metrics::attempt(&source.slug, done.next.as_str(), done.record.latency_ms);
     Ok(match (done.next, done.response) {
         (Next::Completed, Some(response)) => SyncResult::Answered(response),
         _ => SyncResult::Failed(

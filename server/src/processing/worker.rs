@@ -14,8 +14,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use super::forward;
 use super::retry::{classify, RetryPolicy, Verdict};
+use super::{forward, Services};
 use crate::config::{Config, Mode};
 use crate::events::{
     self, AttemptRecord, Done, Leased, Next, Runnable, StoredResponse, LEASE_MARGIN,
@@ -48,13 +48,13 @@ pub struct Workers {
 }
 
 impl Workers {
-    pub fn new(pool: PgPool, config: Arc<Config>, wake: Arc<Notify>) -> Self {
+    pub fn new(services: &Services) -> Self {
         Self {
-            pool,
-            config,
-            client: http_client(),
-            policy: Arc::new(RetryPolicy::default()),
-            wake,
+            pool: services.pool.clone(),
+            config: services.config.clone(),
+            client: services.client.clone(),
+            policy: services.policy.clone(),
+            wake: services.wake.clone(),
             lease_margin: LEASE_MARGIN,
             request_grace: events::REQUEST_GRACE,
         }
@@ -162,7 +162,11 @@ impl Workers {
             }
         };
         for d in done {
-            crate::metrics_export::attempt(&d.leased.source, d.next.as_str(), d.record.latency_ms);
+            crate::telemetry::metrics::attempt(
+                &d.leased.source,
+                d.next.as_str(),
+                d.record.latency_ms,
+            );
         }
         if moved < done.len() as u64 {
             tracing::warn!(
@@ -262,15 +266,6 @@ fn describe(record: &AttemptRecord) -> String {
 
 /// The client for destinations: pooled connections, no redirects followed
 /// (a redirect is the application's answer, not a new destination).
-pub fn http_client() -> reqwest::Client {
-    reqwest::Client::builder()
-        .pool_max_idle_per_host(64)
-        .connect_timeout(Duration::from_secs(5))
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .expect("building the HTTP client")
-}
-
 fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_owned())

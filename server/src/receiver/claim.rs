@@ -44,6 +44,14 @@ impl Outcome {
         }
     }
 
+    /// A copy of an event replaysafe already holds.
+    pub fn is_duplicate(self) -> bool {
+        matches!(
+            self,
+            Outcome::Completed | Outcome::InProgress | Outcome::Dead
+        )
+    }
+
     /// The HTTP status for a verified delivery with this outcome.
     pub fn status(self, mode: Mode) -> u16 {
         match (self, mode) {

@@ -1,9 +1,9 @@
 //! The receiver's core (spec section 3): verify, key, claim. Plain code over
-//! bytes and a database transaction; the HTTP adapter lives in `http`.
+//! bytes and the database; the HTTP adapter is `web::hooks`, and a sync-mode
+//! claim is handed back for `processing` to forward.
 
 pub mod batch;
 pub mod claim;
-pub mod http;
 pub mod reply;
 
 use std::time::Instant;
@@ -12,12 +12,10 @@ use sqlx::PgPool;
 
 use crate::config::{Mode, SourceConfig};
 use crate::events::LEASE_MARGIN;
-use crate::processing::retry::RetryPolicy;
-use crate::processing::sync::{self, SyncResult};
 pub use crate::providers::Inbound;
 use crate::providers::{Rejection, Window};
 use batch::{ClaimBatcher, PendingClaim};
-use claim::{NewDelivery, Outcome, SyncLease};
+use claim::{Claimed, NewDelivery, Outcome, SyncLease};
 pub use reply::Reply;
 
 /// How a delivery is being received: from a provider now, or fed back by an operator.
@@ -106,16 +104,33 @@ fn replay_digest(source: &SourceConfig, req: &Inbound) -> Option<Vec<u8>> {
     Some(sha2::Sha256::digest(&signed).to_vec())
 }
 
+/// What became of a delivery once verified, keyed and claimed.
+pub enum Accepted {
+    /// Answered: rejected, a duplicate, an ack-mode claim, or 503 when the
+    /// database is away.
+    Answered(Reply),
+    /// A sync-mode source's new claim: the caller forwards it now, under
+    /// the claim's lease, and answers with the destination's reply.
+    Forward(SyncClaim),
+}
+
+/// A sync-mode claim waiting to be forwarded inline.
+pub struct SyncClaim {
+    pub claimed: Claimed,
+    pub lease_owner: String,
+    pub key: String,
+}
+
 /// Verify, key and claim one delivery; every path records it, except when
 /// the database is unreachable (then 503, so the provider retries).
 #[tracing::instrument(name = "receive", skip_all, fields(source = %source.slug))]
-pub async fn receive(
+pub async fn accept(
     pool: &PgPool,
+    claims: &ClaimBatcher,
     source: &SourceConfig,
     inbound: &Inbound,
     receipt: Receipt,
-    pipeline: &Pipeline<'_>,
-) -> Reply {
+) -> Accepted {
     let checked = verify(source, inbound, receipt.now, receipt.waive_timestamp)
         .and_then(|verification| idempotency_key(source, inbound).map(|key| (verification, key)));
     let mut delivery = NewDelivery {
@@ -143,9 +158,11 @@ pub async fn receive(
             delivery.reject_kind = Some(rejection.kind.as_str());
             claim::record_rejected(pool, &delivery, rejection.status)
                 .await
-                .map(|id| Reply {
-                    delivery_id: Some(id),
-                    ..reply::rejected(&rejection)
+                .map(|id| {
+                    Accepted::Answered(Reply {
+                        delivery_id: Some(id),
+                        ..reply::rejected(&rejection)
+                    })
                 })
         }
         Ok((verification, key)) => {
@@ -157,17 +174,18 @@ pub async fn receive(
                 owner: format!("sync:{:016x}", rand::random::<u64>()),
                 secs: source.attempt_timeout_secs as f64 + LEASE_MARGIN.as_secs_f64(),
             });
+            let answered =
+                |claimed: Claimed| Accepted::Answered(reply::verified(source, inbound, &claimed));
             match lease {
                 // A re-delivery is claimed on its own and always forwarded by
                 // the workers (its provider is not waiting for an answer).
                 _ if receipt.redelivery.is_some() => {
                     claim::claim(pool, source.mode, &delivery, None)
                         .await
-                        .map(|claimed| reply::verified(source, inbound, &claimed))
+                        .map(answered)
                 }
                 // Ack mode: claimed in a shared transaction with concurrent deliveries.
-                None => pipeline
-                    .claims
+                None => claims
                     .claim(PendingClaim {
                         source: source.slug.clone(),
                         idem_key: key.clone(),
@@ -181,102 +199,27 @@ pub async fn receive(
                         replay_digest: delivery.replay_digest,
                     })
                     .await
-                    .map(|claimed| reply::verified(source, inbound, &claimed)),
-                Some(lease) => match claim::claim(pool, source.mode, &delivery, Some(&lease)).await
-                {
-                    Ok(claimed) if claimed.outcome == Outcome::Claimed => {
-                        sync_reply(
-                            pool,
-                            source,
-                            inbound,
-                            &claimed,
-                            &lease.owner,
-                            &key,
-                            pipeline,
-                        )
-                        .await
-                    }
-                    Ok(claimed) => Ok(reply::verified(source, inbound, &claimed)),
-                    Err(e) => Err(e),
-                },
+                    .map(answered),
+                Some(lease) => claim::claim(pool, source.mode, &delivery, Some(&lease))
+                    .await
+                    .map(|claimed| {
+                        if claimed.outcome == Outcome::Claimed {
+                            Accepted::Forward(SyncClaim {
+                                claimed,
+                                lease_owner: lease.owner,
+                                key,
+                            })
+                        } else {
+                            answered(claimed)
+                        }
+                    }),
             }
         }
     };
-    let reply = result.unwrap_or_else(|e| {
+    result.unwrap_or_else(|e| {
         tracing::error!(error = %e, "database unavailable: answering 503 so the provider retries");
-        reply::unavailable()
-    });
-    crate::metrics_export::delivery(&source.slug, &reply, receipt.started);
-    reply
-}
-
-/// What the receiver shares across requests: the group-commit batcher for
-/// ack-mode claims, and what sync mode needs to call a destination inline.
-pub struct Pipeline<'a> {
-    pub claims: &'a ClaimBatcher,
-    pub client: &'a reqwest::Client,
-    pub policy: &'a RetryPolicy,
-    /// The most of a destination's answer kept and returned.
-    pub keep_bytes: usize,
-}
-
-/// What a paused sync-mode source asks its provider to wait before retrying.
-const PAUSED_RETRY_AFTER_SECS: u32 = 60;
-
-/// Sync mode: the claim's holder forwards now and answers with the destination's reply.
-async fn sync_reply(
-    pool: &PgPool,
-    source: &SourceConfig,
-    inbound: &Inbound,
-    claimed: &claim::Claimed,
-    owner: &str,
-    key: &str,
-    pipeline: &Pipeline<'_>,
-) -> Result<Reply, sqlx::Error> {
-    let result = if let Some(own) = source.scheme.own_answer(inbound) {
-        let own = claim::StoredResponse::from_answer(&own);
-        crate::events::complete_inline(pool, claimed.event_id, owner, &own).await?;
-        SyncResult::Answered(own)
-    } else {
-        let call = sync::SyncCall {
-            source,
-            inbound,
-            claimed,
-            lease_owner: owner,
-            idem_key: key,
-        };
-        sync::forward_inline(pool, pipeline, &call).await?
-    };
-    let reply = match result {
-        SyncResult::Answered(response) => {
-            Reply::from_answer(response.answer(), Outcome::Claimed, claimed.delivery_id)
-        }
-        SyncResult::Paused => {
-            // Nothing is forwarded while the source is paused: the provider
-            // is asked to come back, and the workers forward the event once
-            // it is resumed (later copies get its stored answer).
-            let mut reply = reply::verified(source, inbound, claimed);
-            reply.status = 503;
-            reply
-                .headers
-                .push(("retry-after", PAUSED_RETRY_AFTER_SECS.to_string()));
-            reply.body = serde_json::json!({"outcome": Outcome::Claimed, "paused": true})
-                .to_string()
-                .into_bytes();
-            reply
-        }
-        SyncResult::Failed(reason) => {
-            // 502: the provider retries, and its retry takes the claim over.
-            let mut reply = reply::verified(source, inbound, claimed);
-            reply.status = 502;
-            reply.body = serde_json::json!({"outcome": Outcome::Claimed, "error": reason})
-                .to_string()
-                .into_bytes();
-            reply
-        }
-    };
-    claim::set_answered_status(pool, claimed.delivery_id, reply.status).await?;
-    Ok(reply)
+        Accepted::Answered(reply::unavailable())
+    })
 }
 
 /// A request rejected before it could be read whole (over the body limit).
@@ -309,7 +252,5 @@ pub async fn record_oversized(
     if let Err(e) = claim::record_rejected(pool, &delivery, rejection.status).await {
         tracing::error!(error = %e, "database unavailable while recording an oversized delivery");
     }
-    let reply = reply::rejected(&rejection);
-    crate::metrics_export::delivery(&source.slug, &reply, receipt.started);
-    reply
+    reply::rejected(&rejection)
 }

@@ -212,7 +212,7 @@ async fn sign_in_renews_the_session_id_and_sign_out_ends_it(pool: PgPool) {
     )
     .await;
     let first = app.session("viewer").await;
-    replaysafe::users::add(&pool, "admin-user", PASSWORD, app::auth::Role::Admin, true)
+    replaysafe::db::users::add(&pool, "admin-user", PASSWORD, app::auth::Role::Admin, true)
         .await
         .unwrap();
     // Signing in again while holding a session: the id changes.
@@ -239,7 +239,7 @@ async fn sign_in_renews_the_session_id_and_sign_out_ends_it(pool: PgPool) {
 
     // Disabling a user ends their sessions at once.
     let viewer = app.session("viewer").await;
-    replaysafe::users::set_disabled(&pool, "viewer-user", true)
+    replaysafe::db::users::set_disabled(&pool, "viewer-user", true)
         .await
         .unwrap();
     assert_eq!(app.page(Some(&viewer), "/overview").await.status(), 303);
@@ -260,10 +260,10 @@ async fn failed_sign_ins_are_rate_limited_per_user_and_address(pool: PgPool) {
         config("http://127.0.0.1:9/x", r#""gh-secret""#),
     )
     .await;
-    replaysafe::users::add(&pool, "alice", PASSWORD, app::auth::Role::Viewer, false)
+    replaysafe::db::users::add(&pool, "alice", PASSWORD, app::auth::Role::Viewer, false)
         .await
         .unwrap();
-    replaysafe::users::add(&pool, "bob", PASSWORD, app::auth::Role::Viewer, false)
+    replaysafe::db::users::add(&pool, "bob", PASSWORD, app::auth::Role::Viewer, false)
         .await
         .unwrap();
     for _ in 0..5 {

@@ -112,12 +112,12 @@ async fn rollups_count_every_delivery_and_attempt_exactly_once(pool: PgPool) {
     }
     // Folding while nothing was forwarded yet, then again after: the
     // attempts arrive in a later fold without counting deliveries twice.
-    replaysafe::rollup::fold_all(&pool).await.unwrap();
+    replaysafe::jobs::rollup::fold_all(&pool).await.unwrap();
     app.drain().await;
     // Several processes fold at once: the progress lock keeps counts exact.
     let folds = (0..4).map(|_| {
         let pool = pool.clone();
-        tokio::spawn(async move { replaysafe::rollup::fold_all(&pool).await.unwrap() })
+        tokio::spawn(async move { replaysafe::jobs::rollup::fold_all(&pool).await.unwrap() })
     });
     for fold in folds {
         fold.await.unwrap();
@@ -140,7 +140,7 @@ async fn an_attempt_in_flight_holds_the_fold_back_until_it_finishes(pool: PgPool
     // A worker leases the event (its attempt is open) but has not finished.
     let leased = app.lease_as("stuck-worker", 10).await;
     assert_eq!(leased.len(), 1);
-    replaysafe::rollup::fold_all(&pool).await.unwrap();
+    replaysafe::jobs::rollup::fold_all(&pool).await.unwrap();
     assert_eq!(
         rolled_up(&pool).await.attempts,
         0,
@@ -160,7 +160,7 @@ async fn an_attempt_in_flight_holds_the_fold_back_until_it_finishes(pool: PgPool
         )
         .await
     );
-    replaysafe::rollup::fold_all(&pool).await.unwrap();
+    replaysafe::jobs::rollup::fold_all(&pool).await.unwrap();
     let sums = rolled_up(&pool).await;
     assert_eq!(
         (sums.attempts, sums.events_completed, sums.e2e_counted),
@@ -174,7 +174,7 @@ async fn the_overview_reports_figures_backlog_and_a_duplicate_storm(pool: PgPool
     for i in 0..10 {
         deliver_event(&app, "gh", &format!("e-{i}"), b"gh-secret").await;
     }
-    replaysafe::rollup::fold_all(&pool).await.unwrap();
+    replaysafe::jobs::rollup::fold_all(&pool).await.unwrap();
     let (status, o) = app.server_fn("overview", "window=hour").await;
     assert_eq!(status, 200, "{o}");
     assert_eq!(o["totals"]["deliveries"], 10);
@@ -193,7 +193,7 @@ async fn the_overview_reports_figures_backlog_and_a_duplicate_storm(pool: PgPool
             deliver_event(&app, "gh", &format!("e-{i}"), b"gh-secret").await;
         }
     }
-    replaysafe::rollup::fold_all(&pool).await.unwrap();
+    replaysafe::jobs::rollup::fold_all(&pool).await.unwrap();
     let (_, o) = app.server_fn("overview", "window=day&source=gh").await;
     assert_eq!(o["totals"]["duplicates"], 30);
     let storm = &o["alerts"][0]["DuplicateStorm"];
@@ -216,7 +216,7 @@ async fn deliveries_filter_by_outcome_status_key_and_time(pool: PgPool) {
     .execute(&pool)
     .await
     .unwrap();
-    replaysafe::rollup::fold_all(&pool).await.unwrap();
+    replaysafe::jobs::rollup::fold_all(&pool).await.unwrap();
     let keys = |page: &serde_json::Value| -> Vec<String> {
         page["rows"]
             .as_array()
@@ -399,18 +399,18 @@ async fn a_backlog_is_folded_in_bounded_steps_and_only_once_settled(pool: PgPool
     .execute(&pool)
     .await
     .unwrap();
-    let mut rollup = replaysafe::rollup::Rollup::default();
+    let mut rollup = replaysafe::jobs::rollup::Rollup::default();
     let first = rollup
-        .step(&pool, replaysafe::rollup::SETTLE)
+        .step(&pool, replaysafe::jobs::rollup::SETTLE)
         .await
         .unwrap();
     assert_eq!(first.deliveries, 0, "nothing is folded before it settled");
-    let one_step = replaysafe::rollup::Rollup::default()
+    let one_step = replaysafe::jobs::rollup::Rollup::default()
         .step(&pool, std::time::Duration::ZERO)
         .await
         .unwrap();
     assert_eq!(one_step.deliveries, 20000, "one fold is bounded");
-    let rest = replaysafe::rollup::fold_all(&pool).await.unwrap();
+    let rest = replaysafe::jobs::rollup::fold_all(&pool).await.unwrap();
     assert_eq!(rest.deliveries, 25000);
     let (deliveries, bad_signature, last_id, max_id): (i64, i64, i64, i64) = sqlx::query_as(
         "SELECT (SELECT sum(deliveries)::bigint FROM minute_stats),

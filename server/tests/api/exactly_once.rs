@@ -75,7 +75,9 @@ async fn prune_delivery(pool: &PgPool, delivery_id: i64) {
         .execute(pool)
         .await
         .unwrap();
-    replaysafe::retention::prune(pool, 30, 30).await.unwrap();
+    replaysafe::jobs::retention::prune(pool, 30, 30)
+        .await
+        .unwrap();
     let left: i64 = sqlx::query_scalar("SELECT count(*) FROM deliveries WHERE id = $1")
         .bind(delivery_id)
         .fetch_one(pool)
@@ -398,9 +400,12 @@ async fn workers_lease_only_the_sources_their_process_has(pool: PgPool) {
         &github_source("other", &destination.url, 2, 8),
         &[],
     ));
-    replaysafe::startup::prepare_database(pool.clone(), other_config.clone(), Default::default())
-        .await;
-    let other = Workers::new(pool.clone(), other_config, Default::default());
+    replaysafe::db::prepare(pool.clone(), other_config.clone(), Default::default()).await;
+    let other = Workers::new(&replaysafe::processing::Services::new(
+        pool.clone(),
+        other_config,
+        Default::default(),
+    ));
     let app = spawn_app(
         pool.clone(),
         test_config(&github_source("gh", &destination.url, 2, 8), &[]),
@@ -423,7 +428,7 @@ async fn workers_lease_only_the_sources_their_process_has(pool: PgPool) {
 
     // A process started later syncs the sources table to its own config:
     // the first still forwards its own sources.
-    replaysafe::startup::prepare_database(
+    replaysafe::db::prepare(
         pool.clone(),
         Arc::new(test_config(
             &github_source("other", &destination.url, 2, 8),

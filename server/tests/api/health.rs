@@ -18,11 +18,9 @@ async fn healthz_and_readyz_answer_ok_on_a_migrated_database(pool: PgPool) {
 #[sqlx::test(migrations = false)]
 async fn readyz_is_503_until_migrations_are_applied(pool: PgPool) {
     let config = std::sync::Arc::new(test_config("", &[]));
-    let app = replaysafe::startup::Application::bind(
-        config,
-        pool.clone(),
-        Default::default(),
-        replaysafe::startup::Role::Full,
+    let app = replaysafe::web::Application::bind(
+        replaysafe::processing::Services::new(pool.clone(), config, Default::default()),
+        replaysafe::web::Role::Full,
     )
     .await
     .unwrap();
@@ -55,11 +53,9 @@ async fn readyz_is_503_when_the_database_is_unreachable() {
     let url = replaysafe::config::Secret::new(format!("postgres://nobody@127.0.0.1:{dead_port}/x"));
     let pool = replaysafe::db::pool(&url, 2).unwrap();
     let config = std::sync::Arc::new(test_config("", &[]));
-    let app = replaysafe::startup::Application::bind(
-        config,
-        pool,
-        Default::default(),
-        replaysafe::startup::Role::Full,
+    let app = replaysafe::web::Application::bind(
+        replaysafe::processing::Services::new(pool, config, Default::default()),
+        replaysafe::web::Role::Full,
     )
     .await
     .unwrap();

@@ -6,10 +6,11 @@ use std::time::Duration;
 
 use replaysafe::processing::retry::RetryPolicy;
 use replaysafe::processing::worker::Workers;
+use replaysafe::processing::Services;
 
 use replaysafe::config::{self, Config};
 use replaysafe::events;
-use replaysafe::startup::Application;
+use replaysafe::web::Application;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
@@ -17,6 +18,8 @@ pub struct TestApp {
     pub addr: SocketAddr,
     pub pool: PgPool,
     pub config: Arc<Config>,
+    /// The services the app runs on, for workers and operations driven by hand.
+    pub services: Services,
     pub client: reqwest::Client,
     shutdown: CancellationToken,
     /// An admin's session cookie, made on first use by `server_fn`.
@@ -30,7 +33,7 @@ impl TestApp {
 
     /// Workers to drive by hand (`run_once`), with retries due at once.
     pub fn workers(&self) -> Workers {
-        let mut workers = Workers::new(self.pool.clone(), self.config.clone(), Default::default());
+        let mut workers = Workers::new(&self.services);
         workers.policy = Arc::new(RetryPolicy {
             schedule: vec![Duration::ZERO],
             jitter: 0.0,
@@ -180,7 +183,7 @@ pub fn test_config(text: &str, vars: &[(&str, &str)]) -> Config {
 /// Starts the real server on the test's database, migrated and with the
 /// config's sources synced, as `serve` does.
 pub async fn spawn_app(pool: PgPool, config: Config) -> TestApp {
-    replaysafe::startup::prepare_database(
+    replaysafe::db::prepare(
         pool.clone(),
         Arc::new(config.clone()),
         CancellationToken::new(),
@@ -193,20 +196,17 @@ pub async fn spawn_app(pool: PgPool, config: Config) -> TestApp {
 pub async fn spawn_app_with(pool: PgPool, config: Config) -> TestApp {
     let config = Arc::new(config);
     let shutdown = CancellationToken::new();
-    let app = Application::bind(
-        config.clone(),
-        pool.clone(),
-        Default::default(),
-        replaysafe::startup::Role::Full,
-    )
-    .await
-    .expect("binding a free port");
+    let services = Services::new(pool.clone(), config.clone(), Default::default());
+    let app = Application::bind(services.clone(), replaysafe::web::Role::Full)
+        .await
+        .expect("binding a free port");
     let addr = app.addr;
     tokio::spawn(app.run(shutdown.clone()));
     TestApp {
         addr,
         pool,
         config,
+        services,
         // Redirects are what tests look at (sign-in), so none is followed.
         client: reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
@@ -332,7 +332,7 @@ impl TestApp {
     /// session cookie (`replaysafe_session=...`).
     pub async fn session(&self, role: &str) -> String {
         let username = format!("{role}-user");
-        let _ = replaysafe::users::add(
+        let _ = replaysafe::db::users::add(
             &self.pool,
             &username,
             PASSWORD,

@@ -2,6 +2,7 @@
 //! database per test (sqlx::test, from $DATABASE_URL).
 
 mod accounts;
+mod architecture;
 mod dashboard;
 mod embedded;
 mod exactly_once;

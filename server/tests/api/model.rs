@@ -135,7 +135,7 @@ struct World {
     seed: u64,
     app: TestApp,
     slugs: [String; 3],
-    ops: Arc<replaysafe::operations::ServerOperations>,
+    ops: Arc<replaysafe::web::operations::ServerOperations>,
     admin: app::auth::CurrentUser,
     /// Successful forces per event id.
     forces: Mutex<HashMap<i64, u32>>,
@@ -180,7 +180,8 @@ max_attempts = 4
 }
 
 fn model_workers(app: &TestApp, config: Arc<replaysafe::config::Config>) -> Workers {
-    let mut workers = Workers::new(app.pool.clone(), config, Default::default());
+    let mut workers = Workers::new(&app.services);
+    workers.config = config;
     workers.policy = Arc::new(RetryPolicy {
         schedule: vec![Duration::from_millis(50)],
         jitter: 0.0,
@@ -256,7 +257,7 @@ impl World {
     async fn toggle_pause(&self, rng: &mut StdRng) {
         let slug = &self.slugs[rng.gen_range(0..3)];
         let paused = rng.gen_bool(0.5);
-        replaysafe::sources::set_paused(&self.app.pool, slug, paused, "model", None)
+        replaysafe::db::sources::set_paused(&self.app.pool, slug, paused, "model", None)
             .await
             .unwrap();
     }
@@ -293,13 +294,8 @@ async fn run_seed(pool: &PgPool, seed: u64) -> Result<String, String> {
         format!("sync{seed}"),
         format!("slow{seed}"),
     ];
-    let ops = Arc::new(replaysafe::operations::ServerOperations {
-        pool: pool.clone(),
-        config: app.config.clone(),
-        wake: Default::default(),
-        claims: replaysafe::receiver::batch::ClaimBatcher::start(pool.clone(), 1),
-        client: replaysafe::processing::worker::http_client(),
-        policy: Arc::new(RetryPolicy::default()),
+    let ops = Arc::new(replaysafe::web::operations::ServerOperations {
+        services: app.services.clone(),
     });
     let admin_id: i64 = sqlx::query_scalar(
         "INSERT INTO users (username, password_hash, role) VALUES ($1, 'x', 'admin')
@@ -405,7 +401,7 @@ async fn run_seed(pool: &PgPool, seed: u64) -> Result<String, String> {
         10,
         (600, 1200),
         |w, rng| async move {
-            replaysafe::retention::prune(&w.app.pool, 0, 0)
+            replaysafe::jobs::retention::prune(&w.app.pool, 0, 0)
                 .await
                 .unwrap();
             rng
@@ -421,7 +417,7 @@ async fn run_seed(pool: &PgPool, seed: u64) -> Result<String, String> {
     // the provider retries what its own sync requests still hold.
     behaviour.settle.store(true, Ordering::SeqCst);
     for slug in &world.slugs {
-        replaysafe::sources::set_paused(pool, slug, false, "model", None)
+        replaysafe::db::sources::set_paused(pool, slug, false, "model", None)
             .await
             .unwrap();
     }

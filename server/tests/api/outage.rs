@@ -54,7 +54,7 @@ async fn an_outage_loses_nothing_and_heals_without_a_restart(pool: PgPool) {
         ),
         &[],
     );
-    replaysafe::db::sync_sources(&pool, &config).await.unwrap();
+    replaysafe::db::sources::sync(&pool, &config).await.unwrap();
     let through_proxy = replaysafe::db::pool(&Secret::new(proxy.url(&direct)), 8).unwrap();
     let app = spawn_app_with(through_proxy, config).await;
     let hook = app.url("/hooks/gh");

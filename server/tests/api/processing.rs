@@ -270,7 +270,7 @@ async fn a_dead_workers_lease_is_taken_over(pool: PgPool) {
 async fn pause_holds_and_resume_drains(pool: PgPool) {
     let destination = Destination::start(vec![]).await;
     let app = spawn_app(pool.clone(), config(&destination.url, 8)).await;
-    replaysafe::sources::set_paused(&pool, "gh", true, "test", None)
+    replaysafe::db::sources::set_paused(&pool, "gh", true, "test", None)
         .await
         .unwrap();
 
@@ -282,7 +282,7 @@ async fn pause_holds_and_resume_drains(pool: PgPool) {
     assert_eq!(destination.count(), 0);
     assert_eq!(event_state(&pool, "d-paused").await.0, "queued");
 
-    replaysafe::sources::set_paused(&pool, "gh", false, "test", None)
+    replaysafe::db::sources::set_paused(&pool, "gh", false, "test", None)
         .await
         .unwrap();
     assert_eq!(app.drain().await, 1);
@@ -293,7 +293,7 @@ async fn pause_holds_and_resume_drains(pool: PgPool) {
         .unwrap();
     assert_eq!(audit, ["source.pause", "source.resume"]);
     assert!(
-        replaysafe::sources::set_paused(&pool, "nope", true, "test", None)
+        replaysafe::db::sources::set_paused(&pool, "nope", true, "test", None)
             .await
             .is_err()
     );
@@ -333,10 +333,12 @@ async fn retention_prunes_only_what_is_due(pool: PgPool) {
     .await
     .unwrap();
 
-    let pruned = replaysafe::retention::prune(&pool, 30, 30).await.unwrap();
+    let pruned = replaysafe::jobs::retention::prune(&pool, 30, 30)
+        .await
+        .unwrap();
     assert_eq!(
         pruned,
-        replaysafe::retention::Pruned {
+        replaysafe::jobs::retention::Pruned {
             deliveries: 2,
             events: 2
         }
@@ -358,7 +360,9 @@ async fn retention_prunes_only_what_is_due(pool: PgPool) {
     assert_eq!(payloads, ["fresh", "old-waiting"], "and its payload");
     // A second run finds nothing more.
     assert_eq!(
-        replaysafe::retention::prune(&pool, 30, 30).await.unwrap(),
+        replaysafe::jobs::retention::prune(&pool, 30, 30)
+            .await
+            .unwrap(),
         Default::default()
     );
 }
@@ -384,7 +388,9 @@ async fn pruning_an_original_keeps_its_redelivery_marked(pool: PgPool) {
     .await
     .unwrap();
 
-    let pruned = replaysafe::retention::prune(&pool, 30, 30).await.unwrap();
+    let pruned = replaysafe::jobs::retention::prune(&pool, 30, 30)
+        .await
+        .unwrap();
     assert_eq!(pruned.deliveries, 1);
     let left: Vec<(i64, Option<i64>)> =
         sqlx::query_as("SELECT id, redelivery_of FROM deliveries ORDER BY id")

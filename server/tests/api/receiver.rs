@@ -380,14 +380,14 @@ secrets = ["slack-secret"]
     let app = spawn_app(pool.clone(), config.clone()).await;
     config.public_url = app.url("");
     for source in ["std", "stripe", "gh", "shop", "slack"] {
-        let args = replaysafe::send::SendArgs {
+        let args = replaysafe::cli::send::SendArgs {
             source: source.into(),
             events: 2,
             repeat: 3,
             concurrency: 3,
             url: None,
         };
-        replaysafe::send::run(&config, args).await.unwrap();
+        replaysafe::cli::send::run(&config, args).await.unwrap();
         let (events, deliveries, claimed): (i64, i64, i64) = sqlx::query_as(
             "SELECT (SELECT count(*) FROM events WHERE source = $1),
                     (SELECT count(*) FROM deliveries WHERE source = $1),
@@ -566,7 +566,7 @@ pub fn pending_claim(idem_key: String) -> replaysafe::receiver::batch::PendingCl
 #[sqlx::test(migrator = "MIGRATOR")]
 async fn batched_claims_claim_each_key_once(pool: PgPool) {
     use replaysafe::receiver::batch::ClaimBatcher;
-    replaysafe::db::sync_sources(&pool, &config())
+    replaysafe::db::sources::sync(&pool, &config())
         .await
         .unwrap();
     let batcher = ClaimBatcher::start(pool.clone(), 1);
@@ -615,7 +615,7 @@ async fn batched_claims_claim_each_key_once(pool: PgPool) {
 async fn concurrent_batches_never_deadlock_and_count_every_copy(pool: PgPool) {
     use replaysafe::receiver::batch::ClaimBatcher;
     use replaysafe::receiver::claim::Outcome;
-    replaysafe::db::sync_sources(&pool, &config())
+    replaysafe::db::sources::sync(&pool, &config())
         .await
         .unwrap();
     let pending = |key: usize| pending_claim(format!("key-{key:02}"));

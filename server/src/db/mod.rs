@@ -1,14 +1,22 @@
 //! The database: which server to use (configured or embedded), the pool,
 //! migrations and the configured sources' rows.
 
+pub mod audit;
+pub mod embedded;
+pub mod sources;
+pub mod users;
+
+use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::migrate::Migrator;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{ConnectOptions, Connection, PgConnection, PgPool};
+use tokio_util::sync::CancellationToken;
+use tower_sessions_sqlx_store::PostgresStore;
 
 use crate::config::{Config, Secret};
-use crate::embedded_pg::{EmbeddedError, EmbeddedPostgres, DATABASE_NAME};
+use embedded::{EmbeddedError, EmbeddedPostgres, DATABASE_NAME};
 
 pub static MIGRATOR: Migrator = sqlx::migrate!("../migrations");
 
@@ -122,36 +130,30 @@ pub async fn is_migrated(pool: &PgPool) -> Result<bool, sqlx::Error> {
         .all(|m| applied.contains(&m.version)))
 }
 
-/// Makes the `sources` table match the config: settings follow the file,
-/// runtime state (an operator's pause) is kept, removed sources stay for their
-/// history but are marked as no longer configured.
-pub async fn sync_sources(pool: &PgPool, config: &Config) -> Result<(), sqlx::Error> {
-    let mut tx = pool.begin().await?;
-    for s in &config.sources {
-        sqlx::query(
-            "INSERT INTO sources (slug, provider, mode, destination, attempt_timeout_secs,
-                                  config_paused, in_config, synced_at)
-             VALUES ($1, $2, $3, $4, $5, $6, true, now())
-             ON CONFLICT (slug) DO UPDATE SET
-                provider = excluded.provider, mode = excluded.mode,
-                destination = excluded.destination,
-                attempt_timeout_secs = excluded.attempt_timeout_secs,
-                config_paused = excluded.config_paused,
-                in_config = true, synced_at = now()",
-        )
-        .bind(&s.slug)
-        .bind(s.provider.name)
-        .bind(s.mode.as_str())
-        .bind(&s.destination)
-        .bind(i32::try_from(s.attempt_timeout_secs).unwrap_or(i32::MAX))
-        .bind(s.paused)
-        .execute(&mut *tx)
-        .await?;
+/// Applies migrations and syncs the configured sources, retrying while the
+/// database is away; `/readyz` reports 503 until this has succeeded.
+pub async fn prepare(pool: PgPool, config: Arc<Config>, shutdown: CancellationToken) {
+    let mut delay = Duration::from_millis(250);
+    loop {
+        let result = async {
+            migrate(&pool).await?;
+            // The session store's own table (tower_sessions.session).
+            PostgresStore::new(pool.clone()).migrate().await?;
+            sources::sync(&pool, &config).await?;
+            Ok::<_, DbError>(())
+        }
+        .await;
+        match result {
+            Ok(()) => {
+                tracing::info!("database migrated; sources synced");
+                return;
+            }
+            Err(e) => tracing::warn!(error = %e, retry_in = ?delay, "database not ready"),
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(delay) => {}
+        }
+        delay = (delay * 2).min(Duration::from_secs(10));
     }
-    let slugs: Vec<&str> = config.sources.iter().map(|s| s.slug.as_str()).collect();
-    sqlx::query("UPDATE sources SET in_config = false WHERE in_config AND slug <> ALL($1)")
-        .bind(&slugs)
-        .execute(&mut *tx)
-        .await?;
-    tx.commit().await
 }

@@ -1,3 +1,7 @@
+//! Logs (tracing to stderr) and metrics (a Prometheus recorder).
+
+pub mod metrics;
+
 use tracing_subscriber::EnvFilter;
 
 /// Logs go to stderr; `RUST_LOG` overrides the default filter.

@@ -8,8 +8,10 @@ use axum::extract::{ConnectInfo, Path, State};
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 
-use super::{receive, record_oversized, Inbound, Pipeline, Receipt, Reply};
-use crate::startup::AppState;
+use super::AppState;
+use crate::processing::intake;
+use crate::receiver::claim::Outcome;
+use crate::receiver::{Inbound, Receipt, Reply};
 
 pub async fn hook(
     State(state): State<AppState>,
@@ -20,7 +22,8 @@ pub async fn hook(
     body: Body,
 ) -> Response {
     let receipt = Receipt::now();
-    let Some(source) = state.config.sources.iter().find(|s| s.slug == slug) else {
+    let services = &state.services;
+    let Some(source) = services.config.sources.iter().find(|s| s.slug == slug) else {
         return (
             StatusCode::NOT_FOUND,
             [(header::CONTENT_TYPE, "application/json")],
@@ -42,19 +45,19 @@ pub async fn hook(
         body: Vec::new(),
         remote_addr: Some(peer.ip().to_string()),
     };
-    let limit = state.config.max_body_bytes;
+    let limit = services.config.max_body_bytes;
     let declared = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<usize>().ok());
     if let Some(size) = declared.filter(|&size| size > limit) {
-        return into_response(record_oversized(&state.pool, source, &inbound, size, receipt).await);
+        return into_response(intake::oversized(services, source, &inbound, size, receipt).await);
     }
     match axum::body::to_bytes(body, limit).await {
         Ok(bytes) => inbound.body = bytes.into(),
         Err(e) if is_over_limit(&e) => {
             return into_response(
-                record_oversized(&state.pool, source, &inbound, limit + 1, receipt).await,
+                intake::oversized(services, source, &inbound, limit + 1, receipt).await,
             )
         }
         // The sender went away mid-body: nothing to verify, nothing to store.
@@ -62,15 +65,9 @@ pub async fn hook(
             return (StatusCode::BAD_REQUEST, "request body could not be read").into_response()
         }
     }
-    let pipeline = Pipeline {
-        claims: &state.claims,
-        client: &state.client,
-        policy: &state.policy,
-        keep_bytes: state.config.max_body_bytes,
-    };
-    let reply = receive(&state.pool, source, &inbound, receipt, &pipeline).await;
-    if reply.outcome == super::claim::Outcome::Claimed {
-        state.wake.notify_one();
+    let reply = intake::receive(services, source, &inbound, receipt).await;
+    if reply.outcome == Outcome::Claimed {
+        services.wake.notify_one();
     }
     into_response(reply)
 }

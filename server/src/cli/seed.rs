@@ -15,11 +15,13 @@ use futures_util::stream::{self, StreamExt};
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
+use super::CliError;
 use crate::config::{Config, SourceConfig};
+use crate::db::{self, DbError};
 use crate::processing::retry::RetryPolicy;
 use crate::processing::worker::Workers;
-use crate::receiver::batch::ClaimBatcher;
-use crate::receiver::{receive, Inbound, Pipeline, Receipt};
+use crate::processing::{intake, Services};
+use crate::receiver::{Inbound, Receipt};
 
 #[derive(Debug, clap::Args)]
 pub struct SeedArgs {
@@ -39,7 +41,7 @@ pub enum SeedError {
     #[error("no source in the config can be seeded (need standard, stripe, github, shopify, slack or twilio{0})")]
     NoSource(String),
     #[error(transparent)]
-    Send(#[from] crate::send::SendError),
+    Send(#[from] super::send::SendError),
     #[error("database: {0}")]
     Db(#[from] sqlx::Error),
     #[error("local destination: {0}")]
@@ -118,22 +120,14 @@ pub async fn run(config: &Config, pool: &PgPool, args: SeedArgs) -> Result<(), S
         .await?;
     let started = Instant::now();
     let run_tag = format!("{:06x}", rand::random::<u32>() & 0xff_ffff);
-    let claims = ClaimBatcher::start(pool.clone(), crate::startup::CLAIM_COMMITTERS);
-    let client = crate::processing::worker::http_client();
+    // Retried at once: the history needs retries, not their waits.
     let policy = RetryPolicy {
         schedule: vec![Duration::ZERO],
         jitter: 0.0,
         ..RetryPolicy::default()
     };
-    let pipeline = Pipeline {
-        claims: &claims,
-        client: &client,
-        policy: &policy,
-        keep_bytes: crate::processing::forward::EXCERPT_BYTES,
-    };
-    let mut workers = Workers::new(pool.clone(), seeded_config, Default::default());
-    workers.client = client.clone();
-    workers.policy = Arc::new(policy.clone());
+    let services = Services::with_policy(pool.clone(), seeded_config, Default::default(), policy);
+    let workers = Workers::new(&services);
     let now = chrono::Utc::now().timestamp();
     // In rounds: receive a round, then forward it all, so that copies of an
     // event from an earlier round find it completed or dead, as late
@@ -142,7 +136,7 @@ pub async fn run(config: &Config, pool: &PgPool, args: SeedArgs) -> Result<(), S
     while round_start < args.deliveries {
         let round_end = (round_start + ROUND).min(args.deliveries);
         stream::iter(round_start..round_end)
-            .map(|n| receive_one(pool, &source, &pipeline, &run_tag, now, n))
+            .map(|n| receive_one(&services, &source, &run_tag, now, n))
             .buffer_unordered(CONCURRENCY)
             .collect::<Vec<_>>()
             .await
@@ -166,7 +160,7 @@ pub async fn run(config: &Config, pool: &PgPool, args: SeedArgs) -> Result<(), S
     sqlx::query("UPDATE rollup_progress SET last_id = 0")
         .execute(pool)
         .await?;
-    crate::rollup::fold_all(pool).await?;
+    crate::jobs::rollup::fold_all(pool).await?;
     println!(
         "spread over {} days and rollups rebuilt; {:.1} s in all",
         args.days,
@@ -183,9 +177,8 @@ const ROUND: u64 = 20_000;
 /// event from the previous round (completed or dead by then); one in 33 is
 /// signed with a wrong secret.
 async fn receive_one(
-    pool: &PgPool,
+    services: &Services,
     source: &SourceConfig,
-    pipeline: &Pipeline<'_>,
     run_tag: &str,
     now: i64,
     n: u64,
@@ -195,7 +188,7 @@ async fn receive_one(
         n if n % 11 == 10 && n >= ROUND => n - ROUND,
         n => n,
     };
-    let signed = crate::send::sign_sample(source, &format!("seed_{run_tag}_{event}"), now)?;
+    let signed = super::send::sign_sample(source, &format!("seed_{run_tag}_{event}"), now)?;
     let mut headers = signed.headers;
     if n % 33 == 32 {
         for (name, value) in headers.iter_mut() {
@@ -214,7 +207,7 @@ async fn receive_one(
         waive_timestamp: true,
         ..Receipt::now()
     };
-    receive(pool, source, &inbound, receipt, pipeline).await;
+    intake::receive(services, source, &inbound, receipt).await;
     Ok(())
 }
 
@@ -280,4 +273,18 @@ async fn spread_over_days(pool: &PgPool, after_id: i64, days: u32) -> Result<(),
     .execute(&mut *tx)
     .await?;
     tx.commit().await
+}
+
+/// The `seed` command: its own pool, as large as `serve`'s, for batched claims.
+pub async fn command(config: Config, args: SeedArgs) -> Result<(), CliError> {
+    let database = super::locate_one_shot(&config).await?;
+    // Seeding claims in batches like `serve` does: it needs as many connections.
+    let pool = db::pool(&database.url, 16)?;
+    db::migrate(&pool).await?;
+    db::sources::sync(&pool, &config)
+        .await
+        .map_err(DbError::from)?;
+    run(&config, &pool, args).await?;
+    pool.close().await;
+    Ok(())
 }

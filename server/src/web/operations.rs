@@ -1,30 +1,20 @@
 //! The operations the dashboard asks of the server (app::api::actions::ssr::
 //! Operations): re-delivery through the receiver pipeline, pause and resume.
 
-use std::sync::Arc;
 use std::time::Instant;
 
 use app::api::actions::ssr::{BoxFuture, Operations, Refusal};
 use app::api::actions::RedeliveryResult;
 use app::auth::{CurrentUser, Role};
 use axum::http::StatusCode;
-use sqlx::PgPool;
-use tokio::sync::Notify;
 
-use crate::config::Config;
 use crate::events::Forced;
-use crate::processing::retry::RetryPolicy;
-use crate::receiver::batch::ClaimBatcher;
+use crate::processing::{intake, Services};
 use crate::receiver::claim::{Outcome, Redelivery};
-use crate::receiver::{receive, Inbound, Pipeline, Receipt};
+use crate::receiver::{Inbound, Receipt};
 
 pub struct ServerOperations {
-    pub pool: PgPool,
-    pub config: Arc<Config>,
-    pub wake: Arc<Notify>,
-    pub claims: ClaimBatcher,
-    pub client: reqwest::Client,
-    pub policy: Arc<RetryPolicy>,
+    pub services: Services,
 }
 
 fn refusal(status: StatusCode, message: impl Into<String>) -> Refusal {
@@ -77,7 +67,7 @@ impl ServerOperations {
                  FROM deliveries WHERE id = $1",
         )
         .bind(delivery_id)
-        .fetch_optional(&self.pool)
+        .fetch_optional(&self.services.pool)
         .await
         .map_err(unavailable)?;
         let Some(stored) = stored else {
@@ -89,7 +79,13 @@ impl ServerOperations {
                 "its payload was removed by retention, so it cannot be re-delivered",
             ));
         };
-        let Some(source) = self.config.sources.iter().find(|s| s.slug == stored.source) else {
+        let Some(source) = self
+            .services
+            .config
+            .sources
+            .iter()
+            .find(|s| s.slug == stored.source)
+        else {
             return Err(refusal(
                 StatusCode::CONFLICT,
                 format!("source {:?} is no longer configured", stored.source),
@@ -151,13 +147,7 @@ impl ServerOperations {
                 by: by.id,
             }),
         };
-        let pipeline = Pipeline {
-            claims: &self.claims,
-            client: &self.client,
-            policy: &self.policy,
-            keep_bytes: crate::processing::forward::EXCERPT_BYTES,
-        };
-        let reply = receive(&self.pool, source, &inbound, receipt, &pipeline).await;
+        let reply = intake::receive(&self.services, source, &inbound, receipt).await;
         if reply.outcome == Outcome::Unavailable {
             return Err(refusal(
                 StatusCode::SERVICE_UNAVAILABLE,
@@ -177,7 +167,7 @@ impl ServerOperations {
              FROM deliveries d WHERE d.id = $1",
         )
         .bind(recorded_id)
-        .fetch_one(&self.pool)
+        .fetch_one(&self.services.pool)
         .await
         .map_err(unavailable)?;
         let requeued = recorded.outcome == "claimed" && recorded.revived;
@@ -199,7 +189,7 @@ impl ServerOperations {
             other => other.to_owned(),
         };
         if recorded.outcome == "claimed" {
-            self.wake.notify_waiters();
+            self.services.wake.notify_waiters();
         }
         Ok(RedeliveryResult {
             redelivered: delivery_id,
@@ -231,20 +221,26 @@ impl Operations for ServerOperations {
         by: CurrentUser,
     ) -> BoxFuture<'_, Result<(), Refusal>> {
         Box::pin(async move {
-            match crate::sources::set_paused(&self.pool, &slug, paused, &by.username, Some(by.id))
-                .await
+            match crate::db::sources::set_paused(
+                &self.services.pool,
+                &slug,
+                paused,
+                &by.username,
+                Some(by.id),
+            )
+            .await
             {
                 Ok(()) => {
                     if !paused {
-                        self.wake.notify_waiters();
+                        self.services.wake.notify_waiters();
                     }
                     Ok(())
                 }
-                Err(crate::sources::SourceError::Unknown(slug)) => Err(refusal(
+                Err(crate::db::sources::SourceError::Unknown(slug)) => Err(refusal(
                     StatusCode::NOT_FOUND,
                     format!("no source {slug:?} is configured"),
                 )),
-                Err(crate::sources::SourceError::Db(e)) => Err(unavailable(e)),
+                Err(crate::db::sources::SourceError::Db(e)) => Err(unavailable(e)),
             }
         })
     }
@@ -256,9 +252,9 @@ impl Operations for ServerOperations {
         by: CurrentUser,
     ) -> BoxFuture<'_, Result<(), Refusal>> {
         Box::pin(async move {
-            match crate::events::force(&self.pool, event_id, by.id, &reason).await {
+            match crate::events::force(&self.services.pool, event_id, by.id, &reason).await {
                 Ok(Forced::Queued { .. }) => {
-                    self.wake.notify_waiters();
+                    self.services.wake.notify_waiters();
                     Ok(())
                 }
                 Ok(Forced::NotCompleted(state)) => Err(refusal(

@@ -1,19 +1,12 @@
-//! `GET /metrics` in Prometheus text format (spec section 8), rendered by
-//! metrics-exporter-prometheus. Counters and histograms are this process's
+//! The metrics `GET /metrics` serves in Prometheus text format (spec
+//! section 8), recorded and rendered by metrics-exporter-prometheus. Counters and histograms are this process's
 //! (sum them across processes); the backlog and dead-letter gauges are read
 //! from the database at scrape time, so every process reports the same.
 
 use std::sync::OnceLock;
 use std::time::Instant;
 
-use axum::extract::State;
-use axum::http::{header, StatusCode};
-use axum::response::IntoResponse;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
-
-use crate::receiver::claim::Outcome;
-use crate::receiver::Reply;
-use crate::startup::AppState;
 
 /// Latency buckets in seconds: from sub-millisecond answers to slow destinations.
 const SECONDS_BUCKETS: &[f64] = &[
@@ -93,21 +86,23 @@ fn describe() {
     );
 }
 
-/// Counts one answered delivery.
-pub fn delivery(source: &str, reply: &Reply, started: Instant) {
+/// Counts one answered delivery: its outcome, whether it repeated an event
+/// already held, and whether its signature (or signed time) failed.
+pub fn delivery(
+    source: &str,
+    outcome: &'static str,
+    duplicate: bool,
+    signature_failed: bool,
+    started: Instant,
+) {
     let source = source.to_owned();
-    metrics::counter!("replaysafe_deliveries_total", "source" => source.clone(), "outcome" => reply.outcome.as_str())
+    metrics::counter!("replaysafe_deliveries_total", "source" => source.clone(), "outcome" => outcome)
         .increment(1);
-    match reply.outcome {
-        Outcome::Completed | Outcome::InProgress | Outcome::Dead => {
-            metrics::counter!("replaysafe_duplicates_total", "source" => source.clone())
-                .increment(1)
-        }
-        Outcome::Rejected if reply.status == 401 => {
-            metrics::counter!("replaysafe_signature_failures_total", "source" => source.clone())
-                .increment(1)
-        }
-        _ => {}
+    if duplicate {
+        metrics::counter!("replaysafe_duplicates_total", "source" => source.clone()).increment(1);
+    } else if signature_failed {
+        metrics::counter!("replaysafe_signature_failures_total", "source" => source.clone())
+            .increment(1);
     }
     metrics::histogram!("replaysafe_ack_seconds", "source" => source)
         .record(started.elapsed().as_secs_f64());
@@ -121,7 +116,8 @@ pub fn attempt(source: &str, result: &'static str, latency_ms: i32) {
         .record(latency_ms.max(0) as f64 / 1000.0);
 }
 
-async fn refresh_gauges(pool: &sqlx::PgPool) -> Result<(), sqlx::Error> {
+/// Reads the backlog and dead-letter gauges from the database.
+pub async fn refresh_gauges(pool: &sqlx::PgPool) -> Result<(), sqlx::Error> {
     let cap = app::api::overview::COUNT_CAP;
     let backlog: Vec<(String, i64, Option<f64>)> = sqlx::query_as(
         "SELECT s.slug, count(w.source), extract(epoch FROM now() - min(w.next_attempt_at))::float8
@@ -153,20 +149,4 @@ async fn refresh_gauges(pool: &sqlx::PgPool) -> Result<(), sqlx::Error> {
         metrics::gauge!("replaysafe_dead_letters", "source" => source).set(count as f64);
     }
     Ok(())
-}
-
-pub async fn handler(State(state): State<AppState>) -> impl IntoResponse {
-    let handle = install();
-    // A scrape still answers (with the counters) when the database is away.
-    if let Err(e) = refresh_gauges(&state.pool).await {
-        tracing::warn!(error = %e, "metrics: could not read backlog gauges");
-    }
-    (
-        StatusCode::OK,
-        [(
-            header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
-        handle.render(),
-    )
 }

@@ -11,8 +11,8 @@ use tower_sessions::cookie::SameSite;
 use tower_sessions::{Expiry, Session, SessionManagerLayer};
 use tower_sessions_sqlx_store::PostgresStore;
 
+use super::AppState;
 use crate::config::Config;
-use crate::startup::AppState;
 
 pub const COOKIE: &str = "replaysafe_session";
 
@@ -34,24 +34,6 @@ pub fn session_layer(config: &Config, store: PostgresStore) -> SessionManagerLay
         .with_expiry(Expiry::OnInactivity(
             tower_sessions::cookie::time::Duration::minutes(config.session_idle_minutes as i64),
         ))
-}
-
-/// Removes expired sessions hourly, so the table holds live sessions only.
-pub async fn delete_expired_sessions(
-    pool: sqlx::PgPool,
-    shutdown: tokio_util::sync::CancellationToken,
-) {
-    use tower_sessions::ExpiredDeletion;
-    let store = PostgresStore::new(pool);
-    loop {
-        if let Err(e) = store.delete_expired().await {
-            tracing::warn!(error = %e, "could not delete expired sessions; retrying later");
-        }
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            _ = tokio::time::sleep(std::time::Duration::from_secs(3600)) => {}
-        }
-    }
 }
 
 /// `scheme://host[:port]` reduced to `host[:port]`.
@@ -88,14 +70,14 @@ pub async fn gate(
         *request.method(),
         Method::GET | Method::HEAD | Method::OPTIONS
     );
-    if changes_state && !same_origin(request.headers(), &state.config.public_url) {
+    if changes_state && !same_origin(request.headers(), &state.services.config.public_url) {
         tracing::warn!(%path, "refused a cross-site request");
         return (StatusCode::FORBIDDEN, "cross-site request refused").into_response();
     }
     if is_public(&path) {
         return next.run(request).await;
     }
-    match app::auth::ssr::user_of(&state.pool, &session).await {
+    match app::auth::ssr::user_of(&state.services.pool, &session).await {
         Ok(Some(user)) => {
             // Server functions read it from here instead of asking again.
             request.extensions_mut().insert(user);

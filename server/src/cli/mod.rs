@@ -1,0 +1,136 @@
+//! The command line (spec section 8). Every subcommand takes `--config` and
+//! honours `$REPLAYSAFE_CONFIG` and `$DATABASE_URL`.
+
+pub mod migrate;
+pub mod seed;
+pub mod send;
+pub mod serve;
+pub mod source;
+pub mod user;
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+use crate::config::{self, Config, ConfigError};
+use crate::db::{self, DbError};
+use serve::ServeArgs;
+use source::SourceAction;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "replaysafe",
+    version,
+    about = "Inbound-webhook gateway with safe-replay semantics"
+)]
+pub struct Cli {
+    /// Config file [default: ./replaysafe.toml]
+    #[arg(long, global = true, env = "REPLAYSAFE_CONFIG", value_name = "PATH")]
+    pub config: Option<PathBuf>,
+    /// Threads running requests, workers and the dashboard [default: half
+    /// the cores, at least 1]. The work is mostly waiting on the network and
+    /// the database; PostgreSQL beside it on the same machine needs the rest.
+    #[arg(long, global = true, env = "REPLAYSAFE_THREADS", value_name = "N")]
+    pub threads: Option<std::num::NonZeroUsize>,
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+impl Cli {
+    /// The runtime's worker threads. Measured on a 2-core machine running
+    /// PostgreSQL too (bench/run, c=8): one thread answered about 20% more
+    /// deliveries than two, because waking a parked thread for every hand-off
+    /// between a request and its commit cost more than the work itself.
+    pub fn runtime_threads(&self) -> usize {
+        self.threads.map(|n| n.get()).unwrap_or_else(|| {
+            let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+            (cores / 2).max(1)
+        })
+    }
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Receive, verify, claim and forward webhooks, and serve the dashboard (the default)
+    Serve(ServeArgs),
+    /// Apply database migrations (idempotent) and exit
+    Migrate,
+    /// Sign sample events with a source's scheme and send them to its receiver
+    Send(send::SendArgs),
+    /// Manage dashboard users: add (password from stdin), list, disable, enable
+    User {
+        #[command(subcommand)]
+        action: user::UserAction,
+    },
+    /// Fill the database with realistic history through the real receiver and workers
+    Seed(seed::SeedArgs),
+    /// Pause or resume a source's forwarding (stored in the database)
+    Source {
+        #[command(subcommand)]
+        action: SourceAction,
+    },
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Db(#[from] DbError),
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        addr: std::net::SocketAddr,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Send(#[from] send::SendError),
+    #[error(transparent)]
+    Source(#[from] crate::db::sources::SourceError),
+    #[error(transparent)]
+    Seed(#[from] seed::SeedError),
+    #[error(transparent)]
+    User(#[from] crate::db::users::UserError),
+    #[error("server error: {0}")]
+    Serve(std::io::Error),
+}
+
+pub async fn run(cli: Cli) -> Result<(), CliError> {
+    let config = config::load(cli.config.as_deref())?;
+    match cli.command.unwrap_or(Command::Serve(ServeArgs::default())) {
+        Command::Serve(args) => serve::run(config, args).await,
+        Command::Migrate => migrate::run(config).await,
+        Command::Send(args) => Ok(send::run(&config, args).await?),
+        Command::Source { action } => source::run(config, action).await,
+        Command::Seed(args) => seed::command(config, args).await,
+        Command::User { action } => {
+            let (_database, pool) = open_migrated(&config).await?;
+            let result = user::run(&pool, action).await;
+            pool.close().await;
+            Ok(result?)
+        }
+    }
+}
+
+/// For one-shot commands: the database, migrated, with the config's sources.
+/// Keep the returned `Database` alive while the pool is used.
+pub(crate) async fn open_migrated(
+    config: &Config,
+) -> Result<(db::Database, sqlx::PgPool), CliError> {
+    let database = locate_one_shot(config).await?;
+    let pool = db::pool(&database.url, 2)?;
+    db::migrate(&pool).await?;
+    db::sources::sync(&pool, config)
+        .await
+        .map_err(DbError::from)?;
+    Ok((database, pool))
+}
+
+/// The database for a one-shot command: an embedded cluster that a running
+/// `serve` started is used and left running.
+pub(crate) async fn locate_one_shot(config: &Config) -> Result<db::Database, CliError> {
+    let database = db::locate(config).await?;
+    if let Some(pg) = &database.embedded {
+        pg.leave_running_if_reused();
+    }
+    Ok(database)
+}

@@ -1,0 +1,119 @@
+//! `replaysafe serve` (the default command): receive, verify, claim and
+//! forward webhooks, and serve the dashboard, until SIGINT or SIGTERM.
+
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+
+use super::CliError;
+use crate::config::Config;
+use crate::db;
+use crate::processing::worker::Workers;
+use crate::processing::Services;
+use crate::web::{Application, Role};
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct ServeArgs {
+    /// Workers forwarding events in this process; 0 runs a receiver only
+    #[arg(long, default_value_t = 8)]
+    pub workers: usize,
+    /// Run workers only: no receiver and no dashboard, just /healthz and /readyz
+    #[arg(long)]
+    pub worker_only: bool,
+}
+
+impl Default for ServeArgs {
+    fn default() -> Self {
+        Self {
+            workers: 8,
+            worker_only: false,
+        }
+    }
+}
+
+pub async fn run(config: Config, args: ServeArgs) -> Result<(), CliError> {
+    for s in &config.sources {
+        if s.destination.is_some() && s.destination_secret.is_none() {
+            tracing::warn!(
+                source = %s.slug,
+                "no destination_secret: forwards carry no webhook-signature, so the application cannot tell them from forgeries"
+            );
+        }
+    }
+    let config = Arc::new(config);
+    let database = db::locate(&config).await?;
+    let pool = db::pool(&database.url, 32)?;
+    let shutdown = CancellationToken::new();
+    let wake = Arc::new(tokio::sync::Notify::new());
+    let role = if args.worker_only {
+        Role::WorkerOnly
+    } else {
+        Role::Full
+    };
+    let services = Services::new(pool.clone(), config.clone(), wake);
+
+    let app = Application::bind(services.clone(), role)
+        .await
+        .map_err(|source| CliError::Listen {
+            addr: config.listen,
+            source,
+        })?;
+    tracing::info!(
+        "replaysafe is listening on http://{} (public URL {})",
+        app.addr,
+        config.public_url
+    );
+    let server = tokio::spawn(app.run(shutdown.clone()));
+    let pruner = tokio::spawn(crate::jobs::retention::run(
+        pool.clone(),
+        config.retention_days,
+        config.dedup_ttl_days,
+        shutdown.clone(),
+    ));
+    // Workers start once the schema is in place.
+    let processing = tokio::spawn({
+        let (pool, config, shutdown) = (pool.clone(), config.clone(), shutdown.clone());
+        async move {
+            db::prepare(pool.clone(), config.clone(), shutdown.clone()).await;
+            if shutdown.is_cancelled() {
+                return;
+            }
+            let rollup = tokio::spawn(crate::jobs::rollup::run(pool.clone(), shutdown.clone()));
+            let sessions = tokio::spawn(crate::jobs::sessions::run(pool, shutdown.clone()));
+            let mut workers = Workers::new(&services).spawn(args.workers, shutdown);
+            tracing::info!(
+                workers = args.workers,
+                worker_only = args.worker_only,
+                "processing started"
+            );
+            while workers.join_next().await.is_some() {}
+            let _ = rollup.await;
+            let _ = sessions.await;
+        }
+    });
+    tokio::select! {
+        _ = shutdown_signal() => tracing::info!("shutting down"),
+        _ = shutdown.cancelled() => {}
+    }
+    shutdown.cancel();
+    let served = server.await;
+    let _ = processing.await;
+    let _ = pruner.await;
+    pool.close().await;
+    // Dropping the database stops an embedded PostgreSQL.
+    drop(database);
+    match served {
+        Ok(result) => result.map_err(CliError::Serve),
+        Err(join) => Err(CliError::Serve(std::io::Error::other(join))),
+    }
+}
+
+/// Resolves on the first SIGINT (Ctrl-C) or SIGTERM.
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).expect("installing a SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}

@@ -1,0 +1,31 @@
+//! `replaysafe source pause|resume`: an operator's pause, stored in the
+//! database, where it wins over the config file.
+
+use clap::Subcommand;
+
+use super::{open_migrated, CliError};
+use crate::config::Config;
+use crate::db::audit::cli_actor;
+
+#[derive(Subcommand, Debug)]
+pub enum SourceAction {
+    /// Keep receiving, verifying and claiming, but forward nothing until resumed
+    Pause { slug: String },
+    /// Forward again, starting with what was held
+    Resume { slug: String },
+}
+
+pub async fn run(config: Config, action: SourceAction) -> Result<(), CliError> {
+    let (_database, pool) = open_migrated(&config).await?;
+    let (slug, paused) = match &action {
+        SourceAction::Pause { slug } => (slug, true),
+        SourceAction::Resume { slug } => (slug, false),
+    };
+    crate::db::sources::set_paused(&pool, slug, paused, &cli_actor(), None).await?;
+    pool.close().await;
+    println!(
+        "source {slug} {}",
+        if paused { "paused" } else { "resumed" }
+    );
+    Ok(())
+}

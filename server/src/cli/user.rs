@@ -1,0 +1,82 @@
+//! `replaysafe user add|list|disable|enable`: accounts are made from the
+//! command line (spec section 7). Passwords come from stdin, never argv.
+
+use std::io::BufRead;
+
+use app::auth::Role;
+use sqlx::PgPool;
+
+use crate::db::users::{add, list, set_disabled, UserError};
+
+#[derive(Debug, clap::Subcommand)]
+pub enum UserAction {
+    /// Create a user; the password is read from stdin (one line)
+    Add {
+        #[arg(long)]
+        username: String,
+        /// viewer (reads), operator (re-delivers, pauses), admin (forces, users)
+        #[arg(long, value_parser = ["viewer", "operator", "admin"])]
+        role: String,
+        /// Set the password and role of a user who already exists
+        #[arg(long)]
+        update: bool,
+    },
+    /// List users and their roles
+    List,
+    /// Stop a user from signing in; their open sessions end at once
+    Disable {
+        #[arg(long)]
+        username: String,
+    },
+    /// Let a disabled user sign in again
+    Enable {
+        #[arg(long)]
+        username: String,
+    },
+}
+
+pub async fn run(pool: &PgPool, action: UserAction) -> Result<(), UserError> {
+    match action {
+        UserAction::Add {
+            username,
+            role,
+            update,
+        } => {
+            let mut password = String::new();
+            std::io::stdin()
+                .lock()
+                .read_line(&mut password)
+                .map_err(UserError::Stdin)?;
+            let password = password.trim_end_matches(['\r', '\n']);
+            let role = Role::parse(&role).expect("clap checked the role");
+            let created = add(pool, &username, password, role, update).await?;
+            let verb = if created { "created" } else { "updated" };
+            println!("user {username} {verb} with role {}", role.as_str());
+        }
+        UserAction::List => {
+            let rows = list(pool).await?;
+            println!(
+                "{:<24} {:<9} {:<9} last sign-in",
+                "username", "role", "state"
+            );
+            for user in rows {
+                let state = if user.disabled { "disabled" } else { "active" };
+                println!(
+                    "{:<24} {:<9} {state:<9} {}",
+                    user.username,
+                    user.role,
+                    user.last_login.unwrap_or_else(|| "never".into())
+                );
+            }
+        }
+        UserAction::Disable { username } => {
+            set_disabled(pool, &username, true).await?;
+            println!("user {username} disabled; their sessions have ended");
+        }
+        UserAction::Enable { username } => {
+            set_disabled(pool, &username, false).await?;
+            println!("user {username} enabled");
+        }
+    }
+    Ok(())
+}

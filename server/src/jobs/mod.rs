@@ -1,0 +1,5 @@
+//! Background jobs every `serve` process runs beside its workers.
+
+pub mod retention;
+pub mod rollup;
+pub mod sessions;

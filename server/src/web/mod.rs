@@ -1,0 +1,154 @@
+//! The web edge: the router (dashboard pages and server functions behind
+//! the gate, `/hooks/{slug}`, probes and metrics), and the bound server.
+//! The only module that knows axum; everything below it is handed plain values.
+
+pub mod demo;
+pub mod gate;
+pub mod health;
+pub mod hooks;
+pub mod metrics;
+pub mod operations;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::extract::FromRef;
+use axum::routing::{get, post};
+use axum::Router;
+use leptos::config::LeptosOptions;
+use leptos::prelude::provide_context;
+use leptos_axum::{generate_route_list, LeptosRoutes};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tower_sessions_sqlx_store::PostgresStore;
+
+use crate::processing::Services;
+
+/// The name cargo-leptos gives the wasm, JS and CSS bundle (`output-name`).
+pub const SITE_OUTPUT_NAME: &str = "replaysafe";
+
+/// What every handler is given: the shared services and the UI's options.
+#[derive(Clone)]
+pub struct AppState {
+    pub leptos_options: LeptosOptions,
+    pub services: Services,
+}
+
+/// What a `serve` process answers besides health: everything, or nothing
+/// (a worker-only process scales forwarding apart from receiving).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    Full,
+    WorkerOnly,
+}
+
+impl FromRef<AppState> for LeptosOptions {
+    fn from_ref(state: &AppState) -> Self {
+        state.leptos_options.clone()
+    }
+}
+
+/// Where cargo-leptos put the site: `$LEPTOS_SITE_ROOT`, else `target/site`.
+fn leptos_options(addr: SocketAddr) -> LeptosOptions {
+    let site_root = std::env::var("LEPTOS_SITE_ROOT").unwrap_or_else(|_| "target/site".into());
+    let pkg = std::path::Path::new(&site_root).join("pkg");
+    if !pkg.join(format!("{SITE_OUTPUT_NAME}.js")).exists() {
+        tracing::warn!(
+            "UI bundle not found in {}: pages render but do not hydrate; build it with `cargo leptos build`",
+            pkg.display()
+        );
+    }
+    LeptosOptions::builder()
+        .output_name(SITE_OUTPUT_NAME)
+        .site_root(site_root)
+        .site_pkg_dir("pkg")
+        .site_addr(addr)
+        .build()
+}
+
+pub fn router(state: AppState, role: Role) -> Router {
+    if role == Role::WorkerOnly {
+        return Router::new()
+            .route("/healthz", get(health::healthz))
+            .route("/readyz", get(health::readyz))
+            .with_state(state);
+    }
+    let routes = generate_route_list(app::App);
+    let pool = state.services.pool.clone();
+    let operations: Arc<dyn app::api::actions::ssr::Operations> =
+        Arc::new(operations::ServerOperations {
+            services: state.services.clone(),
+        });
+    let options = state.leptos_options.clone();
+    let config = state.services.config.clone();
+    // The dashboard: pages and server functions, behind sessions and the gate.
+    let dashboard = Router::new()
+        .leptos_routes_with_context(
+            &state,
+            routes,
+            move || {
+                provide_context(pool.clone());
+                provide_context(operations.clone());
+            },
+            move || app::shell(options.clone()),
+        )
+        .fallback(leptos_axum::file_and_error_handler::<AppState, _>(
+            app::shell,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            gate::gate,
+        ))
+        .layer(gate::session_layer(
+            &config,
+            PostgresStore::new(state.services.pool.clone()),
+        ));
+    // Providers and probes: no sessions, no cookies.
+    let router = Router::new()
+        .route("/healthz", get(health::healthz))
+        .route("/readyz", get(health::readyz))
+        .route("/metrics", get(metrics::handler))
+        .route("/hooks/{slug}", post(hooks::hook))
+        .merge(dashboard)
+        .with_state(state);
+    if config.demo_destination {
+        router.merge(demo::router())
+    } else {
+        router
+    }
+}
+
+/// A bound, not yet running server; tests bind port 0 and read `addr`.
+pub struct Application {
+    pub addr: SocketAddr,
+    listener: TcpListener,
+    router: Router,
+}
+
+impl Application {
+    pub async fn bind(services: Services, role: Role) -> std::io::Result<Self> {
+        crate::telemetry::metrics::install();
+        let listener = TcpListener::bind(services.config.listen).await?;
+        let addr = listener.local_addr()?;
+        let state = AppState {
+            leptos_options: leptos_options(addr),
+            services,
+        };
+        Ok(Self {
+            addr,
+            listener,
+            router: router(state, role),
+        })
+    }
+
+    /// Serves until `shutdown` is cancelled, then lets in-flight requests finish.
+    pub async fn run(self, shutdown: CancellationToken) -> std::io::Result<()> {
+        axum::serve(
+            self.listener,
+            self.router
+                .into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .with_graceful_shutdown(shutdown.cancelled_owned())
+        .await
+    }
+}
