@@ -74,12 +74,12 @@ pub mod ssr {
     use std::net::SocketAddr;
 
     use axum::extract::ConnectInfo;
-    use http::StatusCode;
     use leptos::prelude::*;
     use tower_sessions::Session;
 
     use super::{CurrentUser, Role};
-    use crate::api::ssr::{db_error, pool};
+    use crate::api::ssr::pool;
+    use crate::error::AppError;
 
     /// The session key holding the signed-in user's id.
     pub const USER_KEY: &str = "user_id";
@@ -88,17 +88,10 @@ pub mod ssr {
     pub const MAX_FAILURES_PER_ADDRESS: i64 = 20;
     pub const WINDOW_MINUTES: i32 = 15;
 
-    fn fail(status: StatusCode, message: &str) -> ServerFnError {
-        if let Some(response) = use_context::<leptos_axum::ResponseOptions>() {
-            response.set_status(status);
-        }
-        ServerFnError::new(message)
-    }
-
     async fn session() -> Result<Session, ServerFnError> {
         leptos_axum::extract::<Session>()
             .await
-            .map_err(|_| fail(StatusCode::INTERNAL_SERVER_ERROR, "sessions are not set up"))
+            .map_err(|_| AppError::Misconfigured("sessions are not set up".into()).into())
     }
 
     pub async fn remote_addr() -> Option<String> {
@@ -136,22 +129,22 @@ pub mod ssr {
         }
         let pool = pool()?;
         let session = session().await?;
-        user_of(&pool, &session).await.map_err(db_error)
+        user_of(&pool, &session)
+            .await
+            .map_err(|e| AppError::database(e).into())
     }
 
     /// The signed-in user if they hold `role`; otherwise 401 (no session)
     /// or 403 (a role too low), set on the response.
     pub async fn require(role: Role) -> Result<CurrentUser, ServerFnError> {
         match session_user().await? {
-            None => Err(fail(StatusCode::UNAUTHORIZED, "sign in first")),
-            Some(user) if !user.can(role) => Err(fail(
-                StatusCode::FORBIDDEN,
-                &format!(
-                    "this needs the {} role; you are {}",
-                    role.as_str(),
-                    user.role.as_str()
-                ),
-            )),
+            None => Err(AppError::Unauthorized("sign in first".into()).into()),
+            Some(user) if !user.can(role) => Err(AppError::Forbidden(format!(
+                "this needs the {} role; you are {}",
+                role.as_str(),
+                user.role.as_str()
+            ))
+            .into()),
             Some(user) => Ok(user),
         }
     }
@@ -212,7 +205,7 @@ pub mod ssr {
         .bind(WINDOW_MINUTES)
         .fetch_one(&pool)
         .await
-        .map_err(db_error)?;
+        .map_err(AppError::database)?;
         if by_user >= MAX_FAILURES_PER_USER || by_address >= MAX_FAILURES_PER_ADDRESS {
             audit(
                 &pool,
@@ -224,11 +217,11 @@ pub mod ssr {
                 serde_json::json!({}),
             )
             .await
-            .map_err(db_error)?;
-            return Err(fail(
-                StatusCode::TOO_MANY_REQUESTS,
-                &format!("too many failed sign-ins; try again in {WINDOW_MINUTES} minutes"),
-            ));
+            .map_err(AppError::database)?;
+            return Err(AppError::TooManyRequests(format!(
+                "too many failed sign-ins; try again in {WINDOW_MINUTES} minutes"
+            ))
+            .into());
         }
         let row: Option<(i64, String, String, String, bool)> = sqlx::query_as(
             "SELECT id, username, role, password_hash, disabled FROM users WHERE lower(username) = lower($1)",
@@ -236,7 +229,7 @@ pub mod ssr {
         .bind(&username)
         .fetch_optional(&pool)
         .await
-        .map_err(db_error)?;
+        .map_err(AppError::database)?;
         // An unknown name costs the same hash as a known one: timing tells nothing.
         let hash = row.as_ref().map(|r| r.3.clone());
         let verified = tokio::task::spawn_blocking(move || match hash {
@@ -269,23 +262,23 @@ pub mod ssr {
                 serde_json::json!({}),
             )
             .await
-            .map_err(db_error)?;
-            return Err(fail(StatusCode::UNAUTHORIZED, "wrong username or password"));
+            .map_err(AppError::database)?;
+            return Err(AppError::Unauthorized("wrong username or password".into()).into());
         };
         let session = session().await?;
         session
             .cycle_id()
             .await
-            .map_err(|_| fail(StatusCode::SERVICE_UNAVAILABLE, "could not start a session"))?;
+            .map_err(|_| AppError::Unavailable("could not start a session".into()))?;
         session
             .insert(USER_KEY, user.id)
             .await
-            .map_err(|_| fail(StatusCode::SERVICE_UNAVAILABLE, "could not start a session"))?;
+            .map_err(|_| AppError::Unavailable("could not start a session".into()))?;
         sqlx::query("UPDATE users SET last_login_at = now() WHERE id = $1")
             .bind(user.id)
             .execute(&pool)
             .await
-            .map_err(db_error)?;
+            .map_err(AppError::database)?;
         audit(
             &pool,
             Some(&user),
@@ -296,7 +289,7 @@ pub mod ssr {
             serde_json::json!({}),
         )
         .await
-        .map_err(db_error)?;
+        .map_err(AppError::database)?;
         leptos_axum::redirect(safe_next(&next));
         Ok(())
     }
@@ -304,7 +297,7 @@ pub mod ssr {
     pub async fn logout() -> Result<(), ServerFnError> {
         let pool = pool()?;
         let session = session().await?;
-        if let Some(user) = user_of(&pool, &session).await.map_err(db_error)? {
+        if let Some(user) = user_of(&pool, &session).await.map_err(AppError::database)? {
             audit(
                 &pool,
                 Some(&user),
@@ -315,7 +308,7 @@ pub mod ssr {
                 serde_json::json!({}),
             )
             .await
-            .map_err(db_error)?;
+            .map_err(AppError::database)?;
         }
         let _ = session.flush().await;
         leptos_axum::redirect("/login");

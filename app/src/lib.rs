@@ -6,6 +6,8 @@
 pub mod api;
 pub mod auth;
 pub mod components;
+#[cfg(feature = "ssr")]
+pub mod error;
 pub mod pages;
 
 use leptos::prelude::*;

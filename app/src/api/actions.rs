@@ -5,6 +5,9 @@
 use leptos::prelude::*;
 use serde::{Deserialize, Serialize};
 
+#[cfg(feature = "ssr")]
+use crate::error::AppError;
+
 /// What the dedup layer did with a re-delivery, in the words shown.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RedeliveryResult {
@@ -30,7 +33,7 @@ pub async fn set_source_paused(slug: String, paused: bool) -> Result<(), ServerF
     ssr::operations()?
         .set_paused(slug, paused, user)
         .await
-        .map_err(ssr::refused)
+        .map_err(ServerFnError::from)
 }
 
 /// Re-delivers one stored delivery through the receiver pipeline. A
@@ -53,7 +56,7 @@ pub async fn redeliver(
             serde_json::json!({"event": r.event_id, "new_delivery": r.delivery_id, "outcome": r.outcome, "reason": reason}),
         ),
         Err(refusal) => (
-            format!("refused: {}", refusal.message),
+            format!("refused: {}", refusal.message()),
             serde_json::json!({ "reason": reason }),
         ),
     };
@@ -72,8 +75,8 @@ pub async fn redeliver(
         detail,
     )
     .await
-    .map_err(super::ssr::db_error)?;
-    result.map_err(ssr::refused)
+    .map_err(AppError::database)?;
+    result.map_err(ServerFnError::from)
 }
 
 /// Which dead events a bulk re-delivery takes. Empty means any.
@@ -161,7 +164,7 @@ pub async fn list_audit(before: Option<i64>) -> Result<AuditPage, ServerFnError>
     .bind(AUDIT_PAGE + 1)
     .fetch_all(&pool)
     .await
-    .map_err(super::ssr::db_error)?;
+    .map_err(AppError::database)?;
     let older = if rows.len() as i64 > AUDIT_PAGE {
         rows.truncate(AUDIT_PAGE as usize);
         rows.last().map(|r| r.id)
@@ -177,22 +180,15 @@ pub mod ssr {
     use std::pin::Pin;
     use std::sync::Arc;
 
-    use http::StatusCode;
     use leptos::prelude::*;
 
     use super::*;
-    use crate::api::ssr::{db_error, pool};
+    use crate::api::ssr::pool;
     use crate::auth::ssr::audit;
     use crate::auth::CurrentUser;
+    pub use crate::error::AppError;
 
     pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
-
-    /// Why an operation was refused, with the status to answer.
-    #[derive(Debug)]
-    pub struct Refusal {
-        pub status: StatusCode,
-        pub message: String,
-    }
 
     /// What the server binary provides: the receiver pipeline and the queue
     /// live there, and the UI reaches them only through this.
@@ -204,13 +200,13 @@ pub mod ssr {
             delivery_id: i64,
             by: CurrentUser,
             past_window_reason: Option<String>,
-        ) -> BoxFuture<'_, Result<RedeliveryResult, Refusal>>;
+        ) -> BoxFuture<'_, Result<RedeliveryResult, AppError>>;
         fn set_paused(
             &self,
             slug: String,
             paused: bool,
             by: CurrentUser,
-        ) -> BoxFuture<'_, Result<(), Refusal>>;
+        ) -> BoxFuture<'_, Result<(), AppError>>;
         /// An admin's forced re-execution of a completed event, queued for
         /// the workers; refused with the reason otherwise.
         fn force(
@@ -218,7 +214,7 @@ pub mod ssr {
             event_id: i64,
             reason: String,
             by: CurrentUser,
-        ) -> BoxFuture<'_, Result<(), Refusal>>;
+        ) -> BoxFuture<'_, Result<(), AppError>>;
     }
 
     pub fn operations() -> Result<Arc<dyn Operations>, ServerFnError> {
@@ -226,26 +222,12 @@ pub mod ssr {
             .ok_or_else(|| ServerFnError::new("server misconfigured: no operations"))
     }
 
-    pub fn refused(r: Refusal) -> ServerFnError {
-        if let Some(response) = use_context::<leptos_axum::ResponseOptions>() {
-            response.set_status(r.status);
-        }
-        ServerFnError::new(r.message)
-    }
-
-    fn bad_request(message: &str) -> ServerFnError {
-        refused(Refusal {
-            status: StatusCode::BAD_REQUEST,
-            message: message.to_owned(),
-        })
-    }
-
     fn time_bound(field: &str, value: &str) -> Result<Option<String>, ServerFnError> {
         match value.trim() {
             "" => Ok(None),
             value => crate::api::ssr::utc_time(field, value)
                 .map(Some)
-                .map_err(|message| bad_request(&message)),
+                .map_err(|message| AppError::BadRequest(message).into()),
         }
     }
 
@@ -285,7 +267,7 @@ pub mod ssr {
         .bind(BULK_STEP)
         .fetch_all(&pool)
         .await
-        .map_err(db_error)?;
+        .map_err(AppError::database)?;
         let mut results = Vec::with_capacity(chosen.len());
         for (event_id, first_delivery, key) in &chosen {
             let result = match first_delivery {
@@ -298,7 +280,7 @@ pub mod ssr {
                         idem_key: Some(key.clone()),
                         outcome: "refused".into(),
                         requeued: false,
-                        message: refusal.message,
+                        message: refusal.message().to_owned(),
                         past_window: false,
                     },
                 },
@@ -328,7 +310,7 @@ pub mod ssr {
                 .bind(reason)
                 .fetch_one(&pool)
                 .await
-                .map_err(db_error)?,
+                .map_err(AppError::database)?,
         };
         let requeued = results.iter().filter(|r| r.requeued).count();
         audit(
@@ -344,7 +326,7 @@ pub mod ssr {
             }),
         )
         .await
-        .map_err(db_error)?;
+        .map_err(AppError::database)?;
         Ok(BulkStep {
             results,
             next_after,
@@ -361,22 +343,23 @@ pub mod ssr {
         let pool = pool()?;
         let reason = reason.trim();
         if reason.is_empty() {
-            return Err(bad_request("give a reason: it goes into the audit log"));
+            return Err(
+                AppError::BadRequest("give a reason: it goes into the audit log".into()).into(),
+            );
         }
         let found: Option<(String, String)> =
             sqlx::query_as("SELECT source, idem_key FROM events WHERE id = $1")
                 .bind(event_id)
                 .fetch_optional(&pool)
                 .await
-                .map_err(db_error)?;
+                .map_err(AppError::database)?;
         let Some((source, key)) = found else {
-            return Err(refused(Refusal {
-                status: StatusCode::NOT_FOUND,
-                message: "event not found".into(),
-            }));
+            return Err(AppError::not_found("event").into());
         };
         if confirm_key.trim() != key {
-            return Err(bad_request("to confirm, type the event's key exactly"));
+            return Err(
+                AppError::BadRequest("to confirm, type the event's key exactly".into()).into(),
+            );
         }
         // The server's event owner forces only a completed event, once per completion.
         let forced = operations()?
@@ -384,7 +367,7 @@ pub mod ssr {
             .await;
         let outcome = match &forced {
             Ok(()) => "forced".to_owned(),
-            Err(refusal) => format!("refused: {}", refusal.message),
+            Err(refusal) => format!("refused: {}", refusal.message()),
         };
         audit(
             &pool,
@@ -396,12 +379,10 @@ pub mod ssr {
             serde_json::json!({ "reason": reason }),
         )
         .await
-        .map_err(db_error)?;
+        .map_err(AppError::database)?;
         forced.map_err(|r| {
-            refused(Refusal {
-                message: format!("refused: {}", r.message),
-                ..r
-            })
+            let message = format!("refused: {}", r.message());
+            r.with_message(message)
         })?;
         Ok(format!(
             "forced: queued to be forwarded again with Idempotency-Key {source}:{key} and x-replaysafe-forced: true"

@@ -129,7 +129,7 @@ pub async fn list_deliveries(
             older: None,
             filter_error: Some(message),
         }),
-        Err(server::QueryError::Db(e)) => Err(db_error(e)),
+        Err(server::QueryError::Db(e)) => Err(AppError::database(e).into()),
     }
 }
 

@@ -132,8 +132,8 @@ pub async fn get_event(id: i64) -> Result<EventDetail, ServerFnError> {
     let pool = pool()?;
     server::event(&pool, id)
         .await
-        .map_err(db_error)?
-        .ok_or_else(|| not_found("event"))
+        .map_err(AppError::database)?
+        .ok_or_else(|| AppError::not_found("event").into())
 }
 
 #[server(endpoint = "delivery")]
@@ -143,8 +143,8 @@ pub async fn get_delivery(id: i64) -> Result<DeliveryDetail, ServerFnError> {
     let pool = pool()?;
     server::delivery(&pool, id)
         .await
-        .map_err(db_error)?
-        .ok_or_else(|| not_found("delivery"))
+        .map_err(AppError::database)?
+        .ok_or_else(|| AppError::not_found("delivery").into())
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -185,7 +185,7 @@ pub async fn list_dead(
     let source = source.filter(|s| !s.is_empty());
     server::dead(&pool, source, before.zip(before_id))
         .await
-        .map_err(db_error)
+        .map_err(|e| AppError::database(e).into())
 }
 
 #[cfg(feature = "ssr")]

@@ -94,17 +94,19 @@ pub async fn list_sources() -> Result<Vec<SourceSummary>, ServerFnError> {
     )
     .fetch_all(&pool)
     .await
-    .map_err(db_error)
+    .map_err(|e| AppError::database(e).into())
 }
 
 #[cfg(feature = "ssr")]
 pub mod ssr {
+    pub use crate::error::AppError;
     use leptos::prelude::*;
     pub use sqlx::PgPool;
 
     /// The pool the server provides as context to every render and server function.
     pub fn pool() -> Result<PgPool, ServerFnError> {
-        use_context::<PgPool>().ok_or_else(|| ServerFnError::new("server misconfigured"))
+        use_context::<PgPool>()
+            .ok_or_else(|| AppError::Misconfigured("server misconfigured: no pool".into()).into())
     }
 
     /// A filter's time as a `datetime-local` input gives it
@@ -124,20 +126,6 @@ pub mod ssr {
                 "{field}: expected a UTC time like 2026-11-30T14:05, got {value:?}"
             ))
         }
-    }
-
-    /// Shown when a page asks for something that does not exist.
-    pub fn not_found(what: &str) -> ServerFnError {
-        if let Some(response) = use_context::<leptos_axum::ResponseOptions>() {
-            response.set_status(http::StatusCode::NOT_FOUND);
-        }
-        ServerFnError::new(format!("{what} not found"))
-    }
-
-    /// The browser gets a stable message; the cause goes to the server log.
-    pub fn db_error(e: sqlx::Error) -> ServerFnError {
-        tracing::error!(error = %e, "database error in a server function");
-        ServerFnError::new("the database is unavailable; try again shortly")
     }
 }
 

@@ -173,7 +173,9 @@ pub async fn load_overview(
     let pool = pool()?;
     let window = Window::parse(&window);
     let source = source.filter(|s| !s.is_empty());
-    server::load(&pool, source, window).await.map_err(db_error)
+    server::load(&pool, source, window)
+        .await
+        .map_err(|e| AppError::database(e).into())
 }
 
 #[cfg(feature = "ssr")]

@@ -357,13 +357,10 @@ fn valid_slug(slug: &str) -> bool {
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
 }
 
-fn check_http_url(url: &str) -> Result<(), String> {
-    let rest = url
-        .strip_prefix("http://")
-        .or_else(|| url.strip_prefix("https://"));
-    match rest {
-        Some(host) if !host.is_empty() && !host.starts_with('/') => Ok(()),
-        _ => Err(format!("{url:?} is not an http:// or https:// URL")),
+fn check_http_url(text: &str) -> Result<(), String> {
+    match url::Url::parse(text) {
+        Ok(url) if matches!(url.scheme(), "http" | "https") && url.host().is_some() => Ok(()),
+        _ => Err(format!("{text:?} is not an http:// or https:// URL")),
     }
 }
 

@@ -74,14 +74,15 @@ impl RetryPolicy {
     }
 }
 
-/// `Retry-After` as seconds or an HTTP date.
+/// `Retry-After` as seconds or an HTTP date (any of the three forms RFC 9110
+/// allows a recipient to meet).
 pub fn parse_retry_after(value: &str, now: chrono::DateTime<chrono::Utc>) -> Option<Duration> {
     let value = value.trim();
     if let Ok(secs) = value.parse::<u64>() {
         return Some(Duration::from_secs(secs));
     }
-    let at = chrono::DateTime::parse_from_rfc2822(value).ok()?;
-    (at.with_timezone(&chrono::Utc) - now).to_std().ok()
+    let at = httpdate::parse_http_date(value).ok()?;
+    at.duration_since(std::time::SystemTime::from(now)).ok()
 }
 
 #[cfg(test)]
@@ -141,6 +142,20 @@ mod tests {
         assert_eq!(
             parse_retry_after("Mon, 30 Nov 2026 12:00:30 GMT", now),
             Some(Duration::from_secs(30))
+        );
+        // The obsolete forms a recipient must still read.
+        assert_eq!(
+            parse_retry_after("Monday, 30-Nov-26 12:01:00 GMT", now),
+            Some(Duration::from_secs(60))
+        );
+        assert_eq!(
+            parse_retry_after("Mon Nov 30 12:00:05 2026", now),
+            Some(Duration::from_secs(5))
+        );
+        // A date already past: no wait asked for.
+        assert_eq!(
+            parse_retry_after("Mon, 30 Nov 2026 11:00:00 GMT", now),
+            None
         );
         assert_eq!(parse_retry_after("soon", now), None);
     }

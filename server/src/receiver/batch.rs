@@ -52,7 +52,24 @@ pub struct PendingClaim {
     pub replay_digest: Option<Vec<u8>>,
 }
 
-type Job = (PendingClaim, oneshot::Sender<Result<Claimed, sqlx::Error>>);
+type Job = (PendingClaim, oneshot::Sender<Result<Claimed, ClaimError>>);
+
+/// Why a delivery could not be claimed. Every one is answered 503, so the
+/// provider retries; none of the delivery was stored.
+#[derive(Debug, thiserror::Error)]
+pub enum ClaimError {
+    #[error("database: {0}")]
+    Database(#[from] sqlx::Error),
+    /// The committers have stopped: the process is shutting down.
+    #[error("the claim committers have stopped")]
+    Stopped,
+    /// The database did not answer within the limit.
+    #[error("the database did not answer within {0:?}")]
+    TimedOut(Duration),
+    /// The statement of the batch holding this delivery failed.
+    #[error("claim batch failed: {0}")]
+    BatchFailed(String),
+}
 
 /// Hands claims to a few committer tasks; cheap to clone.
 #[derive(Clone)]
@@ -91,13 +108,13 @@ impl ClaimBatcher {
     }
 
     /// Claims in the next shared transaction; returns once it committed.
-    pub async fn claim(&self, pending: PendingClaim) -> Result<Claimed, sqlx::Error> {
+    pub async fn claim(&self, pending: PendingClaim) -> Result<Claimed, ClaimError> {
         let (reply, answer) = oneshot::channel();
         self.jobs
             .send((pending, reply))
             .await
-            .map_err(|_| sqlx::Error::PoolClosed)?;
-        answer.await.map_err(|_| sqlx::Error::PoolClosed)?
+            .map_err(|_| ClaimError::Stopped)?;
+        answer.await.map_err(|_| ClaimError::Stopped)?
     }
 }
 
@@ -298,7 +315,7 @@ const IDLE_PING: Duration = Duration::from_millis(100);
 impl Committer {
     /// The open connection, checked first if it sat idle or another
     /// committer's broke, else (re)opened.
-    async fn ready(&mut self, shared: &Shared) -> Result<&mut PgConnection, sqlx::Error> {
+    async fn ready(&mut self, shared: &Shared) -> Result<&mut PgConnection, ClaimError> {
         let breakages = shared.breakages.load(Ordering::SeqCst);
         if let Some(conn) = self.open.as_mut() {
             if self.breakages != breakages || self.used.elapsed() > IDLE_PING {
@@ -314,7 +331,7 @@ impl Committer {
                 PgConnection::connect_with(&self.options),
             )
             .await
-            .map_err(|_| sqlx::Error::PoolTimedOut)??;
+            .map_err(|_| ClaimError::TimedOut(crate::db::ACQUIRE_TIMEOUT))??;
             self.open = Some(opened);
         }
         self.breakages = breakages;
@@ -469,16 +486,19 @@ async fn commit_batch(connection: &mut Committer, shared: &Shared, batch: Vec<Jo
     metrics::histogram!("replaysafe_claim_batch_size").record(n as f64);
     let sent = Instant::now();
     let answered = match connection.ready(shared).await {
-        Ok(conn) => tokio::time::timeout(STATEMENT_TIMEOUT, claim_all(conn, &pending))
-            .await
-            .unwrap_or(Err(sqlx::Error::PoolTimedOut)),
+        Ok(conn) => {
+            match tokio::time::timeout(STATEMENT_TIMEOUT, claim_all(conn, &pending)).await {
+                Ok(rows) => rows.map_err(ClaimError::from),
+                Err(_) => Err(ClaimError::TimedOut(STATEMENT_TIMEOUT)),
+            }
+        }
         Err(e) => Err(e),
     };
     // A statement error leaves the connection usable; anything else (a
     // broken socket, a timeout mid-statement) may not have, nor may the
     // other committers' connections.
     match &answered {
-        Err(e) if !matches!(e, sqlx::Error::Database(_)) => {
+        Err(e) if !matches!(e, ClaimError::Database(sqlx::Error::Database(_))) => {
             if connection.open.take().is_some() {
                 shared.breakages.fetch_add(1, Ordering::SeqCst);
             }
@@ -519,9 +539,7 @@ async fn commit_batch(connection: &mut Committer, shared: &Shared, batch: Vec<Jo
     // Only a failed statement leaves a delivery unanswered: none of it was stored.
     let failure = failure.unwrap_or_else(|| "a delivery came back unanswered".into());
     for reply in replies.into_iter().flatten() {
-        let _ = reply.send(Err(sqlx::Error::Protocol(format!(
-            "claim batch failed: {failure}"
-        ))));
+        let _ = reply.send(Err(ClaimError::BatchFailed(failure.clone())));
     }
 }
 

@@ -14,7 +14,7 @@ use crate::config::{Mode, SourceConfig};
 use crate::events::LEASE_MARGIN;
 pub use crate::providers::Inbound;
 use crate::providers::{Rejection, Window};
-use batch::{ClaimBatcher, PendingClaim};
+use batch::{ClaimBatcher, ClaimError, PendingClaim};
 use claim::{Claimed, NewDelivery, Outcome, SyncLease};
 pub use reply::Reply;
 
@@ -158,6 +158,7 @@ pub async fn accept(
             delivery.reject_kind = Some(rejection.kind.as_str());
             claim::record_rejected(pool, &delivery, rejection.status)
                 .await
+                .map_err(ClaimError::from)
                 .map(|id| {
                     Accepted::Answered(Reply {
                         delivery_id: Some(id),
@@ -182,6 +183,7 @@ pub async fn accept(
                 _ if receipt.redelivery.is_some() => {
                     claim::claim(pool, source.mode, &delivery, None)
                         .await
+                        .map_err(ClaimError::from)
                         .map(answered)
                 }
                 // Ack mode: claimed in a shared transaction with concurrent deliveries.
@@ -202,6 +204,7 @@ pub async fn accept(
                     .map(answered),
                 Some(lease) => claim::claim(pool, source.mode, &delivery, Some(&lease))
                     .await
+                    .map_err(ClaimError::from)
                     .map(|claimed| {
                         if claimed.outcome == Outcome::Claimed {
                             Accepted::Forward(SyncClaim {

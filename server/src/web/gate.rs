@@ -36,11 +36,14 @@ pub fn session_layer(config: &Config, store: PostgresStore) -> SessionManagerLay
         ))
 }
 
-/// `scheme://host[:port]` reduced to `host[:port]`.
-fn authority(url: &str) -> Option<&str> {
-    let rest = url.split_once("://")?.1;
-    let end = rest.find('/').unwrap_or(rest.len());
-    Some(&rest[..end])
+/// `host[:port]` of a URL, as a `Host` header names it (no default port).
+fn authority(url: &str) -> Option<String> {
+    let url = url::Url::parse(url).ok()?;
+    let host = url.host_str()?;
+    Some(match url.port() {
+        Some(port) => format!("{host}:{port}"),
+        None => host.to_owned(),
+    })
 }
 
 /// A state-changing request must come from this site: its Origin (or, when
@@ -56,7 +59,8 @@ pub fn same_origin(headers: &HeaderMap, public_url: &str) -> bool {
         return false;
     };
     let host = headers.get(header::HOST).and_then(|v| v.to_str().ok());
-    Some(claimed) == authority(public_url) || Some(claimed) == host
+    Some(&claimed) == authority(public_url).as_ref()
+        || host.is_some_and(|h| h.eq_ignore_ascii_case(&claimed))
 }
 
 pub async fn gate(

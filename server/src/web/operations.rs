@@ -3,10 +3,10 @@
 
 use std::time::Instant;
 
-use app::api::actions::ssr::{BoxFuture, Operations, Refusal};
+use app::api::actions::ssr::{BoxFuture, Operations};
 use app::api::actions::RedeliveryResult;
 use app::auth::{CurrentUser, Role};
-use axum::http::StatusCode;
+use app::error::AppError;
 
 use crate::events::Forced;
 use crate::processing::{intake, Services};
@@ -15,21 +15,6 @@ use crate::receiver::{Inbound, Receipt};
 
 pub struct ServerOperations {
     pub services: Services,
-}
-
-fn refusal(status: StatusCode, message: impl Into<String>) -> Refusal {
-    Refusal {
-        status,
-        message: message.into(),
-    }
-}
-
-fn unavailable(e: sqlx::Error) -> Refusal {
-    tracing::error!(error = %e, "re-delivery: database unavailable");
-    refusal(
-        StatusCode::SERVICE_UNAVAILABLE,
-        "the database is unavailable; try again shortly",
-    )
 }
 
 #[derive(sqlx::FromRow)]
@@ -60,7 +45,7 @@ impl ServerOperations {
         delivery_id: i64,
         by: CurrentUser,
         past_window_reason: Option<String>,
-    ) -> Result<RedeliveryResult, Refusal> {
+    ) -> Result<RedeliveryResult, AppError> {
         let stored: Option<Stored> = sqlx::query_as(
             "SELECT source, headers, body, query, outcome,
                         extract(epoch FROM received_at)::bigint AS received_at
@@ -69,15 +54,14 @@ impl ServerOperations {
         .bind(delivery_id)
         .fetch_optional(&self.services.pool)
         .await
-        .map_err(unavailable)?;
+        .map_err(AppError::database)?;
         let Some(stored) = stored else {
-            return Err(refusal(StatusCode::NOT_FOUND, "delivery not found"));
+            return Err(AppError::NotFound(String::from("delivery not found")));
         };
         let Some(body) = stored.body else {
-            return Err(refusal(
-                StatusCode::CONFLICT,
+            return Err(AppError::Conflict(String::from(
                 "its payload was removed by retention, so it cannot be re-delivered",
-            ));
+            )));
         };
         let Some(source) = self
             .services
@@ -86,10 +70,10 @@ impl ServerOperations {
             .iter()
             .find(|s| s.slug == stored.source)
         else {
-            return Err(refusal(
-                StatusCode::CONFLICT,
-                format!("source {:?} is no longer configured", stored.source),
-            ));
+            return Err(AppError::Conflict(format!(
+                "source {:?} is no longer configured",
+                stored.source
+            )));
         };
         let headers = match stored.headers {
             serde_json::Value::Array(pairs) => pairs
@@ -120,22 +104,20 @@ impl ServerOperations {
             && crate::receiver::verify(source, &inbound, now, true).is_ok();
         if past_window {
             if !by.can(Role::Admin) {
-                return Err(refusal(
-                    StatusCode::FORBIDDEN,
+                return Err(AppError::Forbidden(String::from(
                     "it was rejected because its timestamp was outside the window, which \
                      stops captured requests from being replayed: only an admin can \
                      re-deliver it, giving a reason",
-                ));
+                )));
             }
             if past_window_reason
                 .as_deref()
                 .is_none_or(|r| r.trim().is_empty())
             {
-                return Err(refusal(
-                    StatusCode::BAD_REQUEST,
+                return Err(AppError::BadRequest(String::from(
                     "it was rejected for its timestamp: give the reason to re-deliver it \
                      anyway (it goes into the audit log)",
-                ));
+                )));
             }
         }
         let receipt = Receipt {
@@ -149,16 +131,14 @@ impl ServerOperations {
         };
         let reply = intake::receive(&self.services, source, &inbound, receipt).await;
         if reply.outcome == Outcome::Unavailable {
-            return Err(refusal(
-                StatusCode::SERVICE_UNAVAILABLE,
+            return Err(AppError::Unavailable(String::from(
                 "the database is unavailable; nothing was re-delivered",
-            ));
+            )));
         }
         let Some(recorded_id) = reply.delivery_id else {
-            return Err(refusal(
-                StatusCode::INTERNAL_SERVER_ERROR,
+            return Err(AppError::Misconfigured(String::from(
                 "the re-delivery was not recorded",
-            ));
+            )));
         };
         let recorded: Recorded = sqlx::query_as(
             "SELECT d.id, d.event_id, d.idem_key, d.outcome, d.reject_reason,
@@ -169,7 +149,7 @@ impl ServerOperations {
         .bind(recorded_id)
         .fetch_one(&self.services.pool)
         .await
-        .map_err(unavailable)?;
+        .map_err(AppError::database)?;
         let requeued = recorded.outcome == "claimed" && recorded.revived;
         let message = match recorded.outcome.as_str() {
             "claimed" if requeued => {
@@ -210,7 +190,7 @@ impl Operations for ServerOperations {
         delivery_id: i64,
         by: CurrentUser,
         past_window_reason: Option<String>,
-    ) -> BoxFuture<'_, Result<RedeliveryResult, Refusal>> {
+    ) -> BoxFuture<'_, Result<RedeliveryResult, AppError>> {
         Box::pin(self.redeliver_now(delivery_id, by, past_window_reason))
     }
 
@@ -219,7 +199,7 @@ impl Operations for ServerOperations {
         slug: String,
         paused: bool,
         by: CurrentUser,
-    ) -> BoxFuture<'_, Result<(), Refusal>> {
+    ) -> BoxFuture<'_, Result<(), AppError>> {
         Box::pin(async move {
             match crate::db::sources::set_paused(
                 &self.services.pool,
@@ -236,11 +216,10 @@ impl Operations for ServerOperations {
                     }
                     Ok(())
                 }
-                Err(crate::db::sources::SourceError::Unknown(slug)) => Err(refusal(
-                    StatusCode::NOT_FOUND,
+                Err(crate::db::sources::SourceError::Unknown(slug)) => Err(AppError::NotFound(
                     format!("no source {slug:?} is configured"),
                 )),
-                Err(crate::db::sources::SourceError::Db(e)) => Err(unavailable(e)),
+                Err(crate::db::sources::SourceError::Db(e)) => Err(AppError::database(e)),
             }
         })
     }
@@ -250,23 +229,17 @@ impl Operations for ServerOperations {
         event_id: i64,
         reason: String,
         by: CurrentUser,
-    ) -> BoxFuture<'_, Result<(), Refusal>> {
+    ) -> BoxFuture<'_, Result<(), AppError>> {
         Box::pin(async move {
             match crate::events::force(&self.services.pool, event_id, by.id, &reason).await {
                 Ok(Forced::Queued { .. }) => {
                     self.services.wake.notify_waiters();
                     Ok(())
                 }
-                Ok(Forced::NotCompleted(state)) => Err(refusal(
-                    StatusCode::CONFLICT,
-                    format!("only a completed event can be forced; this one is {}", state.as_str()),
-                )),
-                Ok(Forced::NoPayload) => Err(refusal(
-                    StatusCode::CONFLICT,
-                    "retention removed every stored copy of its payload: there is nothing to forward",
-                )),
-                Ok(Forced::NotFound) => Err(refusal(StatusCode::NOT_FOUND, "event not found")),
-                Err(e) => Err(unavailable(e)),
+                Ok(Forced::NotCompleted(state)) => Err(AppError::Conflict(format!("only a completed event can be forced; this one is {}", state.as_str()))),
+                Ok(Forced::NoPayload) => Err(AppError::Conflict(String::from("retention removed every stored copy of its payload: there is nothing to forward"))),
+                Ok(Forced::NotFound) => Err(AppError::NotFound(String::from("event not found"))),
+                Err(e) => Err(AppError::database(e)),
             }
         })
     }
