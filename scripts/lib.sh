@@ -5,6 +5,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 CARGO_LEPTOS_VERSION=0.3.10      # 0.3.11 needs a newer rustc (toolchain.md)
 WASM_BINDGEN_VERSION=0.2.130     # must equal the wasm-bindgen crate pin in Cargo.toml
+SQLX_CLI_VERSION=0.8.6           # must equal the sqlx crate version in Cargo.toml
 export PATH="$HOME/.cargo/bin:$PATH"
 
 log() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
@@ -38,6 +39,19 @@ ensure_build_tools() {
     # Not --locked: its lockfile names a crate version the registry mirror lacks.
     cargo install wasm-bindgen-cli --version "$WASM_BINDGEN_VERSION" --force
   fi
+  if ! cargo sqlx --version 2>/dev/null | grep -q "$SQLX_CLI_VERSION"; then
+    log "installing sqlx-cli $SQLX_CLI_VERSION (about 5 minutes, once per machine)"
+    cargo install sqlx-cli --locked --version "$SQLX_CLI_VERSION" --no-default-features --features postgres,rustls
+  fi
+}
+
+# The compile-time SQL data in .sqlx must match the queries: a stale copy
+# fails here rather than as a build error on someone else's machine.
+check_sqlx_data() {
+  local db=replaysafe_sqlx
+  psql -q "$TEST_PG_URL/postgres" -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" -c "CREATE DATABASE $db"
+  DATABASE_URL="$TEST_PG_URL/$db" cargo sqlx migrate run --source "$ROOT/migrations" >/dev/null
+  (cd "$ROOT" && DATABASE_URL="$TEST_PG_URL/$db" cargo sqlx prepare --workspace --check)
 }
 
 ensure_postgres_binaries() {

@@ -110,13 +110,18 @@ pub mod ssr {
         let Ok(Some(id)) = session.get::<i64>(USER_KEY).await else {
             return Ok(None);
         };
-        let row: Option<(i64, String, String)> =
-            sqlx::query_as("SELECT id, username, role FROM users WHERE id = $1 AND NOT disabled")
-                .bind(id)
-                .fetch_optional(pool)
-                .await?;
-        Ok(row.and_then(|(id, username, role)| {
-            Role::parse(&role).map(|role| CurrentUser { id, username, role })
+        let row = sqlx::query!(
+            "SELECT id, username, role FROM users WHERE id = $1 AND NOT disabled",
+            id
+        )
+        .fetch_optional(pool)
+        .await?;
+        Ok(row.and_then(|r| {
+            Role::parse(&r.role).map(|role| CurrentUser {
+                id: r.id,
+                username: r.username,
+                role,
+            })
         }))
     }
 
@@ -159,17 +164,17 @@ pub mod ssr {
         outcome: &str,
         detail: serde_json::Value,
     ) -> Result<(), sqlx::Error> {
-        sqlx::query(
-            "INSERT INTO audit_log (user_id, username, action, target, outcome, detail, remote_addr)
+        sqlx::query!(
+"INSERT INTO audit_log (user_id, username, action, target, outcome, detail, remote_addr)
              VALUES ($1, $2, $3, $4, $5, $6, $7)",
-        )
-        .bind(user.map(|u| u.id))
-        .bind(username)
-        .bind(action)
-        .bind(target)
-        .bind(outcome)
-        .bind(detail)
-        .bind(remote_addr().await)
+user.map(|u| u.id),
+username,
+action,
+target,
+outcome,
+detail,
+remote_addr().await
+)
         .execute(pool)
         .await?;
         Ok(())
@@ -193,19 +198,20 @@ pub mod ssr {
         let pool = pool()?;
         let username = username.trim().to_owned();
         let address = remote_addr().await.unwrap_or_default();
-        let (by_user, by_address): (i64, i64) = sqlx::query_as(
-            "SELECT count(*) FILTER (WHERE lower(username) = lower($1)),
-                    count(*) FILTER (WHERE remote_addr = $2)
-             FROM audit_log
-             WHERE action = 'login' AND outcome <> 'succeeded'
-               AND at > now() - make_interval(mins => $3)",
+        let failures = sqlx::query!(
+            r#"SELECT count(*) FILTER (WHERE lower(username) = lower($1)) AS "by_user!",
+                      count(*) FILTER (WHERE remote_addr = $2) AS "by_address!"
+               FROM audit_log
+               WHERE action = 'login' AND outcome <> 'succeeded'
+                 AND at > now() - make_interval(mins => $3)"#,
+            &username,
+            &address,
+            WINDOW_MINUTES
         )
-        .bind(&username)
-        .bind(&address)
-        .bind(WINDOW_MINUTES)
         .fetch_one(&pool)
         .await
         .map_err(AppError::database)?;
+        let (by_user, by_address) = (failures.by_user, failures.by_address);
         if by_user >= MAX_FAILURES_PER_USER || by_address >= MAX_FAILURES_PER_ADDRESS {
             audit(
                 &pool,
@@ -223,13 +229,14 @@ pub mod ssr {
             ))
             .into());
         }
-        let row: Option<(i64, String, String, String, bool)> = sqlx::query_as(
+        let row = sqlx::query!(
             "SELECT id, username, role, password_hash, disabled FROM users WHERE lower(username) = lower($1)",
+            &username
         )
-        .bind(&username)
         .fetch_optional(&pool)
         .await
-        .map_err(AppError::database)?;
+        .map_err(AppError::database)?
+        .map(|r| (r.id, r.username, r.role, r.password_hash, r.disabled));
         // An unknown name costs the same hash as a known one: timing tells nothing.
         let hash = row.as_ref().map(|r| r.3.clone());
         let verified = tokio::task::spawn_blocking(move || match hash {
@@ -274,11 +281,13 @@ pub mod ssr {
             .insert(USER_KEY, user.id)
             .await
             .map_err(|_| AppError::Unavailable("could not start a session".into()))?;
-        sqlx::query("UPDATE users SET last_login_at = now() WHERE id = $1")
-            .bind(user.id)
-            .execute(&pool)
-            .await
-            .map_err(AppError::database)?;
+        sqlx::query!(
+            "UPDATE users SET last_login_at = now() WHERE id = $1",
+            user.id
+        )
+        .execute(&pool)
+        .await
+        .map_err(AppError::database)?;
         audit(
             &pool,
             Some(&user),

@@ -154,14 +154,15 @@ pub const AUDIT_PAGE: i64 = 100;
 pub async fn list_audit(before: Option<i64>) -> Result<AuditPage, ServerFnError> {
     crate::auth::ssr::require(crate::auth::Role::Viewer).await?;
     let pool = super::ssr::pool()?;
-    let mut rows: Vec<AuditEntry> = sqlx::query_as(
-        "SELECT id, to_char(at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') AS at, username,
-                action, target, outcome, detail::text AS detail, remote_addr
-         FROM audit_log WHERE ($1::bigint IS NULL OR id < $1)
-         ORDER BY id DESC LIMIT $2",
+    let mut rows = sqlx::query_as!(
+        AuditEntry,
+        r#"SELECT id, to_char(at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') AS "at!", username,
+                  action, target, outcome, detail::text AS detail, remote_addr
+           FROM audit_log WHERE ($1::bigint IS NULL OR id < $1)
+           ORDER BY id DESC LIMIT $2"#,
+        before,
+        AUDIT_PAGE + 1
     )
-    .bind(before)
-    .bind(AUDIT_PAGE + 1)
     .fetch_all(&pool)
     .await
     .map_err(AppError::database)?;
@@ -347,12 +348,14 @@ pub mod ssr {
                 AppError::BadRequest("give a reason: it goes into the audit log".into()).into(),
             );
         }
-        let found: Option<(String, String)> =
-            sqlx::query_as("SELECT source, idem_key FROM events WHERE id = $1")
-                .bind(event_id)
-                .fetch_optional(&pool)
-                .await
-                .map_err(AppError::database)?;
+        let found = sqlx::query!(
+            "SELECT source, idem_key FROM events WHERE id = $1",
+            event_id
+        )
+        .fetch_optional(&pool)
+        .await
+        .map_err(AppError::database)?
+        .map(|r| (r.source, r.idem_key));
         let Some((source, key)) = found else {
             return Err(AppError::not_found("event").into());
         };

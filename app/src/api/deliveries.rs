@@ -190,13 +190,13 @@ pub(crate) mod server {
         let low = match from {
             None => None,
             Some(from) => {
-                sqlx::query_scalar(
+                sqlx::query_scalar!(
                     "SELECT coalesce(
                      (SELECT min(first_delivery_id) FROM minute_stats
-                      WHERE minute >= date_trunc('minute', $1::timestamptz)),
+                      WHERE minute >= date_trunc('minute', $1::text::timestamptz)),
                      (SELECT last_id + 1 FROM rollup_progress WHERE name = 'deliveries'))",
+                    from
                 )
-                .bind(from)
                 .fetch_one(pool)
                 .await?
             }
@@ -205,15 +205,15 @@ pub(crate) mod server {
             None => None,
             // Only when the rollups are past `to` (with a minute to spare).
             Some(to) => {
-                sqlx::query_scalar(
+                sqlx::query_scalar!(
                     "SELECT CASE WHEN (SELECT received_at FROM deliveries WHERE id = p.last_id)
-                                  >= $1::timestamptz + interval '1 minute'
+                                  >= $1::text::timestamptz + interval '1 minute'
                         THEN coalesce((SELECT max(last_delivery_id) FROM minute_stats
-                                       WHERE minute <= date_trunc('minute', $1::timestamptz)), 0)
+                                       WHERE minute <= date_trunc('minute', $1::text::timestamptz)), 0)
                         END
                  FROM rollup_progress p WHERE p.name = 'deliveries'",
+                    to
                 )
-                .bind(to)
                 .fetch_one(pool)
                 .await?
             }
@@ -255,7 +255,7 @@ pub(crate) mod server {
         if !key.is_empty() {
             // Through the claim index: every (source, key) pair the text could
             // mean, the key alone or `slug:key` as in Idempotency-Key.
-            let slugs: Vec<String> = sqlx::query_scalar("SELECT slug FROM sources")
+            let slugs: Vec<String> = sqlx::query_scalar!("SELECT slug FROM sources")
                 .fetch_all(pool)
                 .await?;
             let mut pairs_source = Vec::new();

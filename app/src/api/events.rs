@@ -286,11 +286,12 @@ mod server {
         .bind(TIMELINE_DELIVERIES)
         .fetch_all(pool)
         .await?;
-        let deliveries_total: i64 =
-            sqlx::query_scalar("SELECT count(*) FROM deliveries WHERE event_id = $1")
-                .bind(id)
-                .fetch_one(pool)
-                .await?;
+        let deliveries_total: i64 = sqlx::query_scalar!(
+            r#"SELECT count(*) AS "n!" FROM deliveries WHERE event_id = $1"#,
+            id
+        )
+        .fetch_one(pool)
+        .await?;
         let attempts: Vec<AttemptRow> = sqlx::query_as(&format!(
             "SELECT id, number, worker, {} AS started_at, {} AS finished_at, status, latency_ms,
                     response_excerpt, error,

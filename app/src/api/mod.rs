@@ -84,14 +84,15 @@ pub async fn list_sources() -> Result<Vec<SourceSummary>, ServerFnError> {
     use ssr::*;
     crate::auth::ssr::require(crate::auth::Role::Viewer).await?;
     let pool = pool()?;
-    sqlx::query_as::<_, SourceSummary>(
-        "SELECT slug, provider, mode, destination,
-                coalesce(paused_override, config_paused) AS paused,
-                paused_override IS NOT NULL AS paused_by_operator,
+    sqlx::query_as!(
+SourceSummary,
+r#"SELECT slug, provider, mode, destination,
+                coalesce(paused_override, config_paused) AS "paused!",
+                paused_override IS NOT NULL AS "paused_by_operator!",
                 in_config, attempt_timeout_secs,
                 to_char(paused_changed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') AS paused_changed_at
-         FROM sources ORDER BY in_config DESC, slug",
-    )
+         FROM sources ORDER BY in_config DESC, slug"#
+)
     .fetch_all(&pool)
     .await
     .map_err(|e| AppError::database(e).into())

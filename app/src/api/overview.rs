@@ -261,68 +261,76 @@ mod server {
         window: Window,
     ) -> Result<Overview, sqlx::Error> {
         let minutes = window.minutes();
-        let rows: Vec<MinuteRow> = sqlx::query_as(
-            "SELECT source, (extract(epoch FROM minute) * 1000)::bigint AS minute_ms,
+        let rows = sqlx::query_as!(
+            MinuteRow,
+            r#"SELECT source, (extract(epoch FROM minute) * 1000)::bigint AS "minute_ms!",
                     deliveries, claimed, completed, in_progress, dead, rejected, bad_signature,
                     redeliveries, attempts, attempts_failed, events_completed, events_dead,
                     ack_hist, e2e_hist
              FROM minute_stats
-             WHERE minute >= date_trunc('minute', now()) - make_interval(mins => $1)",
+             WHERE minute >= date_trunc('minute', now()) - make_interval(mins => $1)"#,
+            minutes as i32 - 1
         )
-        .bind(minutes as i32 - 1)
         .fetch_all(pool)
         .await?;
-        let sources: Vec<SourceRow> = sqlx::query_as(
-            "SELECT slug, provider, coalesce(paused_override, config_paused) AS paused
-             FROM sources ORDER BY in_config DESC, slug",
+        let sources = sqlx::query_as!(
+            SourceRow,
+            r#"SELECT slug, provider, coalesce(paused_override, config_paused) AS "paused!"
+             FROM sources ORDER BY in_config DESC, slug"#
         )
         .fetch_all(pool)
         .await?;
         // Capped: the most overdue first, so the oldest is always counted.
-        let backlog: Vec<BacklogRow> = sqlx::query_as(
-            "SELECT source, count(*) AS waiting,
+        let backlog = sqlx::query_as!(
+            BacklogRow,
+            r#"SELECT source, count(*) AS "waiting!",
                     extract(epoch FROM now() - min(next_attempt_at))::float8 AS oldest_due_secs
              FROM (SELECT source, next_attempt_at FROM events
                    WHERE state IN ('queued', 'retrying')
                    ORDER BY next_attempt_at LIMIT $1) w
-             GROUP BY source",
+             GROUP BY source"#,
+            COUNT_CAP
         )
-        .bind(COUNT_CAP)
         .fetch_all(pool)
         .await?;
-        let dead: Vec<(String, i64, i64)> = sqlx::query_as(
-            "SELECT source, count(*),
-                    count(*) FILTER (WHERE state_changed_at > now() - interval '10 minutes')
-             FROM (SELECT source, state_changed_at FROM events WHERE state = 'dead'
-                   ORDER BY state_changed_at DESC LIMIT $1) d
-             GROUP BY source",
+        let dead: Vec<(String, i64, i64)> = sqlx::query!(
+            r#"SELECT source, count(*) AS "dead!",
+                      count(*) FILTER (WHERE state_changed_at > now() - interval '10 minutes')
+                          AS "recent!"
+               FROM (SELECT source, state_changed_at FROM events WHERE state = 'dead'
+                     ORDER BY state_changed_at DESC LIMIT $1) d
+               GROUP BY source"#,
+            COUNT_CAP
         )
-        .bind(COUNT_CAP)
         .fetch_all(pool)
-        .await?;
-        let storms: Vec<StormRow> = sqlx::query_as(
-            "SELECT source,
+        .await?
+        .into_iter()
+        .map(|r| (r.source, r.dead, r.recent))
+        .collect();
+        let storms = sqlx::query_as!(
+StormRow,
+r#"SELECT source,
                  coalesce(sum(claimed + completed + in_progress + dead)
-                     FILTER (WHERE minute >= now() - interval '10 minutes'), 0)::bigint AS recent_verified,
+                     FILTER (WHERE minute >= now() - interval '10 minutes'), 0)::bigint AS "recent_verified!",
                  coalesce(sum(completed + in_progress + dead)
-                     FILTER (WHERE minute >= now() - interval '10 minutes'), 0)::bigint AS recent_duplicates,
+                     FILTER (WHERE minute >= now() - interval '10 minutes'), 0)::bigint AS "recent_duplicates!",
                  coalesce(sum(claimed + completed + in_progress + dead)
-                     FILTER (WHERE minute < now() - interval '10 minutes'), 0)::bigint AS baseline_verified,
+                     FILTER (WHERE minute < now() - interval '10 minutes'), 0)::bigint AS "baseline_verified!",
                  coalesce(sum(completed + in_progress + dead)
-                     FILTER (WHERE minute < now() - interval '10 minutes'), 0)::bigint AS baseline_duplicates
+                     FILTER (WHERE minute < now() - interval '10 minutes'), 0)::bigint AS "baseline_duplicates!"
              FROM minute_stats
              WHERE minute >= now() - interval '24 hours 10 minutes'
-             GROUP BY source",
-        )
+             GROUP BY source"#
+)
         .fetch_all(pool)
         .await?;
-        let generated_at: String = sqlx::query_scalar(
-            "SELECT to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') || ' UTC'",
+        let generated_at: String = sqlx::query_scalar!(
+            r#"SELECT to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') || ' UTC' AS "at!""#
         )
         .fetch_one(pool)
         .await?;
-        let now_minute_ms: i64 = sqlx::query_scalar(
-            "SELECT (extract(epoch FROM date_trunc('minute', now())) * 1000)::bigint",
+        let now_minute_ms: i64 = sqlx::query_scalar!(
+            r#"SELECT (extract(epoch FROM date_trunc('minute', now())) * 1000)::bigint AS "ms!""#
         )
         .fetch_one(pool)
         .await?;

@@ -115,9 +115,10 @@ pub async fn run(config: &Config, pool: &PgPool, args: SeedArgs) -> Result<(), S
     seeded_config.sources = vec![source.clone()];
     let seeded_config = Arc::new(seeded_config);
 
-    let first_id: i64 = sqlx::query_scalar("SELECT coalesce(max(id), 0) FROM deliveries")
-        .fetch_one(pool)
-        .await?;
+    let first_id: i64 =
+        sqlx::query_scalar!(r#"SELECT coalesce(max(id), 0) AS "max!" FROM deliveries"#)
+            .fetch_one(pool)
+            .await?;
     let started = Instant::now();
     let run_tag = format!("{:06x}", rand::random::<u32>() & 0xff_ffff);
     // Retried at once: the history needs retries, not their waits.
@@ -154,10 +155,10 @@ pub async fn run(config: &Config, pool: &PgPool, args: SeedArgs) -> Result<(), S
     stop.cancel();
 
     spread_over_days(pool, first_id, args.days).await?;
-    sqlx::query("DELETE FROM minute_stats")
+    sqlx::query!("DELETE FROM minute_stats")
         .execute(pool)
         .await?;
-    sqlx::query("UPDATE rollup_progress SET last_id = 0")
+    sqlx::query!("UPDATE rollup_progress SET last_id = 0")
         .execute(pool)
         .await?;
     crate::jobs::rollup::fold_all(pool).await?;
@@ -234,6 +235,7 @@ async fn drain(workers: &Workers) -> Result<(), sqlx::Error> {
 /// last `days` days in order; events and attempts move with their deliveries.
 async fn spread_over_days(pool: &PgPool, after_id: i64, days: u32) -> Result<(), sqlx::Error> {
     let mut tx = pool.begin().await?;
+    // Statements on temporary tables made here: checked when they run.
     sqlx::query(
         "CREATE TEMP TABLE shift ON COMMIT DROP AS
          SELECT id, (max(id) OVER () - id)::float8 / greatest(max(id) OVER () - $1, 1)
@@ -248,8 +250,8 @@ async fn spread_over_days(pool: &PgPool, after_id: i64, days: u32) -> Result<(),
         .execute(&mut *tx)
         .await?;
     sqlx::query(
-        "UPDATE deliveries d SET received_at = d.received_at - s.back FROM shift s WHERE s.id = d.id",
-    )
+"UPDATE deliveries d SET received_at = d.received_at - s.back FROM shift s WHERE s.id = d.id"
+)
     .execute(&mut *tx)
     .await?;
     sqlx::query(

@@ -18,16 +18,16 @@ pub async fn record(
     executor: impl sqlx::PgExecutor<'_>,
     entry: Entry<'_>,
 ) -> Result<(), sqlx::Error> {
-    sqlx::query(
+    sqlx::query!(
         "INSERT INTO audit_log (user_id, username, action, target, outcome, detail)
          VALUES ($1, $2, $3, $4, $5, $6)",
+        entry.user_id,
+        entry.username,
+        entry.action,
+        entry.target,
+        entry.outcome,
+        entry.detail
     )
-    .bind(entry.user_id)
-    .bind(entry.username)
-    .bind(entry.action)
-    .bind(entry.target)
-    .bind(entry.outcome)
-    .bind(entry.detail)
     .execute(executor)
     .await?;
     Ok(())

@@ -93,11 +93,12 @@ async fn ensure_database(url: &Secret) -> Result<(), DbError> {
     let mut conn = PgConnection::connect_with(&admin)
         .await
         .map_err(|e| DbError::Connect(e.to_string()))?;
-    let exists: bool =
-        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)")
-            .bind(DATABASE_NAME)
-            .fetch_one(&mut conn)
-            .await?;
+    let exists: bool = sqlx::query_scalar!(
+        r#"SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1) AS "exists!""#,
+        DATABASE_NAME
+    )
+    .fetch_one(&mut conn)
+    .await?;
     if !exists {
         sqlx::query(&format!("CREATE DATABASE {DATABASE_NAME}"))
             .execute(&mut conn)
@@ -114,14 +115,15 @@ pub async fn migrate(pool: &PgPool) -> Result<(), DbError> {
 
 /// True when every migration this binary knows is applied.
 pub async fn is_migrated(pool: &PgPool) -> Result<bool, sqlx::Error> {
-    let has_table: bool = sqlx::query_scalar("SELECT to_regclass('_sqlx_migrations') IS NOT NULL")
-        .fetch_one(pool)
-        .await?;
+    let has_table: bool =
+        sqlx::query_scalar!(r#"SELECT to_regclass('_sqlx_migrations') IS NOT NULL AS "present!""#)
+            .fetch_one(pool)
+            .await?;
     if !has_table {
         return Ok(false);
     }
     let applied: Vec<i64> =
-        sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success ORDER BY version")
+        sqlx::query_scalar!("SELECT version FROM _sqlx_migrations WHERE success ORDER BY version")
             .fetch_all(pool)
             .await?;
     Ok(MIGRATOR

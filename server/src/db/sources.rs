@@ -25,13 +25,13 @@ pub async fn set_paused(
     user_id: Option<i64>,
 ) -> Result<(), SourceError> {
     let mut tx = pool.begin().await?;
-    let updated = sqlx::query(
+    let updated = sqlx::query!(
         "UPDATE sources SET paused_override = $2, paused_changed_at = now(), paused_changed_by = $3
          WHERE slug = $1 AND in_config",
+        slug,
+        paused,
+        user_id
     )
-    .bind(slug)
-    .bind(paused)
-    .bind(user_id)
     .execute(&mut *tx)
     .await?
     .rows_affected();
@@ -65,7 +65,7 @@ pub async fn set_paused(
 pub async fn sync(pool: &PgPool, config: &Config) -> Result<(), sqlx::Error> {
     let mut tx = pool.begin().await?;
     for s in &config.sources {
-        sqlx::query(
+        sqlx::query!(
             "INSERT INTO sources (slug, provider, mode, destination, attempt_timeout_secs,
                                   config_paused, in_config, synced_at)
              VALUES ($1, $2, $3, $4, $5, $6, true, now())
@@ -75,20 +75,22 @@ pub async fn sync(pool: &PgPool, config: &Config) -> Result<(), sqlx::Error> {
                 attempt_timeout_secs = excluded.attempt_timeout_secs,
                 config_paused = excluded.config_paused,
                 in_config = true, synced_at = now()",
+            &s.slug,
+            s.provider.name,
+            s.mode.as_str(),
+            s.destination.as_deref(),
+            i32::try_from(s.attempt_timeout_secs).unwrap_or(i32::MAX),
+            s.paused
         )
-        .bind(&s.slug)
-        .bind(s.provider.name)
-        .bind(s.mode.as_str())
-        .bind(&s.destination)
-        .bind(i32::try_from(s.attempt_timeout_secs).unwrap_or(i32::MAX))
-        .bind(s.paused)
         .execute(&mut *tx)
         .await?;
     }
-    let slugs: Vec<&str> = config.sources.iter().map(|s| s.slug.as_str()).collect();
-    sqlx::query("UPDATE sources SET in_config = false WHERE in_config AND slug <> ALL($1)")
-        .bind(&slugs)
-        .execute(&mut *tx)
-        .await?;
+    let slugs: Vec<String> = config.sources.iter().map(|s| s.slug.clone()).collect();
+    sqlx::query!(
+        "UPDATE sources SET in_config = false WHERE in_config AND slug <> ALL($1)",
+        &slugs
+    )
+    .execute(&mut *tx)
+    .await?;
     tx.commit().await
 }

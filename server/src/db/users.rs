@@ -71,13 +71,13 @@ pub async fn add(
     let hash = tokio::task::spawn_blocking(move || app::auth::ssr::hash_password(&owned))
         .await
         .expect("hashing does not panic");
-    let inserted: Option<i64> = sqlx::query_scalar(
+    let inserted: Option<i64> = sqlx::query_scalar!(
         "INSERT INTO users (username, password_hash, role) VALUES ($1, $2, $3)
          ON CONFLICT (username) DO NOTHING RETURNING id",
+        username,
+        &hash,
+        role.as_str()
     )
-    .bind(username)
-    .bind(&hash)
-    .bind(role.as_str())
     .fetch_optional(pool)
     .await?;
     if inserted.is_some() {
@@ -93,12 +93,14 @@ pub async fn add(
     if !update {
         return Err(UserError::Exists(username.into()));
     }
-    sqlx::query("UPDATE users SET password_hash = $2, role = $3 WHERE username = $1")
-        .bind(username)
-        .bind(&hash)
-        .bind(role.as_str())
-        .execute(pool)
-        .await?;
+    sqlx::query!(
+        "UPDATE users SET password_hash = $2, role = $3 WHERE username = $1",
+        username,
+        &hash,
+        role.as_str()
+    )
+    .execute(pool)
+    .await?;
     audit(
         pool,
         "user.update",
@@ -110,12 +112,14 @@ pub async fn add(
 }
 
 pub async fn set_disabled(pool: &PgPool, username: &str, disabled: bool) -> Result<(), UserError> {
-    let changed = sqlx::query("UPDATE users SET disabled = $2 WHERE username = $1")
-        .bind(username)
-        .bind(disabled)
-        .execute(pool)
-        .await?
-        .rows_affected();
+    let changed = sqlx::query!(
+        "UPDATE users SET disabled = $2 WHERE username = $1",
+        username,
+        disabled
+    )
+    .execute(pool)
+    .await?
+    .rows_affected();
     if changed == 0 {
         return Err(UserError::Unknown(username.into()));
     }
@@ -138,20 +142,13 @@ pub struct Listed {
 }
 
 pub async fn list(pool: &PgPool) -> Result<Vec<Listed>, sqlx::Error> {
-    let rows: Vec<(String, String, bool, Option<String>)> = sqlx::query_as(
-        "SELECT username, role, disabled,
-                to_char(last_login_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI') || ' UTC'
-         FROM users ORDER BY username",
+    sqlx::query_as!(
+        Listed,
+        r#"SELECT username, role, disabled,
+                  to_char(last_login_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI') || ' UTC'
+                      AS last_login
+           FROM users ORDER BY username"#
     )
     .fetch_all(pool)
-    .await?;
-    Ok(rows
-        .into_iter()
-        .map(|(username, role, disabled, last_login)| Listed {
-            username,
-            role,
-            disabled,
-            last_login,
-        })
-        .collect())
+    .await
 }

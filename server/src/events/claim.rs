@@ -24,22 +24,23 @@ pub async fn claim(
     key: &str,
     lease: Option<InlineLease<'_>>,
 ) -> Result<Option<(i64, i64)>, sqlx::Error> {
-    sqlx::query_as(
-        "INSERT INTO events (source, idem_key, state, forwarder, first_delivery_id,
+    let row = sqlx::query!(
+        r#"INSERT INTO events (source, idem_key, state, forwarder, first_delivery_id,
                              lease_owner, lease_expires_at)
          VALUES ($1, $2, CASE WHEN $3::text IS NULL THEN 'queued' ELSE 'processing' END,
                  CASE WHEN $3::text IS NULL THEN 'workers' ELSE 'request' END,
                  nextval('deliveries_id_seq'), $3,
                  CASE WHEN $3::text IS NULL THEN NULL ELSE now() + make_interval(secs => $4) END)
          ON CONFLICT (source, idem_key) DO NOTHING
-         RETURNING id, first_delivery_id",
+         RETURNING id, first_delivery_id AS "first_delivery_id!""#,
+        source,
+        key,
+        lease.map(|l| l.owner),
+        lease.map_or(0.0, |l| l.secs)
     )
-    .bind(source)
-    .bind(key)
-    .bind(lease.map(|l| l.owner))
-    .bind(lease.map_or(0.0, |l| l.secs))
     .fetch_optional(tx)
-    .await
+    .await?;
+    Ok(row.map(|r| (r.id, r.first_delivery_id)))
 }
 
 /// What a duplicate found: the event holding its key, in the state it saw
@@ -53,16 +54,6 @@ pub struct Duplicate {
     pub response: Option<super::StoredResponse>,
 }
 
-/// The event's id, state, whether this request took it over, and its stored answer.
-type DuplicateRow = (
-    i64,
-    String,
-    bool,
-    Option<i16>,
-    Option<String>,
-    Option<Vec<u8>>,
-);
-
 /// A delivery of a key that is held: counts the receipt. In sync mode
 /// (`takeover` given) the request takes over an event its requests forward
 /// when no attempt is running: waiting (`queued`, `retrying`) or its holder's
@@ -73,8 +64,8 @@ pub async fn duplicate(
     key: &str,
     takeover: Option<InlineLease<'_>>,
 ) -> Result<Duplicate, sqlx::Error> {
-    let row: DuplicateRow = sqlx::query_as(
-        "WITH found AS (
+    let row = sqlx::query!(
+        r#"WITH found AS (
                  SELECT id, state, $3::text IS NOT NULL AND forwarder = 'request'
                         AND (state IN ('queued', 'retrying')
                              OR (state = 'processing' AND lease_expires_at < now())) AS take
@@ -94,17 +85,18 @@ pub async fn duplicate(
                  lease_expires_at = CASE WHEN f.take THEN now() + make_interval(secs => $4)
                                          ELSE e.lease_expires_at END
              FROM found f WHERE e.id = f.id
-             RETURNING e.id, e.state, f.take, e.response_status, e.response_content_type,
-                       e.response_body",
+             RETURNING e.id, e.state, f.take AS "take!", e.response_status,
+                       e.response_content_type, e.response_body"#,
+        source,
+        key,
+        takeover.map(|l| l.owner),
+        takeover.map_or(0.0, |l| l.secs)
     )
-    .bind(source)
-    .bind(key)
-    .bind(takeover.map(|l| l.owner))
-    .bind(takeover.map_or(0.0, |l| l.secs))
     .fetch_one(tx)
     .await?;
-    let (event_id, state, taken_over, status, content_type, body) = row;
-    let response = match (status, body) {
+    let (event_id, state, taken_over) = (row.id, row.state, row.take);
+    let content_type = row.response_content_type;
+    let response = match (row.response_status, row.response_body) {
         (Some(status), Some(body)) => Some(super::StoredResponse {
             status,
             content_type,
@@ -132,7 +124,7 @@ pub async fn revive(
     key: &str,
     delivery_id: i64,
 ) -> Result<Option<i64>, sqlx::Error> {
-    sqlx::query_scalar(
+    sqlx::query_scalar!(
         "UPDATE events e SET state = 'queued', forwarder = 'workers', state_changed_at = now(),
              next_attempt_at = now(), attempt_count = 0, dead_reason = NULL, last_error = NULL,
              receive_count = receive_count + 1, last_seen_at = now(),
@@ -142,10 +134,10 @@ pub async fn revive(
                                       THEN e.first_delivery_id ELSE $3 END
          WHERE source = $1 AND idem_key = $2 AND state = 'dead'
          RETURNING id",
+        source,
+        key,
+        delivery_id
     )
-    .bind(source)
-    .bind(key)
-    .bind(delivery_id)
     .fetch_optional(tx)
     .await
 }
@@ -179,7 +171,12 @@ pub struct BatchClaim<'a> {
 
 /// One answered delivery: its 1-based place in the batch, delivery id,
 /// event id, and `claimed` or the state of the event holding its key.
-pub type BatchRow = (i64, i64, i64, String);
+pub struct BatchRow {
+    pub ord: i64,
+    pub delivery_id: i64,
+    pub event_id: i64,
+    pub outcome: String,
+}
 
 /// Claims a batch in one statement: each key is claimed (a new `queued`
 /// event counting its copies) or its event is locked and counted
@@ -193,8 +190,10 @@ pub async fn claim_batch(
     batch: &BatchClaim<'_>,
 ) -> Result<Vec<BatchRow>, sqlx::Error> {
     debug_assert_eq!(Forwarder::Workers.as_str(), "workers");
-    sqlx::query_as::<_, BatchRow>(
-        "WITH held AS (
+    // `as _`: the arrays are bound borrowed (the macro checks owned types).
+    sqlx::query_as!(
+BatchRow,
+r#"WITH held AS (
              INSERT INTO events AS e (source, idem_key, state, first_delivery_id, receive_count)
              SELECT source, idem_key, 'queued', nextval('deliveries_id_seq'), copies
              FROM unnest($1::text[], $2::text[], $3::int[]) AS k(source, idem_key, copies)
@@ -225,24 +224,26 @@ pub async fn claim_batch(
                     verification, query, content_type, headers, body, body_size, remote_addr
              FROM placed
          )
-         SELECT ord, delivery_id, event_id, outcome FROM placed",
-    )
-    .bind(&batch.key_sources)
-    .bind(&batch.key_ids)
-    .bind(&batch.key_copies)
-    .bind(&batch.sources)
-    .bind(&batch.idem_keys)
-    .bind(&batch.first)
-    .bind(&batch.copies)
-    .bind(&batch.verifications)
-    .bind(&batch.queries)
-    .bind(&batch.content_types)
-    .bind(&batch.headers)
-    .bind(&batch.bodies)
-    .bind(&batch.sizes)
-    .bind(&batch.remote_addrs)
-    .bind(&batch.ack_micros)
-    .bind(&batch.posted_keys)
+         SELECT ord AS "ord!", delivery_id AS "delivery_id!", event_id AS "event_id!",
+                outcome AS "outcome!"
+         FROM placed"#,
+&batch.key_sources as _,
+&batch.key_ids as _,
+&batch.key_copies as _,
+&batch.sources as _,
+&batch.idem_keys as _,
+&batch.first as _,
+&batch.copies as _,
+&batch.verifications as _,
+&batch.queries as _,
+&batch.content_types as _,
+&batch.headers as _,
+&batch.bodies as _,
+&batch.sizes as _,
+&batch.remote_addrs as _,
+&batch.ack_micros as _,
+&batch.posted_keys as _
+)
     .fetch_all(conn)
     .await
 }
@@ -263,17 +264,21 @@ pub async fn guard(
     digests: &[&[u8]],
     keys: &[&str],
 ) -> Result<Vec<(String, Vec<u8>, String)>, sqlx::Error> {
-    let mut found: Vec<(String, Vec<u8>, String)> = sqlx::query_as(
+    // `as _`: the arrays are bound borrowed (the macro checks owned types).
+    let mut found: Vec<(String, Vec<u8>, String)> = sqlx::query!(
         "INSERT INTO signed_content AS c (source, digest, idem_key)
          SELECT * FROM unnest($1::text[], $2::bytea[], $3::text[])
          ON CONFLICT (source, digest) DO UPDATE SET idem_key = c.idem_key
          RETURNING source, digest, idem_key",
+        sources as _,
+        digests as _,
+        keys as _
     )
-    .bind(sources)
-    .bind(digests)
-    .bind(keys)
     .fetch_all(&mut *conn)
-    .await?;
+    .await?
+    .into_iter()
+    .map(|r| (r.source, r.digest, r.idem_key))
+    .collect();
     let proposed = |source: &str, digest: &[u8]| {
         sources
             .iter()
@@ -287,19 +292,21 @@ pub async fn guard(
     {
         return Ok(found);
     }
-    let reassigned: Vec<(String, Vec<u8>, String)> = sqlx::query_as(
+    let reassigned = sqlx::query!(
         "UPDATE signed_content c SET idem_key = i.idem_key, first_seen_at = now()
          FROM unnest($1::text[], $2::bytea[], $3::text[]) AS i(source, digest, idem_key)
          WHERE c.source = i.source AND c.digest = i.digest AND c.idem_key <> i.idem_key
            AND NOT EXISTS (SELECT 1 FROM events e
                            WHERE e.source = c.source AND e.idem_key = c.idem_key)
          RETURNING c.source, c.digest, c.idem_key",
+        sources as _,
+        digests as _,
+        keys as _
     )
-    .bind(sources)
-    .bind(digests)
-    .bind(keys)
     .fetch_all(&mut *conn)
-    .await?;
+    .await?
+    .into_iter()
+    .map(|r| (r.source, r.digest, r.idem_key));
     for row in reassigned {
         if let Some(f) = found.iter_mut().find(|f| f.0 == row.0 && f.1 == row.1) {
             *f = row;
@@ -315,16 +322,16 @@ pub async fn prune_guard(
     dedup_ttl_days: u32,
     limit: i64,
 ) -> Result<u64, sqlx::Error> {
-    Ok(sqlx::query(
+    Ok(sqlx::query!(
         "DELETE FROM signed_content WHERE (source, digest) IN (
              SELECT c.source, c.digest FROM signed_content c
              WHERE c.first_seen_at < now() - make_interval(days => $1)
                AND NOT EXISTS (SELECT 1 FROM events e
                                WHERE e.source = c.source AND e.idem_key = c.idem_key)
              LIMIT $2)",
+        dedup_ttl_days as i32,
+        limit
     )
-    .bind(dedup_ttl_days as i32)
-    .bind(limit)
     .execute(pool)
     .await?
     .rows_affected())

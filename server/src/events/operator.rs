@@ -30,7 +30,7 @@ pub async fn force(
     by: i64,
     reason: &str,
 ) -> Result<Forced, sqlx::Error> {
-    let forced: Option<i64> = sqlx::query_scalar(
+    let forced: Option<i64> = sqlx::query_scalar!(
         "UPDATE events e SET state = 'queued', forwarder = 'workers', state_changed_at = now(),
              next_attempt_at = now(), attempt_count = 0, completed_at = NULL, last_error = NULL,
              forced_by = $2, forced_at = now(), forced_reason = $3, first_delivery_id = p.id
@@ -40,19 +40,19 @@ pub async fn force(
                LIMIT 1) p
          WHERE e.id = $1 AND e.state = 'completed'
          RETURNING p.id",
+        event_id,
+        by,
+        reason
     )
-    .bind(event_id)
-    .bind(by)
-    .bind(reason)
     .fetch_optional(pool)
     .await?;
     if let Some(delivery_id) = forced {
         return Ok(Forced::Queued { delivery_id });
     }
-    let state: Option<String> = sqlx::query_scalar("SELECT state FROM events WHERE id = $1")
-        .bind(event_id)
-        .fetch_optional(pool)
-        .await?;
+    let state: Option<String> =
+        sqlx::query_scalar!("SELECT state FROM events WHERE id = $1", event_id)
+            .fetch_optional(pool)
+            .await?;
     Ok(match state.as_deref().and_then(State::parse) {
         None => Forced::NotFound,
         Some(State::Completed) => Forced::NoPayload,
@@ -64,16 +64,16 @@ pub async fn force(
 /// `dedup_ttl_days` ago; an event in flight keeps its claim. Returns how many
 /// went.
 pub async fn prune(pool: &PgPool, dedup_ttl_days: u32, limit: i64) -> Result<u64, sqlx::Error> {
-    Ok(sqlx::query(
+    Ok(sqlx::query!(
         "DELETE FROM events WHERE id IN (
              SELECT id FROM events
              WHERE last_seen_at < now() - make_interval(days => $1)
                AND state IN ('completed', 'dead')
              ORDER BY id
              LIMIT $2)",
+        dedup_ttl_days as i32,
+        limit
     )
-    .bind(dedup_ttl_days as i32)
-    .bind(limit)
     .execute(pool)
     .await?
     .rows_affected())

@@ -132,8 +132,9 @@ pub async fn lease(
     if runnable.is_empty() {
         return Ok(Vec::new());
     }
-    sqlx::query_as::<_, Leased>(
-        "WITH runnable AS (
+    sqlx::query_as!(
+        Leased,
+        r#"WITH runnable AS (
              SELECT r.slug, r.lease_secs
              FROM unnest($3::text[], $4::float8[]) AS r(slug, lease_secs)
              JOIN sources s ON s.slug = r.slug
@@ -195,7 +196,7 @@ pub async fn lease(
                 CASE WHEN d.body IS NULL THEN c.content_type ELSE d.content_type END
                     AS content_type,
                 CASE WHEN d.body IS NULL THEN c.headers ELSE d.headers END AS headers,
-                l.forced
+                l.forced AS "forced!"
          FROM leased l
          JOIN attempt a ON a.event_id = l.id
          LEFT JOIN deliveries d ON d.id = l.first_delivery_id
@@ -206,13 +207,13 @@ pub async fn lease(
              WHERE d.body IS NULL AND c.event_id = l.id AND c.idem_key = l.idem_key
                AND c.body IS NOT NULL
              ORDER BY c.id DESC LIMIT 1
-         ) c ON true",
+         ) c ON true"#,
+        worker,
+        limit,
+        &runnable.slugs,
+        &runnable.lease_secs,
+        runnable.request_grace.as_secs_f64()
     )
-    .bind(worker)
-    .bind(limit)
-    .bind(&runnable.slugs)
-    .bind(&runnable.lease_secs)
-    .bind(runnable.request_grace.as_secs_f64())
     .fetch_all(pool)
     .await
 }
@@ -237,7 +238,7 @@ pub async fn start_inline(
     event_id: i64,
     lease_owner: &str,
 ) -> Result<Inline, sqlx::Error> {
-    let started: Option<(i64, i32)> = sqlx::query_as(
+    let started = sqlx::query!(
         "WITH ev AS (
              UPDATE events e SET attempt_count = e.attempt_count + 1
              FROM sources s
@@ -248,11 +249,12 @@ pub async fn start_inline(
          INSERT INTO attempts (event_id, number, worker)
          SELECT id, attempt_count, $2 FROM ev
          RETURNING id, number",
+        event_id,
+        lease_owner
     )
-    .bind(event_id)
-    .bind(lease_owner)
     .fetch_optional(pool)
-    .await?;
+    .await?
+    .map(|r| (r.id, r.number));
     if let Some((attempt_id, attempt)) = started {
         return Ok(Inline::Started {
             attempt_id,
@@ -274,14 +276,14 @@ pub async fn release_paused(
     event_id: i64,
     lease_owner: &str,
 ) -> Result<bool, sqlx::Error> {
-    let released: Option<i64> = sqlx::query_scalar(
+    let released: Option<i64> = sqlx::query_scalar!(
         "UPDATE events SET state = 'queued', forwarder = 'workers', state_changed_at = now(),
              next_attempt_at = now(), lease_owner = NULL, lease_expires_at = NULL
          WHERE id = $1 AND lease_owner = $2 AND state = 'processing'
          RETURNING id",
+        event_id,
+        lease_owner
     )
-    .bind(event_id)
-    .bind(lease_owner)
     .fetch_optional(pool)
     .await?;
     Ok(released.is_some())
@@ -319,8 +321,8 @@ pub async fn finish_each(pool: &PgPool, holder: &str, done: &[Done]) -> Result<u
     fn kept<'a>(d: &&'a Done) -> Option<&'a StoredResponse> {
         d.response.as_ref().filter(|_| d.next == Next::Completed)
     }
-    let moved = sqlx::query(
-        "WITH input AS (
+    let moved = sqlx::query!(
+"WITH input AS (
              SELECT * FROM unnest($2::bigint[], $3::bigint[], $4::int[], $5::int[], $6::text[],
                                   $7::text[], $8::float8[], $9::text[], $10::text[],
                                   $11::int[], $12::text[], $13::bytea[])
@@ -348,20 +350,20 @@ pub async fn finish_each(pool: &PgPool, holder: &str, done: &[Done]) -> Result<u
              response_body = coalesce(i.response_body, e.response_body)
          FROM input i
          WHERE e.id = i.event_id AND e.state = 'processing' AND e.lease_owner = $1",
-    )
-    .bind(holder)
-    .bind(done.iter().map(|d| d.leased.event_id).collect::<Vec<_>>())
-    .bind(done.iter().map(|d| d.leased.attempt_id).collect::<Vec<_>>())
-    .bind(done.iter().map(|d| d.record.status.map(i32::from)).collect::<Vec<_>>())
-    .bind(done.iter().map(|d| d.record.latency_ms).collect::<Vec<_>>())
-    .bind(done.iter().map(|d| d.record.response_excerpt.as_deref()).collect::<Vec<_>>())
-    .bind(done.iter().map(|d| d.record.error.as_deref()).collect::<Vec<_>>())
-    .bind(delays)
-    .bind(states)
-    .bind(reasons)
-    .bind(done.iter().map(|d| kept(d).map(|r| i32::from(r.status))).collect::<Vec<_>>())
-    .bind(done.iter().map(|d| kept(d).and_then(|r| r.content_type.as_deref())).collect::<Vec<_>>())
-    .bind(done.iter().map(|d| kept(d).map(|r| r.body.as_slice())).collect::<Vec<_>>())
+holder,
+done.iter().map(|d| d.leased.event_id).collect::<Vec<_>>() as _,
+done.iter().map(|d| d.leased.attempt_id).collect::<Vec<_>>() as _,
+done.iter().map(|d| d.record.status.map(i32::from)).collect::<Vec<_>>() as _,
+done.iter().map(|d| d.record.latency_ms).collect::<Vec<_>>() as _,
+done.iter().map(|d| d.record.response_excerpt.as_deref()).collect::<Vec<_>>() as _,
+done.iter().map(|d| d.record.error.as_deref()).collect::<Vec<_>>() as _,
+delays as _,
+states as _,
+reasons as _,
+done.iter().map(|d| kept(d).map(|r| i32::from(r.status))).collect::<Vec<_>>() as _,
+done.iter().map(|d| kept(d).and_then(|r| r.content_type.as_deref())).collect::<Vec<_>>() as _,
+done.iter().map(|d| kept(d).map(|r| r.body.as_slice())).collect::<Vec<_>>() as _,
+)
     .execute(pool)
     .await?
     .rows_affected();
@@ -376,17 +378,17 @@ pub async fn complete_inline(
     lease_owner: &str,
     response: &StoredResponse,
 ) -> Result<(), sqlx::Error> {
-    sqlx::query(
+    sqlx::query!(
         "UPDATE events SET state = 'completed', state_changed_at = now(), completed_at = now(),
              lease_owner = NULL, lease_expires_at = NULL,
              response_status = $3, response_content_type = $4, response_body = $5
          WHERE id = $1 AND lease_owner = $2 AND state = 'processing'",
+        event_id,
+        lease_owner,
+        response.status,
+        response.content_type.as_deref(),
+        &response.body
     )
-    .bind(event_id)
-    .bind(lease_owner)
-    .bind(response.status)
-    .bind(response.content_type.as_deref())
-    .bind(&response.body)
     .execute(pool)
     .await?;
     Ok(())

@@ -26,15 +26,15 @@ pub async fn prune(
 ) -> Result<Pruned, sqlx::Error> {
     let mut pruned = Pruned::default();
     // Nothing is due while the oldest row is young: no scan at all then.
-    let oldest_delivery_due: Option<bool> = sqlx::query_scalar(
-        "SELECT received_at < now() - make_interval(days => $1) FROM deliveries ORDER BY id LIMIT 1",
-    )
-    .bind(retention_days as i32)
+    let oldest_delivery_due: Option<bool> = sqlx::query_scalar!(
+r#"SELECT received_at < now() - make_interval(days => $1) AS "due!" FROM deliveries ORDER BY id LIMIT 1"#,
+retention_days as i32
+)
     .fetch_optional(pool)
     .await?;
     while oldest_delivery_due == Some(true) {
         // A payload whose event still waits to be forwarded is kept: losing it would lose the event.
-        let n = sqlx::query(
+        let n = sqlx::query!(
             "DELETE FROM deliveries WHERE id IN (
                  SELECT d.id FROM deliveries d
                  WHERE d.received_at < now() - make_interval(days => $1)
@@ -43,9 +43,9 @@ pub async fn prune(
                                    AND e.state IN ('queued', 'processing', 'retrying'))
                  ORDER BY d.id
                  LIMIT $2)",
+            retention_days as i32,
+            BATCH
         )
-        .bind(retention_days as i32)
-        .bind(BATCH)
         .execute(pool)
         .await?
         .rows_affected();
@@ -54,10 +54,10 @@ pub async fn prune(
             break;
         }
     }
-    let oldest_event_due: Option<bool> = sqlx::query_scalar(
-        "SELECT last_seen_at < now() - make_interval(days => $1) FROM events ORDER BY id LIMIT 1",
+    let oldest_event_due: Option<bool> = sqlx::query_scalar!(
+        r#"SELECT last_seen_at < now() - make_interval(days => $1) AS "due!" FROM events ORDER BY id LIMIT 1"#,
+        dedup_ttl_days as i32
     )
-    .bind(dedup_ttl_days as i32)
     .fetch_optional(pool)
     .await?;
     while oldest_event_due == Some(true) {

@@ -71,12 +71,13 @@ impl Rollup {
     /// Notes the highest ids now and folds in what has settled, at most
     /// `CHUNK` ids per table.
     pub async fn step(&mut self, pool: &PgPool, settle: Duration) -> Result<Folded, sqlx::Error> {
-        let (deliveries, attempts): (i64, i64) = sqlx::query_as(
-            "SELECT (SELECT coalesce(max(id), 0) FROM deliveries),
-                    (SELECT coalesce(max(id), 0) FROM attempts)",
+        let highest = sqlx::query!(
+            r#"SELECT (SELECT coalesce(max(id), 0) FROM deliveries) AS "deliveries!",
+                      (SELECT coalesce(max(id), 0) FROM attempts) AS "attempts!""#
         )
         .fetch_one(pool)
         .await?;
+        let (deliveries, attempts) = (highest.deliveries, highest.attempts);
         let now = Instant::now();
         self.deliveries.note(now, deliveries, settle);
         self.attempts.note(now, attempts, settle);
@@ -102,39 +103,64 @@ pub async fn fold_all(pool: &PgPool) -> Result<Folded, sqlx::Error> {
     }
 }
 
+/// The tables folded into `minute_stats`, each by its own statement in `server/sql/`.
+#[derive(Clone, Copy)]
+enum Table {
+    Deliveries,
+    Attempts,
+}
+
+impl Table {
+    /// Its row in `rollup_progress`.
+    fn name(self) -> &'static str {
+        match self {
+            Table::Deliveries => "deliveries",
+            Table::Attempts => "attempts",
+        }
+    }
+}
+
 /// Folds `table`'s ids after its progress up to `target` (at most `CHUNK`
-/// of them) with `statement` ($1 after, $2 up to, $3 latency bounds, $4
-/// bucket count), under the progress row's lock so each id counts once.
+/// of them), under the progress row's lock so each id counts once.
 async fn fold_range(
     pool: &PgPool,
-    table: &'static str,
-    statement: &'static str,
+    table: Table,
     target: i64,
     settling: &mut Settling,
 ) -> Result<u64, sqlx::Error> {
+    let name = table.name();
     if target <= settling.folded {
         return Ok(0);
     }
     let mut tx = pool.begin().await?;
-    let last_id: i64 =
-        sqlx::query_scalar("SELECT last_id FROM rollup_progress WHERE name = $1 FOR UPDATE")
-            .bind(table)
-            .fetch_one(&mut *tx)
-            .await?;
+    let last_id: i64 = sqlx::query_scalar!(
+        "SELECT last_id FROM rollup_progress WHERE name = $1 FOR UPDATE",
+        name
+    )
+    .fetch_one(&mut *tx)
+    .await?;
     let upto = target.min(last_id + CHUNK);
     let folded = if upto > last_id {
-        sqlx::query(statement)
-            .bind(last_id)
-            .bind(upto)
-            .bind(LATENCY_BOUNDS_MS)
-            .bind(bucket_count())
-            .execute(&mut *tx)
-            .await?;
-        sqlx::query("UPDATE rollup_progress SET last_id = $1 WHERE name = $2")
-            .bind(upto)
-            .bind(table)
-            .execute(&mut *tx)
-            .await?;
+        let (bounds, buckets) = (LATENCY_BOUNDS_MS, bucket_count());
+        match table {
+            Table::Deliveries => {
+                sqlx::query_file!("sql/fold_deliveries.sql", last_id, upto, bounds, buckets)
+                    .execute(&mut *tx)
+                    .await?
+            }
+            Table::Attempts => {
+                sqlx::query_file!("sql/fold_attempts.sql", last_id, upto, bounds, buckets)
+                    .execute(&mut *tx)
+                    .await?
+            }
+        };
+        sqlx::query!(
+            "UPDATE rollup_progress SET last_id = $1 WHERE name = $2",
+            upto,
+            name
+        )
+        .execute(&mut *tx)
+        .await?;
         (upto - last_id) as u64
     } else {
         0
@@ -145,7 +171,7 @@ async fn fold_range(
 }
 
 async fn fold_deliveries(pool: &PgPool, settling: &mut Settling) -> Result<u64, sqlx::Error> {
-    fold_range(pool, "deliveries", FOLD_DELIVERIES, settling.ripe, settling).await
+    fold_range(pool, Table::Deliveries, settling.ripe, settling).await
 }
 
 /// Attempts are folded in once finished; the fold stops below the oldest
@@ -156,71 +182,12 @@ async fn fold_attempts(pool: &PgPool, settling: &mut Settling) -> Result<u64, sq
         return Ok(0);
     }
     let open: Option<i64> =
-        sqlx::query_scalar("SELECT min(id) FROM attempts WHERE finished_at IS NULL")
+        sqlx::query_scalar!("SELECT min(id) FROM attempts WHERE finished_at IS NULL")
             .fetch_one(pool)
             .await?;
     let target = open.map_or(settling.ripe, |open| settling.ripe.min(open - 1));
-    fold_range(pool, "attempts", FOLD_ATTEMPTS, target, settling).await
+    fold_range(pool, Table::Attempts, target, settling).await
 }
-
-const FOLD_DELIVERIES: &str = "INSERT INTO minute_stats AS m (source, minute, deliveries, claimed, completed,
-                 in_progress, dead, rejected, bad_signature, redeliveries, ack_hist,
-                 first_delivery_id, last_delivery_id, e2e_hist)
-             SELECT source, minute, sum(n), sum(claimed), sum(completed), sum(in_progress),
-                    sum(dead), sum(rejected), sum(bad_signature), sum(redeliveries),
-                    histogram_of(array_agg(bucket), array_agg(n), $4),
-                    min(lo), max(hi), array_fill(0, ARRAY[$4])
-             FROM (SELECT source, date_trunc('minute', received_at) AS minute,
-                          width_bucket(coalesce(ack_micros, 0) / 1000.0, $3::float8[]) + 1 AS bucket,
-                          count(*) AS n,
-                          count(*) FILTER (WHERE outcome = 'claimed') AS claimed,
-                          count(*) FILTER (WHERE outcome = 'completed') AS completed,
-                          count(*) FILTER (WHERE outcome = 'in_progress') AS in_progress,
-                          count(*) FILTER (WHERE outcome = 'dead') AS dead,
-                          count(*) FILTER (WHERE outcome = 'rejected') AS rejected,
-                          count(*) FILTER (WHERE outcome = 'rejected' AND http_status = 401) AS bad_signature,
-                          count(*) FILTER (WHERE redelivery_of IS NOT NULL) AS redeliveries,
-                          min(id) AS lo, max(id) AS hi
-                   FROM deliveries WHERE id > $1 AND id <= $2
-                   GROUP BY 1, 2, 3) g
-             GROUP BY source, minute
-             ON CONFLICT (source, minute) DO UPDATE SET
-                 deliveries = m.deliveries + EXCLUDED.deliveries,
-                 claimed = m.claimed + EXCLUDED.claimed,
-                 completed = m.completed + EXCLUDED.completed,
-                 in_progress = m.in_progress + EXCLUDED.in_progress,
-                 dead = m.dead + EXCLUDED.dead,
-                 rejected = m.rejected + EXCLUDED.rejected,
-                 bad_signature = m.bad_signature + EXCLUDED.bad_signature,
-                 redeliveries = m.redeliveries + EXCLUDED.redeliveries,
-                 ack_hist = histogram_add(m.ack_hist, EXCLUDED.ack_hist),
-                 first_delivery_id = least(m.first_delivery_id, EXCLUDED.first_delivery_id),
-                 last_delivery_id = greatest(m.last_delivery_id, EXCLUDED.last_delivery_id)";
-
-const FOLD_ATTEMPTS: &str = "INSERT INTO minute_stats AS m (source, minute, attempts, attempts_failed,
-                 events_completed, events_dead, e2e_hist, ack_hist)
-             SELECT source, minute, sum(n), sum(failed), sum(completed), sum(dead),
-                    histogram_of(array_agg(bucket) FILTER (WHERE completed > 0),
-                                 array_agg(completed) FILTER (WHERE completed > 0), $4),
-                    array_fill(0, ARRAY[$4])
-             FROM (SELECT e.source, date_trunc('minute', a.finished_at) AS minute,
-                          width_bucket(extract(epoch FROM a.finished_at - e.first_seen_at) * 1000,
-                                       $3::float8[]) + 1 AS bucket,
-                          count(*) AS n,
-                          count(*) FILTER (WHERE a.status IS NULL OR a.status NOT BETWEEN 200 AND 299) AS failed,
-                          count(*) FILTER (WHERE a.result = 'completed'
-                                           OR (a.result IS NULL AND a.status BETWEEN 200 AND 299)) AS completed,
-                          count(*) FILTER (WHERE a.result = 'dead') AS dead
-                   FROM attempts a JOIN events e ON e.id = a.event_id
-                   WHERE a.id > $1 AND a.id <= $2
-                   GROUP BY 1, 2, 3) g
-             GROUP BY source, minute
-             ON CONFLICT (source, minute) DO UPDATE SET
-                 attempts = m.attempts + EXCLUDED.attempts,
-                 attempts_failed = m.attempts_failed + EXCLUDED.attempts_failed,
-                 events_completed = m.events_completed + EXCLUDED.events_completed,
-                 events_dead = m.events_dead + EXCLUDED.events_dead,
-                 e2e_hist = histogram_add(m.e2e_hist, EXCLUDED.e2e_hist)";
 
 /// Folds every `INTERVAL` until shutdown; errors are logged and retried.
 pub async fn run(pool: PgPool, shutdown: CancellationToken) {

@@ -510,7 +510,13 @@ async fn commit_batch(connection: &mut Committer, shared: &Shared, batch: Vec<Jo
     let mut failure = None;
     match answered {
         Ok(rows) => {
-            for (ord, delivery_id, event_id, outcome) in rows {
+            for events::BatchRow {
+                ord,
+                delivery_id,
+                event_id,
+                outcome,
+            } in rows
+            {
                 let outcome = match outcome.as_str() {
                     "claimed" => Outcome::Claimed,
                     state => {

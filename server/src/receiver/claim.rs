@@ -173,9 +173,10 @@ pub async fn claim_in(
     let mut won = events::claim(tx, d.source, key, inline).await?;
     // An operator's re-delivery of a dead event queues it again.
     if won.is_none() && d.redelivery.is_some() {
-        let delivery_id: i64 = sqlx::query_scalar("SELECT nextval('deliveries_id_seq')")
-            .fetch_one(&mut *tx)
-            .await?;
+        let delivery_id: i64 =
+            sqlx::query_scalar!(r#"SELECT nextval('deliveries_id_seq') AS "id!""#)
+                .fetch_one(&mut *tx)
+                .await?;
         won = events::revive(tx, d.source, key, delivery_id)
             .await?
             .map(|event_id| (event_id, delivery_id));
@@ -238,11 +239,13 @@ pub async fn set_answered_status(
     delivery_id: i64,
     status: u16,
 ) -> Result<(), sqlx::Error> {
-    sqlx::query("UPDATE deliveries SET http_status = $2 WHERE id = $1")
-        .bind(delivery_id)
-        .bind(status as i16)
-        .execute(pool)
-        .await?;
+    sqlx::query!(
+        "UPDATE deliveries SET http_status = $2 WHERE id = $1",
+        delivery_id,
+        status as i16
+    )
+    .execute(pool)
+    .await?;
     Ok(())
 }
 
@@ -275,7 +278,7 @@ async fn insert_delivery(
     status: u16,
     verification: &str,
 ) -> Result<i64, sqlx::Error> {
-    sqlx::query_scalar(
+    sqlx::query_scalar!(
         "INSERT INTO deliveries (id, source, event_id, idem_key, outcome, reject_reason,
                                  http_status, ack_micros, verified, verification, query,
                                  content_type, headers, body, body_size, remote_addr,
@@ -283,26 +286,26 @@ async fn insert_delivery(
          VALUES (coalesce($18, nextval('deliveries_id_seq')), $1, $2, $3, $4, $5, $6, $7, $8, $9,
                  $10, $11, $12, $13, $14, $15, $16, $17, $19)
          RETURNING id",
+        d.source,
+        event_id,
+        d.idem_key,
+        outcome.as_str(),
+        d.reject_reason.as_deref(),
+        i16::try_from(status).unwrap_or(i16::MAX),
+        d.ack_micros(),
+        d.verified,
+        verification,
+        d.query,
+        d.content_type,
+        &d.headers,
+        d.body,
+        d.body_size(),
+        d.remote_addr,
+        d.redelivery.map(|r| r.of),
+        d.redelivery.map(|r| r.by),
+        id,
+        d.reject_kind
     )
-    .bind(d.source)
-    .bind(event_id)
-    .bind(d.idem_key)
-    .bind(outcome.as_str())
-    .bind(d.reject_reason.as_deref())
-    .bind(i16::try_from(status).unwrap_or(i16::MAX))
-    .bind(d.ack_micros())
-    .bind(d.verified)
-    .bind(verification)
-    .bind(d.query)
-    .bind(d.content_type)
-    .bind(&d.headers)
-    .bind(d.body)
-    .bind(d.body_size())
-    .bind(d.remote_addr)
-    .bind(d.redelivery.map(|r| r.of))
-    .bind(d.redelivery.map(|r| r.by))
-    .bind(id)
-    .bind(d.reject_kind)
     .fetch_one(conn)
     .await
 }

@@ -119,34 +119,35 @@ pub fn attempt(source: &str, result: &'static str, latency_ms: i32) {
 /// Reads the backlog and dead-letter gauges from the database.
 pub async fn refresh_gauges(pool: &sqlx::PgPool) -> Result<(), sqlx::Error> {
     let cap = app::api::overview::COUNT_CAP;
-    let backlog: Vec<(String, i64, Option<f64>)> = sqlx::query_as(
-        "SELECT s.slug, count(w.source), extract(epoch FROM now() - min(w.next_attempt_at))::float8
-         FROM sources s
-         LEFT JOIN (SELECT source, next_attempt_at FROM events
-                    WHERE state IN ('queued', 'retrying')
-                    ORDER BY next_attempt_at LIMIT $1) w ON w.source = s.slug
-         GROUP BY s.slug",
+    let backlog = sqlx::query!(
+        r#"SELECT s.slug, count(w.source) AS "waiting!",
+                  extract(epoch FROM now() - min(w.next_attempt_at))::float8 AS oldest
+           FROM sources s
+           LEFT JOIN (SELECT source, next_attempt_at FROM events
+                      WHERE state IN ('queued', 'retrying')
+                      ORDER BY next_attempt_at LIMIT $1) w ON w.source = s.slug
+           GROUP BY s.slug"#,
+        cap
     )
-    .bind(cap)
     .fetch_all(pool)
     .await?;
-    let dead: Vec<(String, i64)> = sqlx::query_as(
-        "SELECT s.slug, count(d.source)
-         FROM sources s
-         LEFT JOIN (SELECT source FROM events WHERE state = 'dead' LIMIT $1) d ON d.source = s.slug
-         GROUP BY s.slug",
+    let dead = sqlx::query!(
+        r#"SELECT s.slug, count(d.source) AS "count!"
+           FROM sources s
+           LEFT JOIN (SELECT source FROM events WHERE state = 'dead' LIMIT $1) d ON d.source = s.slug
+           GROUP BY s.slug"#,
+        cap
     )
-    .bind(cap)
     .fetch_all(pool)
     .await?;
-    for (source, waiting, oldest) in backlog {
-        metrics::gauge!("replaysafe_backlog_events", "source" => source.clone())
-            .set(waiting as f64);
-        metrics::gauge!("replaysafe_oldest_due_seconds", "source" => source)
-            .set(oldest.unwrap_or(0.0).max(0.0));
+    for row in backlog {
+        metrics::gauge!("replaysafe_backlog_events", "source" => row.slug.clone())
+            .set(row.waiting as f64);
+        metrics::gauge!("replaysafe_oldest_due_seconds", "source" => row.slug)
+            .set(row.oldest.unwrap_or(0.0).max(0.0));
     }
-    for (source, count) in dead {
-        metrics::gauge!("replaysafe_dead_letters", "source" => source).set(count as f64);
+    for row in dead {
+        metrics::gauge!("replaysafe_dead_letters", "source" => row.slug).set(row.count as f64);
     }
     Ok(())
 }

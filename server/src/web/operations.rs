@@ -17,7 +17,6 @@ pub struct ServerOperations {
     pub services: Services,
 }
 
-#[derive(sqlx::FromRow)]
 struct Stored {
     source: String,
     headers: serde_json::Value,
@@ -28,7 +27,6 @@ struct Stored {
     received_at: i64,
 }
 
-#[derive(sqlx::FromRow)]
 struct Recorded {
     id: i64,
     event_id: Option<i64>,
@@ -46,12 +44,13 @@ impl ServerOperations {
         by: CurrentUser,
         past_window_reason: Option<String>,
     ) -> Result<RedeliveryResult, AppError> {
-        let stored: Option<Stored> = sqlx::query_as(
-            "SELECT source, headers, body, query, outcome,
-                        extract(epoch FROM received_at)::bigint AS received_at
-                 FROM deliveries WHERE id = $1",
+        let stored = sqlx::query_as!(
+            Stored,
+            r#"SELECT source, headers, body, query, outcome,
+                      extract(epoch FROM received_at)::bigint AS "received_at!"
+               FROM deliveries WHERE id = $1"#,
+            delivery_id
         )
-        .bind(delivery_id)
         .fetch_optional(&self.services.pool)
         .await
         .map_err(AppError::database)?;
@@ -140,13 +139,14 @@ impl ServerOperations {
                 "the re-delivery was not recorded",
             )));
         };
-        let recorded: Recorded = sqlx::query_as(
-            "SELECT d.id, d.event_id, d.idem_key, d.outcome, d.reject_reason,
-                    EXISTS (SELECT 1 FROM deliveries o
-                            WHERE o.event_id = d.event_id AND o.id < d.id) AS revived
-             FROM deliveries d WHERE d.id = $1",
+        let recorded = sqlx::query_as!(
+            Recorded,
+            r#"SELECT d.id, d.event_id, d.idem_key, d.outcome, d.reject_reason,
+                      EXISTS (SELECT 1 FROM deliveries o
+                              WHERE o.event_id = d.event_id AND o.id < d.id) AS "revived!"
+               FROM deliveries d WHERE d.id = $1"#,
+            recorded_id
         )
-        .bind(recorded_id)
         .fetch_one(&self.services.pool)
         .await
         .map_err(AppError::database)?;
