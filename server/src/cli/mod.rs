@@ -37,10 +37,10 @@ pub struct Cli {
 }
 
 impl Cli {
-    /// The runtime's worker threads. Measured on a 2-core machine running
-    /// PostgreSQL too (bench/run, c=8): one thread answered about 20% more
-    /// deliveries than two, because waking a parked thread for every hand-off
-    /// between a request and its commit cost more than the work itself.
+    /// The runtime's worker threads: half the cores leaves the rest to
+    /// PostgreSQL beside it, and waking a parked thread for every hand-off
+    /// between a request and its commit costs more than the work itself
+    /// (bench/README, "Why the tuning constants are what they are").
     pub fn runtime_threads(&self) -> usize {
         self.threads.map(|n| n.get()).unwrap_or_else(|| {
             let cores = std::thread::available_parallelism().map_or(1, |n| n.get());

@@ -9,8 +9,9 @@ use std::time::{Duration, Instant};
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
-/// Folds run often and small: one fold of several seconds' rows took 25-45 ms
-/// of a core at 1,000 deliveries/s, long enough to show in the receiver's tail.
+/// Folds run often and small: a fold of several seconds' rows shows in the
+/// receiver's latency tail (bench/README, "Why the tuning constants are what
+/// they are").
 pub const INTERVAL: Duration = Duration::from_millis(250);
 /// A row is folded in only once an id at least as high was seen this long
 /// ago, so that a statement that drew a lower id has committed by then.

@@ -28,8 +28,8 @@ pub const POLL_INTERVAL: Duration = Duration::from_millis(500);
 pub const LEASE_BATCH: i64 = 32;
 
 /// How long finished attempts wait for their batchmates before they are
-/// recorded together. Recording each at once cost 0.3-0.7x the forwarding
-/// throughput (bench/forward, one statement per attempt).
+/// recorded together: one statement per attempt cost forwarding most of its
+/// throughput (bench/README, "Why the tuning constants are what they are").
 const RECORD_WINDOW: Duration = Duration::from_millis(20);
 
 #[derive(Clone)]

@@ -201,17 +201,14 @@ async fn commit_loop(options: PgConnectOptions, shared: Arc<Shared>) {
 /// `GATHER_WAIT` passed: each commit is a disk sync that PostgreSQL
 /// serialises, so a second small batch would only wait for the first one's
 /// sync and then pay for its own. Under heavy load batches fill at once and
-/// commit side by side. Measured (the bench's requests under wrk, c=32, 2
-/// committers, runs interleaved): ungated 7,200-7,900 req/s, gated
-/// 8,450-10,400.
+/// commit side by side (bench/README, "Why the tuning constants are what
+/// they are").
 ///
 /// Under light load (recent batches under `LIGHT_LOAD_BELOW` on average)
 /// the database has cores to spare, and `GATHER_LIGHT` deliveries may
 /// commit beside the batch in flight: with few clients, half of them
 /// waiting a whole commit for the other half cost more than a second
-/// statement. Measured (c=8, 2 interleaved pairs): 7,272 / 7,081 req/s
-/// with 8 always, 8,540 / 7,948 with this; 4 always lost 7% at c=32, this
-/// keeps 8 there (16,796 / 16,921 against 16,818 / 16,805).
+/// statement.
 ///
 /// A delivery whose key a batch in flight is claiming waits for a later
 /// batch: in this one its row lock would hold every other delivery until
