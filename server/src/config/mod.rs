@@ -357,9 +357,13 @@ fn valid_slug(slug: &str) -> bool {
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
 }
 
+/// Written exactly as `http://` or `https://` and a host: the text is used
+/// as written (the cookie's Secure flag, Twilio's signed URL), so a URL the
+/// parser would first trim or lowercase is refused too.
 fn check_http_url(text: &str) -> Result<(), String> {
+    let written = text.starts_with("http://") || text.starts_with("https://");
     match url::Url::parse(text) {
-        Ok(url) if matches!(url.scheme(), "http" | "https") && url.host().is_some() => Ok(()),
+        Ok(url) if written && url.host().is_some() => Ok(()),
         _ => Err(format!("{text:?} is not an http:// or https:// URL")),
     }
 }
@@ -470,6 +474,11 @@ mod tests {
                 "[[source]]\nslug = \"gh\"\nprovider = \"github\"\nsecrets = [\"x\"]\ndestination = \"ftp://x\"",
                 "source[0].destination",
             ),
+            (
+                "[[source]]\nslug = \"gh\"\nprovider = \"github\"\nsecrets = [\"x\"]\ndestination = \" https://x\"",
+                "source[0].destination",
+            ),
+            ("public_url = \"HTTPS://x\"", "public_url"),
             (
                 "[[source]]\nslug = \"a\"\nprovider = \"github\"\nsecrets = [\"x\"]\n[[source]]\nslug = \"a\"\nprovider = \"github\"\nsecrets = [\"x\"]",
                 "source[1].slug",

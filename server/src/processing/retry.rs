@@ -74,15 +74,19 @@ impl RetryPolicy {
     }
 }
 
-/// `Retry-After` as seconds or an HTTP date (any of the three forms RFC 9110
-/// allows a recipient to meet).
+/// `Retry-After` as seconds or an HTTP date: the three forms RFC 9110 has a
+/// recipient read, else an RFC 2822 date with another zone, which some
+/// servers send.
 pub fn parse_retry_after(value: &str, now: chrono::DateTime<chrono::Utc>) -> Option<Duration> {
     let value = value.trim();
     if let Ok(secs) = value.parse::<u64>() {
         return Some(Duration::from_secs(secs));
     }
-    let at = httpdate::parse_http_date(value).ok()?;
-    at.duration_since(std::time::SystemTime::from(now)).ok()
+    let at = match httpdate::parse_http_date(value) {
+        Ok(at) => chrono::DateTime::<chrono::Utc>::from(at),
+        Err(_) => chrono::DateTime::parse_from_rfc2822(value).ok()?.to_utc(),
+    };
+    (at - now).to_std().ok()
 }
 
 #[cfg(test)]
@@ -151,6 +155,10 @@ mod tests {
         assert_eq!(
             parse_retry_after("Mon Nov 30 12:00:05 2026", now),
             Some(Duration::from_secs(5))
+        );
+        assert_eq!(
+            parse_retry_after("Mon, 30 Nov 2026 13:00:10 +0100", now),
+            Some(Duration::from_secs(10))
         );
         // A date already past: no wait asked for.
         assert_eq!(
