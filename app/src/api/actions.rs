@@ -130,7 +130,6 @@ pub async fn force_reexecution(
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "ssr", derive(sqlx::FromRow))]
 pub struct AuditEntry {
     pub id: i64,
     pub at: String,
@@ -243,12 +242,8 @@ pub mod ssr {
         let to = time_bound("to", &filter.to)?;
         let source = Some(filter.source.trim()).filter(|s| !s.is_empty());
         let reason = Some(filter.reason.trim()).filter(|s| !s.is_empty());
-        const MATCH: &str = "state = 'dead' AND id > $1
-              AND ($2::text IS NULL OR source = $2)
-              AND ($3::timestamptz IS NULL OR state_changed_at >= $3::timestamptz)
-              AND ($4::timestamptz IS NULL OR state_changed_at < $4::timestamptz)
-              AND ($5::text IS NULL OR dead_reason ILIKE '%' || $5 || '%')";
-        let chosen: Vec<(i64, Option<i64>, String)> = sqlx::query_as(&format!(
+        // The filter is written out in both statements below: they must match the same events.
+        let chosen: Vec<(i64, Option<i64>, String)> = sqlx::query!(
             // Each event's first delivery, or its newest one still holding the payload.
             "SELECT id,
                     coalesce((SELECT d.id FROM deliveries d
@@ -256,19 +251,28 @@ pub mod ssr {
                              (SELECT d.id FROM deliveries d
                               WHERE d.event_id = events.id AND d.body IS NOT NULL
                                 AND d.idem_key = events.idem_key
-                              ORDER BY d.id DESC LIMIT 1)),
+                              ORDER BY d.id DESC LIMIT 1)) AS delivery_id,
                     idem_key
-             FROM events WHERE {MATCH} ORDER BY id LIMIT $6"
-        ))
-        .bind(after)
-        .bind(source)
-        .bind(from.as_deref())
-        .bind(to.as_deref())
-        .bind(reason)
-        .bind(BULK_STEP)
+             FROM events
+             WHERE state = 'dead' AND id > $1
+               AND ($2::text IS NULL OR source = $2)
+               AND ($3::text IS NULL OR state_changed_at >= $3::text::timestamptz)
+               AND ($4::text IS NULL OR state_changed_at < $4::text::timestamptz)
+               AND ($5::text IS NULL OR dead_reason ILIKE '%' || $5 || '%')
+             ORDER BY id LIMIT $6",
+            after,
+            source,
+            from.as_deref(),
+            to.as_deref(),
+            reason,
+            BULK_STEP
+        )
         .fetch_all(&pool)
         .await
-        .map_err(AppError::database)?;
+        .map_err(AppError::database)?
+        .into_iter()
+        .map(|r| (r.id, r.delivery_id, r.idem_key))
+        .collect();
         let mut results = Vec::with_capacity(chosen.len());
         for (event_id, first_delivery, key) in &chosen {
             let result = match first_delivery {
@@ -303,15 +307,22 @@ pub mod ssr {
             .flatten();
         let remaining: i64 = match next_after {
             None => 0,
-            Some(next) => sqlx::query_scalar(&format!("SELECT count(*) FROM events WHERE {MATCH}"))
-                .bind(next)
-                .bind(source)
-                .bind(from.as_deref())
-                .bind(to.as_deref())
-                .bind(reason)
-                .fetch_one(&pool)
-                .await
-                .map_err(AppError::database)?,
+            Some(next) => sqlx::query_scalar!(
+                r#"SELECT count(*) AS "n!" FROM events
+                   WHERE state = 'dead' AND id > $1
+                     AND ($2::text IS NULL OR source = $2)
+                     AND ($3::text IS NULL OR state_changed_at >= $3::text::timestamptz)
+                     AND ($4::text IS NULL OR state_changed_at < $4::text::timestamptz)
+                     AND ($5::text IS NULL OR dead_reason ILIKE '%' || $5 || '%')"#,
+                next,
+                source,
+                from.as_deref(),
+                to.as_deref(),
+                reason
+            )
+            .fetch_one(&pool)
+            .await
+            .map_err(AppError::database)?,
         };
         let requeued = results.iter().filter(|r| r.requeued).count();
         audit(

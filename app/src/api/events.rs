@@ -55,7 +55,6 @@ impl Payload {
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "ssr", derive(sqlx::FromRow))]
 pub struct AttemptRow {
     pub id: i64,
     pub number: i32,
@@ -71,7 +70,6 @@ pub struct AttemptRow {
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "ssr", derive(sqlx::FromRow))]
 pub struct EventSummary {
     pub id: i64,
     pub source: String,
@@ -148,7 +146,6 @@ pub async fn get_delivery(id: i64) -> Result<DeliveryDetail, ServerFnError> {
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "ssr", derive(sqlx::FromRow))]
 pub struct DeadLetter {
     pub id: i64,
     pub source: String,
@@ -193,28 +190,6 @@ mod server {
     use sqlx::PgPool;
 
     use super::*;
-    use crate::api::deliveries::server::ROW_COLUMNS;
-
-    const TIME: &str = "'YYYY-MM-DD HH24:MI:SS.MS'";
-
-    fn utc(column: &str) -> String {
-        format!("to_char({column} AT TIME ZONE 'UTC', {TIME})")
-    }
-
-    #[derive(sqlx::FromRow)]
-    struct DetailRow {
-        #[sqlx(flatten)]
-        row: DeliveryRow,
-        verified: bool,
-        verification: Option<String>,
-        method: String,
-        query: Option<String>,
-        content_type: Option<String>,
-        headers: serde_json::Value,
-        body: Option<Vec<u8>>,
-        body_size: i32,
-        remote_addr: Option<String>,
-    }
 
     /// Stored headers are `[[name, value], ...]`.
     fn header_pairs(value: serde_json::Value) -> Vec<(String, String)> {
@@ -238,17 +213,34 @@ mod server {
     }
 
     pub async fn delivery(pool: &PgPool, id: i64) -> Result<Option<DeliveryDetail>, sqlx::Error> {
-        let row: Option<DetailRow> = sqlx::query_as(&format!(
-            "SELECT {ROW_COLUMNS}, d.verified, d.verification, d.method, d.query, d.content_type,
-                    d.headers, d.body, d.body_size, d.remote_addr
-             FROM deliveries d WHERE d.id = $1"
-        ))
-        .bind(id)
+        // Times are shown in UTC to the millisecond, as on the deliveries page.
+        let row = sqlx::query!(
+            r#"SELECT d.id,
+                      to_char(d.received_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.MS') AS "received_at!",
+                      d.source, d.event_id, d.idem_key, d.outcome, d.http_status, d.reject_reason,
+                      d.reject_kind, d.ack_micros, d.redelivery_of,
+                      d.verified, d.verification, d.method, d.query, d.content_type,
+                      d.headers, d.body, d.body_size, d.remote_addr
+               FROM deliveries d WHERE d.id = $1"#,
+            id
+        )
         .fetch_optional(pool)
         .await?;
         Ok(row.map(|r| DeliveryDetail {
             payload: Payload::of(r.body.as_deref()),
-            row: r.row,
+            row: DeliveryRow {
+                id: r.id,
+                received_at: r.received_at,
+                source: r.source,
+                event_id: r.event_id,
+                idem_key: r.idem_key,
+                outcome: r.outcome,
+                http_status: r.http_status,
+                reject_reason: r.reject_reason,
+                reject_kind: r.reject_kind,
+                ack_micros: r.ack_micros,
+                redelivery_of: r.redelivery_of,
+            },
             verified: r.verified,
             verification: r.verification,
             method: r.method,
@@ -261,29 +253,35 @@ mod server {
     }
 
     pub async fn event(pool: &PgPool, id: i64) -> Result<Option<EventDetail>, sqlx::Error> {
-        let event: Option<EventSummary> = sqlx::query_as(&format!(
-            "SELECT id, source, idem_key, state, {}  AS state_changed_at,
-                    {} AS first_seen_at, {} AS last_seen_at, receive_count, attempt_count,
-                    {} AS next_attempt_at, last_error, dead_reason, {} AS completed_at,
-                    first_delivery_id
-             FROM events WHERE id = $1",
-            utc("state_changed_at"),
-            utc("first_seen_at"),
-            utc("last_seen_at"),
-            utc("next_attempt_at"),
-            utc("completed_at"),
-        ))
-        .bind(id)
+        let event = sqlx::query_as!(
+            EventSummary,
+            r#"SELECT id, source, idem_key, state,
+                      to_char(state_changed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.MS') AS "state_changed_at!",
+                      to_char(first_seen_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.MS') AS "first_seen_at!",
+                      to_char(last_seen_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.MS') AS "last_seen_at!",
+                      receive_count, attempt_count,
+                      to_char(next_attempt_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.MS') AS "next_attempt_at!",
+                      last_error, dead_reason,
+                      to_char(completed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.MS') AS completed_at,
+                      first_delivery_id
+               FROM events WHERE id = $1"#,
+            id
+        )
         .fetch_optional(pool)
         .await?;
         let Some(event) = event else {
             return Ok(None);
         };
-        let deliveries: Vec<DeliveryRow> = sqlx::query_as(&format!(
-            "SELECT {ROW_COLUMNS} FROM deliveries d WHERE d.event_id = $1 ORDER BY d.id LIMIT $2"
-        ))
-        .bind(id)
-        .bind(TIMELINE_DELIVERIES)
+        let deliveries = sqlx::query_as!(
+            DeliveryRow,
+            r#"SELECT d.id,
+                      to_char(d.received_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.MS') AS "received_at!",
+                      d.source, d.event_id, d.idem_key, d.outcome, d.http_status, d.reject_reason,
+                      d.reject_kind, d.ack_micros, d.redelivery_of
+               FROM deliveries d WHERE d.event_id = $1 ORDER BY d.id LIMIT $2"#,
+            id,
+            TIMELINE_DELIVERIES
+        )
         .fetch_all(pool)
         .await?;
         let deliveries_total: i64 = sqlx::query_scalar!(
@@ -292,16 +290,19 @@ mod server {
         )
         .fetch_one(pool)
         .await?;
-        let attempts: Vec<AttemptRow> = sqlx::query_as(&format!(
-            "SELECT id, number, worker, {} AS started_at, {} AS finished_at, status, latency_ms,
-                    response_excerpt, error,
-                    CASE WHEN result = 'retrying' THEN {} END AS next_attempt_at, result
-             FROM attempts WHERE event_id = $1 ORDER BY id",
-            utc("started_at"),
-            utc("finished_at"),
-            utc("next_attempt_at"),
-        ))
-        .bind(id)
+        let attempts = sqlx::query_as!(
+            AttemptRow,
+            r#"SELECT id, number, worker,
+                      to_char(started_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.MS') AS "started_at!",
+                      to_char(finished_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.MS') AS finished_at,
+                      status, latency_ms, response_excerpt, error,
+                      CASE WHEN result = 'retrying'
+                           THEN to_char(next_attempt_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.MS') END
+                          AS next_attempt_at,
+                      result
+               FROM attempts WHERE event_id = $1 ORDER BY id"#,
+            id
+        )
         .fetch_all(pool)
         .await?;
         let first_delivery = match event.first_delivery_id {
@@ -334,24 +335,24 @@ mod server {
         source: Option<String>,
         before: Option<(i64, i64)>,
     ) -> Result<DeadLetterPage, sqlx::Error> {
-        let mut rows: Vec<DeadLetter> = sqlx::query_as(&format!(
-            "SELECT id, source, idem_key, dead_reason, attempt_count, receive_count,
-                    {} AS first_seen_at, {} AS died_at,
-                    (extract(epoch FROM state_changed_at) * 1000000)::bigint AS died_micros,
-                    first_delivery_id
-             FROM events
-             WHERE state = 'dead' AND ($1::text IS NULL OR source = $1)
-               AND ($2::bigint IS NULL
-                    OR (state_changed_at, id) < (to_timestamp($2 / 1000000.0), $3))
-             ORDER BY state_changed_at DESC, id DESC
-             LIMIT $4",
-            utc("first_seen_at"),
-            utc("state_changed_at"),
-        ))
-        .bind(source)
-        .bind(before.map(|b| b.0))
-        .bind(before.map(|b| b.1))
-        .bind(DEAD_PAGE_SIZE + 1)
+        let mut rows = sqlx::query_as!(
+            DeadLetter,
+            r#"SELECT id, source, idem_key, dead_reason, attempt_count, receive_count,
+                      to_char(first_seen_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.MS') AS "first_seen_at!",
+                      to_char(state_changed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.MS') AS "died_at!",
+                      (extract(epoch FROM state_changed_at) * 1000000)::bigint AS "died_micros!",
+                      first_delivery_id
+               FROM events
+               WHERE state = 'dead' AND ($1::text IS NULL OR source = $1)
+                 AND ($2::bigint IS NULL
+                      OR (state_changed_at, id) < (to_timestamp($2 / 1000000.0), $3))
+               ORDER BY state_changed_at DESC, id DESC
+               LIMIT $4"#,
+            source,
+            before.map(|b| b.0),
+            before.map(|b| b.1),
+            DEAD_PAGE_SIZE + 1
+        )
         .fetch_all(pool)
         .await?;
         let older = if rows.len() as i64 > DEAD_PAGE_SIZE {

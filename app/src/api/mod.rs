@@ -63,7 +63,6 @@ pub fn quantile_ms(histogram: &[i64], q: f64) -> Option<f64> {
 
 /// A configured source as the Sources page shows it. Secrets never leave the server.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "ssr", derive(sqlx::FromRow))]
 pub struct SourceSummary {
     pub slug: String,
     pub provider: String,

@@ -186,7 +186,6 @@ mod server {
 
     use super::*;
 
-    #[derive(sqlx::FromRow)]
     struct MinuteRow {
         source: String,
         minute_ms: i64,
@@ -232,21 +231,18 @@ mod server {
         }
     }
 
-    #[derive(sqlx::FromRow)]
     struct SourceRow {
         slug: String,
         provider: String,
         paused: bool,
     }
 
-    #[derive(sqlx::FromRow)]
     struct BacklogRow {
         source: String,
         waiting: i64,
         oldest_due_secs: Option<f64>,
     }
 
-    #[derive(sqlx::FromRow)]
     struct StormRow {
         source: String,
         recent_verified: i64,

@@ -52,7 +52,7 @@ pub use work::{
 
 /// A sync-mode destination's answer, stored with its event and returned
 /// byte for byte to later duplicates.
-#[derive(Clone, Debug, PartialEq, Eq, sqlx::FromRow)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StoredResponse {
     pub status: i16,
     pub content_type: Option<String>,

@@ -10,7 +10,7 @@ use sqlx::PgPool;
 use super::StoredResponse;
 
 /// An event leased for one attempt, with what it forwards.
-#[derive(Clone, Debug, sqlx::FromRow)]
+#[derive(Clone, Debug)]
 pub struct Leased {
     pub event_id: i64,
     pub attempt_id: i64,
