@@ -180,13 +180,27 @@ remote_addr().await
         Ok(())
     }
 
-    /// Only a local path: `next` must not send anyone to another site.
-    fn safe_next(next: &str) -> &str {
-        let local = next.starts_with('/') && !next.starts_with("//") && !next.contains('\\');
-        if local && next != "/login" {
-            next
-        } else {
-            "/overview"
+    /// The dashboard's public URL, provided by the server to every server
+    /// function: where sign-in may send a browser back to.
+    #[derive(Clone, Debug)]
+    pub struct PublicUrl(pub url::Url);
+
+    /// Where to go after signing in: `next` resolved against the public URL
+    /// as a browser resolves a `Location` (tabs and newlines dropped,
+    /// backslashes read as slashes), kept only when it stays on that origin,
+    /// and given back as a path, never `/login` again.
+    pub fn safe_next(public: &url::Url, next: &str) -> String {
+        const HOME: &str = "/overview";
+        let next = next.trim();
+        let Ok(target) = public.join(next) else {
+            return HOME.into();
+        };
+        if next.is_empty() || target.origin() != public.origin() || target.path() == "/login" {
+            return HOME.into();
+        }
+        match target.query() {
+            Some(query) => format!("{}?{query}", target.path()),
+            None => target.path().to_owned(),
         }
     }
 
@@ -299,7 +313,9 @@ remote_addr().await
         )
         .await
         .map_err(AppError::database)?;
-        leptos_axum::redirect(safe_next(&next));
+        let public = use_context::<PublicUrl>()
+            .ok_or_else(|| AppError::Misconfigured("server misconfigured: no public URL".into()))?;
+        leptos_axum::redirect(&safe_next(&public.0, &next));
         Ok(())
     }
 
@@ -349,5 +365,43 @@ remote_addr().await
                     .is_ok()
             })
             .unwrap_or(false)
+    }
+}
+
+#[cfg(all(test, feature = "ssr"))]
+mod tests {
+    use super::ssr::safe_next;
+
+    #[test]
+    fn sign_in_sends_back_only_to_this_site() {
+        let public = url::Url::parse("https://hooks.example.com/").unwrap();
+        let next = |n: &str| safe_next(&public, n);
+        assert_eq!(
+            next("/deliveries?source=gh&outcome=dead"),
+            "/deliveries?source=gh&outcome=dead"
+        );
+        assert_eq!(next("/events/42"), "/events/42");
+        assert_eq!(next(""), "/overview");
+        assert_eq!(next("/login"), "/overview");
+        assert_eq!(next("/login?next=/x"), "/overview");
+        // Ways out that a browser would follow: all refused.
+        for away in [
+            "//evil.example",
+            "https://evil.example/",
+            "/\t/evil.example",
+            "/\n/evil.example",
+            "\\\\evil.example",
+            "/\\evil.example",
+            "http://hooks.example.com/",
+            "https://hooks.example.com.evil.example/",
+            "javascript:alert(1)",
+            "https://user@evil.example",
+        ] {
+            assert_eq!(next(away), "/overview", "{away:?}");
+        }
+        // Encoded, it is a path on this site: it stays one.
+        assert_eq!(next("/%09/evil.example"), "/%09/evil.example");
+        // A newline never reaches the Location header.
+        assert!(!next("/deliveries\r\nSet-Cookie: x=1").contains('\n'));
     }
 }

@@ -17,11 +17,27 @@ use crate::config::Config;
 pub const COOKIE: &str = "replaysafe_session";
 
 /// Paths anyone may reach: the sign-in page, the bundle, probes, metrics.
+/// Matched on the path as decoded, and never one with a dot segment or an
+/// empty one (`/pkg/../overview`, `/pkg/%2e%2e/x`, `//login`), which a file
+/// server or a router could read as another path.
 fn is_public(path: &str) -> bool {
-    matches!(
-        path,
-        "/login" | "/api/login" | "/api/me" | "/healthz" | "/readyz" | "/metrics" | "/favicon.ico"
-    ) || path.starts_with("/pkg/")
+    let decoded = percent_encoding::percent_decode_str(path).decode_utf8_lossy();
+    let plain = decoded
+        .split('/')
+        .skip(1)
+        .all(|segment| !matches!(segment, "" | "." | "..") && !segment.contains('\\'));
+    let plain = plain || decoded == "/";
+    plain
+        && (matches!(
+            decoded.as_ref(),
+            "/login"
+                | "/api/login"
+                | "/api/me"
+                | "/healthz"
+                | "/readyz"
+                | "/metrics"
+                | "/favicon.ico"
+        ) || decoded.starts_with("/pkg/"))
 }
 
 pub fn session_layer(config: &Config, store: PostgresStore) -> SessionManagerLayer<PostgresStore> {
@@ -36,31 +52,21 @@ pub fn session_layer(config: &Config, store: PostgresStore) -> SessionManagerLay
         ))
 }
 
-/// `host[:port]` of a URL, as a `Host` header names it (no default port).
-fn authority(url: &str) -> Option<String> {
-    let url = url::Url::parse(url).ok()?;
-    let host = url.host_str()?;
-    Some(match url.port() {
-        Some(port) => format!("{host}:{port}"),
-        None => host.to_owned(),
-    })
-}
-
 /// A state-changing request must come from this site: its Origin (or, when
-/// a browser sends none, its Referer) names the public URL or the host it
-/// was sent to. Requests carrying neither are refused too.
+/// a browser sends none, its Referer) has the scheme, host and port of the
+/// public URL. The `Host` header proves nothing (any client sets it), and a
+/// request carrying neither header is refused too.
 pub fn same_origin(headers: &HeaderMap, public_url: &str) -> bool {
+    let origin_of = |text: &str| url::Url::parse(text).ok().map(|u| u.origin());
     let claimed = headers
         .get(header::ORIGIN)
         .or_else(|| headers.get(header::REFERER))
         .and_then(|v| v.to_str().ok())
-        .and_then(authority);
-    let Some(claimed) = claimed else {
-        return false;
-    };
-    let host = headers.get(header::HOST).and_then(|v| v.to_str().ok());
-    Some(&claimed) == authority(public_url).as_ref()
-        || host.is_some_and(|h| h.eq_ignore_ascii_case(&claimed))
+        .and_then(origin_of);
+    match (claimed, origin_of(public_url)) {
+        (Some(claimed), Some(public)) => claimed.is_tuple() && claimed == public,
+        _ => false,
+    }
 }
 
 pub async fn gate(
@@ -131,10 +137,24 @@ mod tests {
             public
         ));
         assert!(same_origin(
+            &headers(&[("origin", "https://hooks.example.com:443")]),
+            public
+        ));
+        // The Host header is the client's to set: it proves nothing.
+        assert!(!same_origin(
             &headers(&[
                 ("origin", "http://127.0.0.1:3000"),
                 ("host", "127.0.0.1:3000")
             ]),
+            public
+        ));
+        // Scheme and port are part of the origin.
+        assert!(!same_origin(
+            &headers(&[("origin", "http://hooks.example.com")]),
+            public
+        ));
+        assert!(!same_origin(
+            &headers(&[("origin", "https://hooks.example.com:8443")]),
             public
         ));
         assert!(same_origin(
@@ -154,5 +174,31 @@ mod tests {
             "no origin at all"
         );
         assert!(!same_origin(&headers(&[("origin", "null")]), public));
+    }
+
+    #[test]
+    fn public_paths_match_only_as_written_plainly() {
+        for public in [
+            "/login",
+            "/api/login",
+            "/healthz",
+            "/pkg/replaysafe.js",
+            "/pkg/x/y.css",
+        ] {
+            assert!(is_public(public), "{public}");
+        }
+        for private in [
+            "/overview",
+            "/pkg/../overview",
+            "/pkg/%2e%2e/api/redeliver",
+            "/pkg/./x",
+            "//login",
+            "/login/",
+            "/pkg/..%2fapi",
+            "/api/login/../redeliver",
+            "/pkg/\\..\\api",
+        ] {
+            assert!(!is_public(private), "{private}");
+        }
     }
 }

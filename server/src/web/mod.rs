@@ -75,6 +75,10 @@ pub fn router(state: AppState, role: Role) -> Router {
     }
     let routes = generate_route_list(app::App);
     let pool = state.services.pool.clone();
+    // Checked at start: public_url is an http(s) URL.
+    let public_url = app::auth::ssr::PublicUrl(
+        url::Url::parse(&state.services.config.public_url).expect("config checked public_url"),
+    );
     let operations: Arc<dyn app::api::actions::ssr::Operations> =
         Arc::new(operations::ServerOperations {
             services: state.services.clone(),
@@ -89,6 +93,7 @@ pub fn router(state: AppState, role: Role) -> Router {
             move || {
                 provide_context(pool.clone());
                 provide_context(operations.clone());
+                provide_context(public_url.clone());
             },
             move || app::shell(options.clone()),
         )
@@ -127,8 +132,14 @@ pub struct Application {
 
 impl Application {
     pub async fn bind(services: Services, role: Role) -> std::io::Result<Self> {
-        crate::telemetry::metrics::install();
         let listener = TcpListener::bind(services.config.listen).await?;
+        Self::on(listener, services, role)
+    }
+
+    /// On a listener bound already (tests bind port 0 first, to know the
+    /// public URL the origin check compares with).
+    pub fn on(listener: TcpListener, services: Services, role: Role) -> std::io::Result<Self> {
+        crate::telemetry::metrics::install();
         let addr = listener.local_addr()?;
         let state = AppState {
             leptos_options: leptos_options(addr),

@@ -142,10 +142,15 @@ async fn every_page_and_server_function_checks_session_and_role(pool: PgPool) {
 async fn cross_site_requests_are_refused(pool: PgPool) {
     let app = spawn_app(pool, config("http://127.0.0.1:9/x", r#""gh-secret""#)).await;
     let admin = app.session("admin").await;
-    for (origin, expected) in [
-        (Some("https://evil.example"), 403),
-        (None, 403),
-        (Some(&*format!("http://{}", app.addr)), 200),
+    let own = format!("http://{}", app.addr);
+    for (origin, host, expected) in [
+        (Some("https://evil.example"), None, 403),
+        (None, None, 403),
+        // The Host header is the client's to write: it proves no origin.
+        (Some("http://evil.example"), Some("evil.example"), 403),
+        // The public URL's scheme, host and port, all three.
+        (Some(&*own.replace("http://", "https://")), None, 403),
+        (Some(&*own), None, 200),
     ] {
         let mut request = app
             .client
@@ -154,6 +159,9 @@ async fn cross_site_requests_are_refused(pool: PgPool) {
             .header("content-type", "application/x-www-form-urlencoded");
         if let Some(origin) = origin {
             request = request.header("origin", origin);
+        }
+        if let Some(host) = host {
+            request = request.header("host", host);
         }
         let status = request
             .body("slug=gh&paused=true")
@@ -202,6 +210,55 @@ async fn cross_site_requests_are_refused(pool: PgPool) {
     assert!(cookie_header.contains("SameSite=Strict"), "{cookie_header}");
     // Idle expiry: the session lives `session_idle_minutes` (480) past the last request.
     assert!(cookie_header.contains("Max-Age=28800"), "{cookie_header}");
+}
+
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn sign_in_sends_the_browser_back_only_to_this_site(pool: PgPool) {
+    let app = spawn_app(pool, config("http://127.0.0.1:9/x", r#""gh-secret""#)).await;
+    app.session("admin").await;
+    for (next, expected) in [
+        ("/deliveries?source=gh", "/deliveries?source=gh"),
+        // A tab a browser would drop, leaving `//evil.example`.
+        ("/\t/evil.example", "/overview"),
+        ("//evil.example/", "/overview"),
+        ("https://evil.example/", "/overview"),
+        ("/\\evil.example", "/overview"),
+        // A newline used to reach the Location header and panic the handler.
+        (
+            "/deliveries\r\nSet-Cookie: planted=1",
+            "/deliveriesSet-Cookie:%20planted=1",
+        ),
+    ] {
+        let next = next.replace("\\t", "\t").replace("\\r\\n", "\r\n");
+        let form = format!(
+            "username=admin-user&password={}&next={}",
+            form_urlencoded::byte_serialize(PASSWORD.as_bytes()).collect::<String>(),
+            form_urlencoded::byte_serialize(next.as_bytes()).collect::<String>()
+        );
+        let response = app
+            .client
+            .post(app.url("/api/login"))
+            .header("origin", format!("http://{}", app.addr))
+            .header("content-type", "application/x-www-form-urlencoded")
+            // As the sign-in form posts without script: answered with a 302.
+            .header("accept", "text/html")
+            .body(form)
+            .send()
+            .await
+            .unwrap();
+        assert!(
+            response.status().is_redirection(),
+            "{next:?}: {}",
+            response.status()
+        );
+        let location = response.headers()["location"].to_str().unwrap();
+        assert_eq!(location, expected, "{next:?}");
+        assert!(response
+            .headers()
+            .get_all("set-cookie")
+            .iter()
+            .all(|c| !c.to_str().unwrap().contains("planted")));
+    }
 }
 
 #[sqlx::test(migrator = "MIGRATOR")]

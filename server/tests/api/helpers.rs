@@ -177,8 +177,13 @@ pub fn test_config(text: &str, vars: &[(&str, &str)]) -> Config {
         config::parse_and_validate(Some(Path::new("/tmp/replaysafe-test.toml")), text, &env)
             .expect("test config is valid");
     config.listen = "127.0.0.1:0".parse().unwrap();
+    config.public_url = UNBOUND_PUBLIC_URL.into();
     config
 }
+
+/// The public URL of a test config until the server is bound: then it is
+/// the server's own address, unless the test set another.
+const UNBOUND_PUBLIC_URL: &str = "http://127.0.0.1:0";
 
 /// Starts the real server on the test's database, migrated and with the
 /// config's sources synced, as `serve` does.
@@ -193,13 +198,19 @@ pub async fn spawn_app(pool: PgPool, config: Config) -> TestApp {
 }
 
 /// Starts the server on a pool as it is (another process's view, or a dead database).
-pub async fn spawn_app_with(pool: PgPool, config: Config) -> TestApp {
+pub async fn spawn_app_with(pool: PgPool, mut config: Config) -> TestApp {
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .expect("binding a free port");
+    config.listen = listener.local_addr().unwrap();
+    if config.public_url == UNBOUND_PUBLIC_URL {
+        config.public_url = format!("http://{}", config.listen);
+    }
     let config = Arc::new(config);
     let shutdown = CancellationToken::new();
     let services = Services::new(pool.clone(), config.clone(), Default::default());
-    let app = Application::bind(services.clone(), replaysafe::web::Role::Full)
-        .await
-        .expect("binding a free port");
+    let app = Application::on(listener, services.clone(), replaysafe::web::Role::Full)
+        .expect("a bound listener");
     let addr = app.addr;
     tokio::spawn(app.run(shutdown.clone()));
     TestApp {
