@@ -83,7 +83,8 @@ pub mod ssr {
 
     /// The session key holding the signed-in user's id.
     pub const USER_KEY: &str = "user_id";
-    /// Failed sign-ins allowed per username, and per address, in `WINDOW_MINUTES`.
+    /// Failed sign-ins allowed per username from one address (so a guesser
+    /// elsewhere cannot lock its owner out), and per address, in `WINDOW_MINUTES`.
     pub const MAX_FAILURES_PER_USER: i64 = 5;
     pub const MAX_FAILURES_PER_ADDRESS: i64 = 20;
     pub const WINDOW_MINUTES: i32 = 15;
@@ -204,6 +205,87 @@ remote_addr().await
         }
     }
 
+    /// The longest username accepted (`replaysafe user add` allows 64).
+    pub const MAX_USERNAME: usize = 64;
+    /// Sign-ins hashing at once (argon2id takes ~19 MiB each).
+    pub const HASHING_AT_ONCE: usize = 4;
+
+    /// The server's permits for sign-ins hashing at once, provided as
+    /// context (one set per server, so tests' servers do not share one).
+    #[derive(Clone, Debug)]
+    pub struct HashingPermits(pub std::sync::Arc<tokio::sync::Semaphore>);
+
+    impl Default for HashingPermits {
+        fn default() -> Self {
+            Self(std::sync::Arc::new(tokio::sync::Semaphore::new(
+                HASHING_AT_ONCE,
+            )))
+        }
+    }
+
+    /// Records a sign-in attempt before its password is checked, so that a
+    /// parallel burst gets no more tries than a serial one: under a lock
+    /// per address, counts the failures (and attempts still being checked)
+    /// of this username from this address and of the address alone in the
+    /// window. Over a limit, records `rate_limited` (which itself counts
+    /// toward no limit) and returns None; else the attempt's audit row.
+    async fn begin_attempt(
+        pool: &sqlx::PgPool,
+        username: &str,
+        address: &str,
+    ) -> Result<Option<i64>, sqlx::Error> {
+        let mut tx = pool.begin().await?;
+        sqlx::query!(
+            "SELECT pg_advisory_xact_lock(hashtextextended('login:' || $1, 0))",
+            address
+        )
+        .execute(&mut *tx)
+        .await?;
+        let failures = sqlx::query!(
+            r#"SELECT count(*) FILTER (WHERE lower(username) = lower($1)) AS "by_pair!",
+                      count(*) AS "by_address!"
+               FROM audit_log
+               WHERE action = 'login' AND outcome IN ('failed', 'checking')
+                 AND remote_addr = $2 AND at > now() - make_interval(mins => $3)"#,
+            username,
+            address,
+            WINDOW_MINUTES
+        )
+        .fetch_one(&mut *tx)
+        .await?;
+        let limited = failures.by_pair >= MAX_FAILURES_PER_USER
+            || failures.by_address >= MAX_FAILURES_PER_ADDRESS;
+        let id = sqlx::query_scalar!(
+            "INSERT INTO audit_log (username, action, outcome, detail, remote_addr)
+             VALUES ($1, 'login', $2, '{}', $3) RETURNING id",
+            username,
+            if limited { "rate_limited" } else { "checking" },
+            address
+        )
+        .fetch_one(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok((!limited).then_some(id))
+    }
+
+    /// Settles a sign-in attempt's audit row: `failed` or `succeeded`.
+    async fn end_attempt(
+        pool: &sqlx::PgPool,
+        attempt_id: i64,
+        user_id: Option<i64>,
+        outcome: &str,
+    ) -> Result<(), sqlx::Error> {
+        sqlx::query!(
+            "UPDATE audit_log SET outcome = $2, user_id = $3 WHERE id = $1 AND outcome = 'checking'",
+            attempt_id,
+            outcome,
+            user_id
+        )
+        .execute(pool)
+        .await?;
+        Ok(())
+    }
+
     pub async fn login(
         username: String,
         password: String,
@@ -211,38 +293,33 @@ remote_addr().await
     ) -> Result<(), ServerFnError> {
         let pool = pool()?;
         let username = username.trim().to_owned();
-        let address = remote_addr().await.unwrap_or_default();
-        let failures = sqlx::query!(
-            r#"SELECT count(*) FILTER (WHERE lower(username) = lower($1)) AS "by_user!",
-                      count(*) FILTER (WHERE remote_addr = $2) AS "by_address!"
-               FROM audit_log
-               WHERE action = 'login' AND outcome <> 'succeeded'
-                 AND at > now() - make_interval(mins => $3)"#,
-            &username,
-            &address,
-            WINDOW_MINUTES
-        )
-        .fetch_one(&pool)
-        .await
-        .map_err(AppError::database)?;
-        let (by_user, by_address) = (failures.by_user, failures.by_address);
-        if by_user >= MAX_FAILURES_PER_USER || by_address >= MAX_FAILURES_PER_ADDRESS {
-            audit(
-                &pool,
-                None,
-                &username,
-                "login",
-                None,
-                "rate_limited",
-                serde_json::json!({}),
+        if username.chars().count() > MAX_USERNAME {
+            return Err(AppError::BadRequest(format!(
+                "a username is at most {MAX_USERNAME} characters"
+            ))
+            .into());
+        }
+        // Hashing takes ~19 MiB per attempt: beyond a few at once, refuse at
+        // once rather than let a burst of sign-ins take the memory.
+        let permits = use_context::<HashingPermits>().ok_or_else(|| {
+            AppError::Misconfigured("server misconfigured: no sign-in permits".into())
+        })?;
+        let Ok(_hashing) = permits.0.try_acquire() else {
+            return Err(AppError::TooManyRequests(
+                "too many sign-ins at once; try again in a moment".into(),
             )
+            .into());
+        };
+        let address = remote_addr().await.unwrap_or_default();
+        let Some(attempt_id) = begin_attempt(&pool, &username, &address)
             .await
-            .map_err(AppError::database)?;
+            .map_err(AppError::database)?
+        else {
             return Err(AppError::TooManyRequests(format!(
                 "too many failed sign-ins; try again in {WINDOW_MINUTES} minutes"
             ))
             .into());
-        }
+        };
         let row = sqlx::query!(
             "SELECT id, username, role, password_hash, disabled FROM users WHERE lower(username) = lower($1)",
             &username
@@ -273,17 +350,9 @@ remote_addr().await
             _ => None,
         };
         let Some(user) = user else {
-            audit(
-                &pool,
-                None,
-                &username,
-                "login",
-                None,
-                "failed",
-                serde_json::json!({}),
-            )
-            .await
-            .map_err(AppError::database)?;
+            end_attempt(&pool, attempt_id, None, "failed")
+                .await
+                .map_err(AppError::database)?;
             return Err(AppError::Unauthorized("wrong username or password".into()).into());
         };
         let session = session().await?;
@@ -302,17 +371,9 @@ remote_addr().await
         .execute(&pool)
         .await
         .map_err(AppError::database)?;
-        audit(
-            &pool,
-            Some(&user),
-            &user.username,
-            "login",
-            None,
-            "succeeded",
-            serde_json::json!({}),
-        )
-        .await
-        .map_err(AppError::database)?;
+        end_attempt(&pool, attempt_id, Some(user.id), "succeeded")
+            .await
+            .map_err(AppError::database)?;
         let public = use_context::<PublicUrl>()
             .ok_or_else(|| AppError::Misconfigured("server misconfigured: no public URL".into()))?;
         leptos_axum::redirect(&safe_next(&public.0, &next));

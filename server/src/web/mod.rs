@@ -79,6 +79,7 @@ pub fn router(state: AppState, role: Role) -> Router {
     let public_url = app::auth::ssr::PublicUrl(
         url::Url::parse(&state.services.config.public_url).expect("config checked public_url"),
     );
+    let hashing = app::auth::ssr::HashingPermits::default();
     let operations: Arc<dyn app::api::actions::ssr::Operations> =
         Arc::new(operations::ServerOperations {
             services: state.services.clone(),
@@ -94,6 +95,7 @@ pub fn router(state: AppState, role: Role) -> Router {
                 provide_context(pool.clone());
                 provide_context(operations.clone());
                 provide_context(public_url.clone());
+                provide_context(hashing.clone());
             },
             move || app::shell(options.clone()),
         )

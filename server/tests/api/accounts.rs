@@ -330,9 +330,9 @@ async fn failed_sign_ins_are_rate_limited_per_user_and_address(pool: PgPool) {
     assert_eq!(app.login("alice", PASSWORD, None).await.0, 429);
     // Another user from the same address is not locked out by alice's failures...
     assert_eq!(app.login("bob", PASSWORD, None).await.0, 200);
-    // ...until the address itself has failed too often: 20 refusals in all
-    // (alice's 5 failures and 1 rate-limited try count as well).
-    for n in 0..14 {
+    // ...until the address itself has failed too often: 20 failures in all
+    // (alice's 5 count; a rate-limited try extends no lockout).
+    for n in 0..15 {
         assert_eq!(app.login(&format!("user{n}"), "guess", None).await.0, 401);
     }
     assert_eq!(app.login("bob", PASSWORD, None).await.0, 429);
@@ -343,6 +343,48 @@ async fn failed_sign_ins_are_rate_limited_per_user_and_address(pool: PgPool) {
     .await
     .unwrap();
     assert_eq!(limited, 2, "refusals are audit-logged");
+}
+
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn a_parallel_burst_of_guesses_gets_no_more_tries_than_a_serial_one(pool: PgPool) {
+    let app = spawn_app(
+        pool.clone(),
+        config("http://127.0.0.1:9/x", r#""gh-secret""#),
+    )
+    .await;
+    replaysafe::db::users::add(&pool, "carol", PASSWORD, app::auth::Role::Viewer, false)
+        .await
+        .unwrap();
+    let failed = || async {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT count(*) FROM audit_log WHERE action = 'login' AND outcome = 'failed'",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap()
+    };
+    // Bursts of 40 parallel guesses until the limit holds: never more than
+    // five are checked, as five serial ones would be; the rest are refused
+    // at once (429: rate-limited, or over the hashing limit).
+    for _ in 0..10 {
+        let statuses = futures_util::future::join_all((0..40).map(|n| {
+            let app = &app;
+            async move { app.login("carol", &format!("guess-{n}"), None).await.0 }
+        }))
+        .await;
+        assert!(
+            statuses.iter().all(|&s| s == 401 || s == 429),
+            "{statuses:?}"
+        );
+        assert!(failed().await <= 5, "{statuses:?}");
+        if failed().await == 5 {
+            break;
+        }
+    }
+    assert_eq!(failed().await, 5);
+    assert_eq!(app.login("carol", PASSWORD, None).await.0, 429);
+    // Too long a name is refused before any hashing.
+    assert_eq!(app.login(&"x".repeat(65), "guess", None).await.0, 400);
 }
 
 #[sqlx::test(migrator = "MIGRATOR")]
