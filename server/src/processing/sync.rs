@@ -70,11 +70,17 @@ async fn answer_or_db_error(
         }
         SyncResult::Failed(reason) => {
             // 502: the provider retries, and its retry takes the claim over.
+            // Why it failed stays in the attempt's record for operators: a
+            // destination's address or error text is not the provider's to read.
+            tracing::info!(%reason, "sync-mode attempt failed: answering 502");
             let mut reply = reply::verified(source, inbound, claimed);
             reply.status = 502;
-            reply.body = serde_json::json!({"outcome": Outcome::Claimed, "error": reason})
-                .to_string()
-                .into_bytes();
+            reply.body = serde_json::json!({
+                "outcome": Outcome::Claimed,
+                "error": "the destination did not accept it; a retry tries again",
+            })
+            .to_string()
+            .into_bytes();
             reply
         }
     };

@@ -541,6 +541,9 @@ async fn sync_mode_retry_takes_over_after_a_failure_or_a_crash(pool: PgPool) {
     let app = spawn_app(pool.clone(), sync_config(&destination.url)).await;
     let failed = interact(&app, "payload=three").await;
     assert_eq!(failed.status(), 502);
+    // Why it failed is the operators' to read, not the provider's.
+    let body = failed.text().await.unwrap();
+    assert!(!body.contains("timed out"), "{body}");
     let retry = interact(&app, "payload=three").await;
     assert_eq!(retry.status(), 200);
     assert_eq!(retry.headers()["x-replaysafe-outcome"], "claimed");
