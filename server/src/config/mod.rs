@@ -64,6 +64,8 @@ pub struct Config {
     pub demo_destination: bool,
     /// A dashboard session ends after this long without a request.
     pub session_idle_minutes: u32,
+    /// When set, `/metrics` answers only `Authorization: Bearer <token>`.
+    pub metrics_token: Option<Secret>,
     pub sources: Vec<SourceConfig>,
 }
 
@@ -104,6 +106,7 @@ struct RawConfig {
     max_body_bytes: Option<usize>,
     demo_destination: Option<bool>,
     session_idle_minutes: Option<u32>,
+    metrics_token: Option<String>,
     #[serde(default)]
     source: Vec<RawSource>,
 }
@@ -245,6 +248,12 @@ pub fn parse_and_validate(
         return Err(invalid("max_body_bytes", "must be at least 1".into()));
     }
 
+    let metrics_token = raw
+        .metrics_token
+        .as_deref()
+        .map(|v| secret("metrics_token", v))
+        .transpose()?;
+
     let mut sources: Vec<SourceConfig> = Vec::with_capacity(raw.source.len());
     for (i, s) in raw.source.into_iter().enumerate() {
         let at = |field: &str| format!("source[{i}].{field}");
@@ -346,6 +355,7 @@ pub fn parse_and_validate(
             .session_idle_minutes
             .unwrap_or(DEFAULT_SESSION_IDLE_MINUTES)
             .max(1),
+        metrics_token,
         sources,
     })
 }

@@ -116,8 +116,27 @@ pub fn attempt(source: &str, result: &'static str, latency_ms: i32) {
         .record(latency_ms.max(0) as f64 / 1000.0);
 }
 
-/// Reads the backlog and dead-letter gauges from the database.
-pub async fn refresh_gauges(pool: &sqlx::PgPool) -> Result<(), sqlx::Error> {
+/// How long the database gauges are reused: scrapes, however frequent,
+/// read the database at most this often.
+pub const GAUGES_FRESH_FOR: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// When a server last read its gauges; concurrent scrapes wait for one read.
+#[derive(Clone, Default)]
+pub struct GaugesRead(std::sync::Arc<tokio::sync::Mutex<Option<Instant>>>);
+
+/// Reads the backlog and dead-letter gauges from the database, unless they
+/// were read within `GAUGES_FRESH_FOR`.
+pub async fn refresh_gauges(pool: &sqlx::PgPool, read: &GaugesRead) -> Result<(), sqlx::Error> {
+    let mut last = read.0.lock().await;
+    if last.is_some_and(|at| at.elapsed() < GAUGES_FRESH_FOR) {
+        return Ok(());
+    }
+    read_gauges(pool).await?;
+    *last = Some(Instant::now());
+    Ok(())
+}
+
+async fn read_gauges(pool: &sqlx::PgPool) -> Result<(), sqlx::Error> {
     let cap = app::api::overview::COUNT_CAP;
     let backlog = sqlx::query!(
         r#"SELECT s.slug, count(w.source) AS "waiting!",

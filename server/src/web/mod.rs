@@ -32,6 +32,8 @@ pub const SITE_OUTPUT_NAME: &str = "replaysafe";
 pub struct AppState {
     pub leptos_options: LeptosOptions,
     pub services: Services,
+    /// When `/metrics` last read its database gauges.
+    pub gauges_read: crate::telemetry::metrics::GaugesRead,
 }
 
 /// What a `serve` process answers besides health: everything, or nothing
@@ -71,6 +73,7 @@ pub fn router(state: AppState, role: Role) -> Router {
         return Router::new()
             .route("/healthz", get(health::healthz))
             .route("/readyz", get(health::readyz))
+            .route("/metrics", get(metrics::handler))
             .with_state(state);
     }
     let routes = generate_route_list(app::App);
@@ -146,6 +149,7 @@ impl Application {
         let state = AppState {
             leptos_options: leptos_options(addr),
             services,
+            gauges_read: Default::default(),
         };
         Ok(Self {
             addr,

@@ -390,6 +390,55 @@ async fn metrics_are_prometheus_text_with_outcomes_latency_and_backlog(pool: PgP
 }
 
 #[sqlx::test(migrator = "MIGRATOR")]
+async fn metrics_take_the_configured_token_and_read_the_database_at_most_every_few_seconds(
+    pool: PgPool,
+) {
+    let mut config = config("metrics-tok", "http://127.0.0.1:9/closed");
+    config.metrics_token = Some(replaysafe::config::Secret::new("scrape-me"));
+    let app = spawn_app(pool.clone(), config).await;
+    let scrape = |auth: Option<&'static str>| {
+        let mut request = app.client.get(app.url("/metrics"));
+        if let Some(auth) = auth {
+            request = request.header("authorization", auth);
+        }
+        async move { request.send().await.unwrap() }
+    };
+    for refused in [
+        None,
+        Some("Bearer scrape-m"),
+        Some("Bearer scrape-me-not"),
+        Some("scrape-me"),
+    ] {
+        let response = scrape(refused).await;
+        assert_eq!(response.status(), 401, "{refused:?}");
+        assert_eq!(response.headers()["www-authenticate"], "Bearer");
+    }
+    let backlog = |text: &str| {
+        text.lines()
+            .find(|l| l.starts_with(r#"replaysafe_backlog_events{source="metrics-tok"}"#))
+            .map(str::to_owned)
+    };
+    let first = scrape(Some("Bearer scrape-me")).await;
+    assert_eq!(first.status(), 200);
+    let first = first.text().await.unwrap();
+    assert_eq!(
+        backlog(&first).as_deref(),
+        Some(r#"replaysafe_backlog_events{source="metrics-tok"} 0"#)
+    );
+    // An event queued now shows in the gauge only once the last read is
+    // older than GAUGES_FRESH_FOR: scrapes cannot load the database.
+    deliver_event(&app, "metrics-tok", "t-1", b"gh-secret").await;
+    let soon = scrape(Some("Bearer scrape-me")).await.text().await.unwrap();
+    assert_eq!(backlog(&soon), backlog(&first));
+    tokio::time::sleep(replaysafe::telemetry::metrics::GAUGES_FRESH_FOR).await;
+    let later = scrape(Some("Bearer scrape-me")).await.text().await.unwrap();
+    assert_eq!(
+        backlog(&later).as_deref(),
+        Some(r#"replaysafe_backlog_events{source="metrics-tok"} 1"#)
+    );
+}
+
+#[sqlx::test(migrator = "MIGRATOR")]
 async fn a_backlog_is_folded_in_bounded_steps_and_only_once_settled(pool: PgPool) {
     // More than two folds' worth of rows (a fold takes at most 20,000 ids).
     sqlx::query(
