@@ -15,8 +15,8 @@ use rsa::{Pkcs1v15Sign, RsaPublicKey};
 use sha2::{Digest, Sha256};
 
 use super::{
-    decode_base64, form_pairs, matched, Answer, Inbound, Provider, Rejection, Scheme, SettingError,
-    Settings, Window,
+    check_form_size, decode_base64, form_pairs, matched, Answer, Inbound, Provider, Rejection,
+    Scheme, SettingError, Settings, Window,
 };
 
 pub const PROVIDER: Provider = Provider {
@@ -132,6 +132,7 @@ pub fn rsa_sha256_verifies(key: &RsaPublicKey, message: &[u8], signature: &[u8])
 
 pub fn verify(req: &Inbound, public_key: &RsaPublicKey) -> Result<String, Rejection> {
     let params = form_pairs(&req.body);
+    check_form_size(&params)?;
     let mut names: Vec<&[u8]> = params.iter().map(|(n, _)| n.as_slice()).collect();
     names.sort_unstable();
     if names.windows(2).any(|w| w[0] == w[1]) {

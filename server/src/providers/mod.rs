@@ -357,7 +357,9 @@ pub fn matched(scheme: &str, index: usize, of: usize) -> String {
 /// value) byte pairs, in order, repeats kept. Split by hand over bytes and
 /// not with `form_urlencoded::parse`, which decodes into UTF-8 text: a body
 /// in another charset (Alipay's GBK) must be checked exactly as signed.
-pub fn form_pairs(raw: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> {
+/// At most `MAX_FORM_PAIRS` + 1 pairs are split out, whatever the body: a
+/// 1 MiB body of `a&a&a...` must not become half a million allocations.
+pub fn form_pairs(raw: &[u8]) -> FormPairs {
     let decode = |part: &[u8]| -> Vec<u8> {
         let spaced: Vec<u8> = part
             .iter()
@@ -367,11 +369,29 @@ pub fn form_pairs(raw: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> {
     };
     raw.split(|&b| b == b'&')
         .filter(|pair| !pair.is_empty())
+        .take(MAX_FORM_PAIRS + 1)
         .map(|pair| match pair.iter().position(|&b| b == b'=') {
             Some(i) => (decode(&pair[..i]), decode(&pair[i + 1..])),
             None => (decode(pair), Vec::new()),
         })
         .collect()
+}
+
+/// Decoded (name, value) pairs of a form, in order, repeats kept.
+pub type FormPairs = Vec<(Vec<u8>, Vec<u8>)>;
+
+/// Form parameters a signed body may carry: providers send a few dozen.
+pub const MAX_FORM_PAIRS: usize = 1000;
+
+/// Refuses a form body with more parameters than any provider sends, before
+/// anything is checked over them.
+pub fn check_form_size(pairs: &[(Vec<u8>, Vec<u8>)]) -> Result<(), Rejection> {
+    if pairs.len() > MAX_FORM_PAIRS {
+        return Err(Rejection::signature(format!(
+            "more than {MAX_FORM_PAIRS} form parameters"
+        )));
+    }
+    Ok(())
 }
 
 /// Borrowed views of owned keys, as `any_key_signs` takes them.

@@ -21,8 +21,8 @@ use sha2::{Digest, Sha256};
 use base64::Engine;
 
 use super::{
-    decode_base64, decode_hex, form_pairs, key_slices, matched, sha256_hex, Inbound, Provider,
-    Rejection, Scheme, SettingError, Settings, Signed, Window,
+    check_form_size, decode_base64, decode_hex, form_pairs, key_slices, matched, sha256_hex,
+    FormPairs, Inbound, Provider, Rejection, Scheme, SettingError, Settings, Signed, Window,
 };
 
 pub const PROVIDER: Provider = Provider {
@@ -153,7 +153,7 @@ pub fn verify(req: &Inbound, secrets: &[&[u8]], public_url: &str) -> Result<Stri
     let params = match body_hash {
         // The body is covered by its hash in the URL; no parameters are signed.
         Some(_) => Vec::new(),
-        None if is_form(req) || req.body.is_empty() => signed_params(&req.body),
+        None if is_form(req) || req.body.is_empty() => signed_params(&req.body)?,
         None => {
             return Err(Rejection::signature(
                 "body is not form-encoded and the URL carries no bodySHA256 parameter",
@@ -206,7 +206,8 @@ pub fn idempotency_key(req: &Inbound, public_url: &str) -> String {
 pub fn signed_content(req: &Inbound, public_url: &str) -> Vec<u8> {
     let mut signed = request_url(public_url, req.query.as_deref()).into_bytes();
     if is_form(req) {
-        for (name, value) in signed_params(&req.body) {
+        // Only called on verified requests, whose parameters were counted.
+        for (name, value) in signed_params(&req.body).unwrap_or_default() {
             signed.extend_from_slice(&name);
             signed.extend_from_slice(&value);
         }
@@ -261,16 +262,19 @@ fn signs(
 
 /// The signed parameters in signing order, as Twilio's SDKs build them:
 /// sorted by name, a repeated name's distinct values sorted too.
-fn signed_params(body: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> {
+fn signed_params(body: &[u8]) -> Result<FormPairs, Rejection> {
     let mut params = form_pairs(body);
+    check_form_size(&params)?;
     params.sort();
     params.dedup();
-    params
+    Ok(params)
 }
 
 /// The `bodySHA256` query parameter; more than one is refused as ambiguous.
 fn body_sha256_param(query: Option<&str>) -> Result<Option<String>, Rejection> {
-    let mut found = form_pairs(query.unwrap_or_default().as_bytes())
+    let pairs = form_pairs(query.unwrap_or_default().as_bytes());
+    check_form_size(&pairs)?;
+    let mut found = pairs
         .into_iter()
         .filter(|(name, _)| name == b"bodySHA256")
         .map(|(_, value)| String::from_utf8_lossy(&value).into_owned());
@@ -363,6 +367,7 @@ fn toggle_port(url: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::providers::MAX_FORM_PAIRS;
     use rand::Rng;
 
     const FORM: &str = "application/x-www-form-urlencoded";
@@ -730,6 +735,22 @@ mod tests {
         req.headers
             .push(("I-Twilio-Idempotency-Token".into(), "da4b6e6f-1234".into()));
         assert_eq!(idempotency_key(&req, URL), "da4b6e6f-1234");
+    }
+
+    #[test]
+    fn a_body_of_half_a_million_parameters_is_refused_unsplit() {
+        let flood = "a&".repeat(500_000);
+        assert_eq!(form_pairs(flood.as_bytes()).len(), MAX_FORM_PAIRS + 1);
+        let req = request(SIG, Some(QUERY), FORM, &flood);
+        let refused = verify(&req, &[TOKEN], URL).unwrap_err();
+        assert_eq!(refused.status, 401);
+        assert!(refused.reason.contains("form parameters"), "{refused:?}");
+        let alipay = crate::providers::alipay::verify(
+            &req,
+            &crate::providers::alipay::tests::keys()[0].to_public_key(),
+        )
+        .unwrap_err();
+        assert!(alipay.reason.contains("form parameters"), "{alipay:?}");
     }
 
     /// The registry's contract throws random requests at the configured
