@@ -196,7 +196,13 @@ remote_addr().await
         let Ok(target) = public.join(next) else {
             return HOME.into();
         };
-        if next.is_empty() || target.origin() != public.origin() || target.path() == "/login" {
+        // A path starting `//` (from `/.//x` or `/x/..//y`) would be read
+        // by the browser as another host.
+        if next.is_empty()
+            || target.origin() != public.origin()
+            || target.path().starts_with("//")
+            || target.path() == "/login"
+        {
             return HOME.into();
         }
         match target.query() {
@@ -457,6 +463,9 @@ mod tests {
             "https://hooks.example.com.evil.example/",
             "javascript:alert(1)",
             "https://user@evil.example",
+            "/.//evil.example",
+            "/%2e//evil.example",
+            "/x/..//evil.example",
         ] {
             assert_eq!(next(away), "/overview", "{away:?}");
         }

@@ -40,6 +40,13 @@ pub async fn run(config: Config, args: ServeArgs) -> Result<(), CliError> {
             );
         }
     }
+    if !config.public_url_given && config.listen.ip().is_unspecified() {
+        tracing::warn!(
+            listen = %config.listen,
+            "public_url is not set: the dashboard accepts sign-ins and changes only from {}; set public_url to the address browsers use",
+            config.public_url
+        );
+    }
     let config = Arc::new(config);
     let database = db::locate(&config).await?;
     let pool = db::pool(&database.url, 32)?;

@@ -66,6 +66,8 @@ pub struct Config {
     pub session_idle_minutes: u32,
     /// When set, `/metrics` answers only `Authorization: Bearer <token>`.
     pub metrics_token: Option<Secret>,
+    /// `public_url` was written in the file (else it is `http://{listen}`).
+    pub public_url_given: bool,
     pub sources: Vec<SourceConfig>,
 }
 
@@ -225,6 +227,7 @@ pub fn parse_and_validate(
         .unwrap_or_default();
     let data_dir = base.join(raw.data_dir.unwrap_or_else(|| PathBuf::from("./data")));
 
+    let public_url_given = raw.public_url.is_some();
     let public_url = raw
         .public_url
         .unwrap_or_else(|| format!("http://{listen}"))
@@ -356,8 +359,25 @@ pub fn parse_and_validate(
             .unwrap_or(DEFAULT_SESSION_IDLE_MINUTES)
             .max(1),
         metrics_token,
+        public_url_given,
         sources,
     })
+}
+
+impl Config {
+    /// The origins the dashboard's state-changing requests may come from:
+    /// `public_url`'s, and when it was not written and the server listens on
+    /// loopback, the loopback names a browser may use for it.
+    pub fn dashboard_origins(&self) -> Vec<String> {
+        let mut origins = vec![self.public_url.clone()];
+        if !self.public_url_given && self.listen.ip().is_loopback() {
+            let port = self.listen.port();
+            for host in ["127.0.0.1", "localhost", "[::1]"] {
+                origins.push(format!("http://{host}:{port}"));
+            }
+        }
+        origins
+    }
 }
 
 fn valid_slug(slug: &str) -> bool {
@@ -518,6 +538,22 @@ mod tests {
             let e = parse(text, &[]).unwrap_err().to_string();
             assert!(e.contains(&format!("`{key}`")), "{text:?} gave {e}");
         }
+    }
+
+    #[test]
+    fn an_unwritten_public_url_on_loopback_accepts_its_loopback_names() {
+        let c = parse("listen = \"127.0.0.1:4000\"", &[]).unwrap();
+        assert_eq!(
+            c.dashboard_origins(),
+            [
+                "http://127.0.0.1:4000",
+                "http://127.0.0.1:4000",
+                "http://localhost:4000",
+                "http://[::1]:4000"
+            ]
+        );
+        let c = parse("public_url = \"https://hooks.example.com\"", &[]).unwrap();
+        assert_eq!(c.dashboard_origins(), ["https://hooks.example.com"]);
     }
 
     #[test]

@@ -54,19 +54,21 @@ pub fn session_layer(config: &Config, store: PostgresStore) -> SessionManagerLay
 
 /// A state-changing request must come from this site: its Origin (or, when
 /// a browser sends none, its Referer) has the scheme, host and port of the
-/// public URL. The `Host` header proves nothing (any client sets it), and a
+/// public URL (`Config::dashboard_origins`). The `Host` header proves nothing (any client sets it), and a
 /// request carrying neither header is refused too.
-pub fn same_origin(headers: &HeaderMap, public_url: &str) -> bool {
+pub fn same_origin(headers: &HeaderMap, origins: &[String]) -> bool {
     let origin_of = |text: &str| url::Url::parse(text).ok().map(|u| u.origin());
     let claimed = headers
         .get(header::ORIGIN)
         .or_else(|| headers.get(header::REFERER))
         .and_then(|v| v.to_str().ok())
         .and_then(origin_of);
-    match (claimed, origin_of(public_url)) {
-        (Some(claimed), Some(public)) => claimed.is_tuple() && claimed == public,
-        _ => false,
-    }
+    let Some(claimed) = claimed.filter(|c| c.is_tuple()) else {
+        return false;
+    };
+    origins
+        .iter()
+        .any(|accepted| origin_of(accepted).as_ref() == Some(&claimed))
 }
 
 pub async fn gate(
@@ -80,7 +82,12 @@ pub async fn gate(
         *request.method(),
         Method::GET | Method::HEAD | Method::OPTIONS
     );
-    if changes_state && !same_origin(request.headers(), &state.services.config.public_url) {
+    if changes_state
+        && !same_origin(
+            request.headers(),
+            &state.services.config.dashboard_origins(),
+        )
+    {
         tracing::warn!(%path, "refused a cross-site request");
         return (StatusCode::FORBIDDEN, "cross-site request refused").into_response();
     }
@@ -131,7 +138,7 @@ mod tests {
 
     #[test]
     fn only_this_site_may_change_state() {
-        let public = "https://hooks.example.com";
+        let public = &["https://hooks.example.com".to_owned()];
         assert!(same_origin(
             &headers(&[("origin", "https://hooks.example.com")]),
             public

@@ -42,7 +42,9 @@ fn bearer_is(headers: &HeaderMap, token: &str) -> bool {
     let given = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
+        .and_then(|v| v.split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, token)| token)
         .unwrap_or_default();
     Sha256::digest(given.trim().as_bytes()) == Sha256::digest(token.as_bytes())
 }
