@@ -310,7 +310,9 @@ remote_addr().await
         let permits = use_context::<HashingPermits>().ok_or_else(|| {
             AppError::Misconfigured("server misconfigured: no sign-in permits".into())
         })?;
-        let Ok(_hashing) = permits.0.try_acquire() else {
+        // Owned, and moved into the hashing task: a client that goes away
+        // mid-hash does not free its permit before the hash is done.
+        let Ok(hashing) = permits.0.clone().try_acquire_owned() else {
             return Err(AppError::TooManyRequests(
                 "too many sign-ins at once; try again in a moment".into(),
             )
@@ -336,11 +338,14 @@ remote_addr().await
         .map(|r| (r.id, r.username, r.role, r.password_hash, r.disabled));
         // An unknown name costs the same hash as a known one: timing tells nothing.
         let hash = row.as_ref().map(|r| r.3.clone());
-        let verified = tokio::task::spawn_blocking(move || match hash {
-            Some(hash) => verify_password(&hash, &password),
-            None => {
-                let _ = verify_password(dummy_hash(), &password);
-                false
+        let verified = tokio::task::spawn_blocking(move || {
+            let _hashing = hashing;
+            match hash {
+                Some(hash) => verify_password(&hash, &password),
+                None => {
+                    let _ = verify_password(dummy_hash(), &password);
+                    false
+                }
             }
         })
         .await
