@@ -1,6 +1,8 @@
 //! GitHub: `X-Hub-Signature-256: sha256=<hex HMAC-SHA256 of the body>`; no
 //! timestamp. The key, `X-GitHub-Delivery`, is scoped by the source.
 
+use std::borrow::Cow;
+
 use hmac::Mac;
 
 use super::{
@@ -37,8 +39,8 @@ impl Scheme for Github {
     }
 
     /// The signature covers the body alone.
-    fn replay_content(&self, req: &Inbound) -> Option<Vec<u8>> {
-        Some(req.body.clone())
+    fn replay_content<'a>(&self, req: &'a Inbound) -> Option<Cow<'a, [u8]>> {
+        Some(Cow::Borrowed(&req.body))
     }
 
     fn sign_sample(&self, event_id: &str, _now: i64) -> Result<Signed, String> {

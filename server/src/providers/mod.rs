@@ -148,8 +148,9 @@ pub trait Scheme: Send + Sync {
     /// What the signature covers, for providers whose signature binds
     /// neither the key nor a timestamp (GitHub, Shopify, Twilio): a captured
     /// request re-posted under a fresh id covers the same content. None
-    /// where the signature already binds one of them.
-    fn replay_content(&self, _req: &Inbound) -> Option<Vec<u8>> {
+    /// where the signature already binds one of them. Borrowed where it is
+    /// the body itself: no copy of the body per delivery.
+    fn replay_content<'a>(&self, _req: &'a Inbound) -> Option<std::borrow::Cow<'a, [u8]>> {
         None
     }
 

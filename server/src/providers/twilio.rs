@@ -13,6 +13,8 @@
 //! `X-Twilio-Webhooks-Signature-Settings`, and the shared key is then one of
 //! the source's secrets.
 
+use std::borrow::Cow;
+
 use hmac::digest::KeyInit;
 use hmac::{Hmac, Mac};
 use sha1::Sha1;
@@ -62,8 +64,8 @@ impl Scheme for Twilio {
         Ok(idempotency_key(req, &self.public_url))
     }
 
-    fn replay_content(&self, req: &Inbound) -> Option<Vec<u8>> {
-        Some(signed_content(req, &self.public_url))
+    fn replay_content<'a>(&self, req: &'a Inbound) -> Option<Cow<'a, [u8]>> {
+        Some(Cow::Owned(signed_content(req, &self.public_url)))
     }
 
     fn sign_sample(&self, event_id: &str, _now: i64) -> Result<Signed, String> {
