@@ -47,6 +47,20 @@ pub async fn run(config: Config, args: ServeArgs) -> Result<(), CliError> {
             config.public_url
         );
     }
+    match crate::web::listener::raise_open_file_limit() {
+        Ok((before, now)) => {
+            tracing::info!(before, now, "open-file limit (soft) set to its hard limit");
+            // The database pool, destinations and files need some too.
+            if now < config.http.max_connections as u64 + 256 {
+                tracing::warn!(
+                    open_files = now,
+                    max_connections = config.http.max_connections,
+                    "the open-file limit is below max_connections: accepts fail with EMFILE before the cap; raise LimitNOFILE or lower max_connections"
+                );
+            }
+        }
+        Err(e) => tracing::warn!("could not raise the open-file limit: {e}"),
+    }
     let config = Arc::new(config);
     let database = db::locate(&config).await?;
     let pool = db::pool(&database.url, 32)?;

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde::Deserialize;
 
@@ -68,8 +69,38 @@ pub struct Config {
     pub metrics_token: Option<Secret>,
     /// `public_url` was written in the file (else it is `http://{listen}`).
     pub public_url_given: bool,
+    /// How long and how many connections a client may hold.
+    pub http: HttpLimits,
+    /// Peers whose `X-Forwarded-For` names the client, and whose own
+    /// address is exempt from the per-address connection cap.
+    pub trusted_proxies: Vec<ipnet::IpNet>,
     pub sources: Vec<SourceConfig>,
 }
+
+/// What a client gets before the server gives up on it: the receiver faces
+/// strangers, and a connection that trickles must not hold a slot for long.
+#[derive(Debug, Clone)]
+pub struct HttpLimits {
+    /// To send a request's headers; on HTTP/1 also the longest a kept-alive
+    /// connection may wait idle for its next request.
+    pub header_timeout: Duration,
+    /// To send a request's whole body, from its headers on (then 408).
+    pub body_timeout: Duration,
+    /// A connection with no request in flight is closed after this (HTTP/2
+    /// included, whose pings keep an idle connection alive otherwise).
+    pub idle_timeout: Duration,
+    pub max_connections: usize,
+    /// Open connections from one address (IPv6: one /64), trusted proxies aside.
+    pub max_connections_per_address: usize,
+}
+
+pub const DEFAULT_HTTP_LIMITS: HttpLimits = HttpLimits {
+    header_timeout: Duration::from_secs(15),
+    body_timeout: Duration::from_secs(30),
+    idle_timeout: Duration::from_secs(60),
+    max_connections: 10_000,
+    max_connections_per_address: 256,
+};
 
 /// A working shift: an on-call engineer is not signed out mid-incident.
 pub const DEFAULT_SESSION_IDLE_MINUTES: u32 = 480;
@@ -109,6 +140,12 @@ struct RawConfig {
     demo_destination: Option<bool>,
     session_idle_minutes: Option<u32>,
     metrics_token: Option<String>,
+    header_timeout_secs: Option<u64>,
+    body_timeout_secs: Option<u64>,
+    idle_timeout_secs: Option<u64>,
+    max_connections: Option<usize>,
+    max_connections_per_address: Option<usize>,
+    trusted_proxies: Option<Vec<String>>,
     #[serde(default)]
     source: Vec<RawSource>,
 }
@@ -257,6 +294,55 @@ pub fn parse_and_validate(
         .map(|v| secret("metrics_token", v))
         .transpose()?;
 
+    let at_least_one = |key: &str, value: Option<u64>, default: Duration| match value {
+        Some(0) => Err(invalid(key, "must be at least 1".into())),
+        Some(secs) => Ok(Duration::from_secs(secs)),
+        None => Ok(default),
+    };
+    let d = DEFAULT_HTTP_LIMITS;
+    let http = HttpLimits {
+        header_timeout: at_least_one(
+            "header_timeout_secs",
+            raw.header_timeout_secs,
+            d.header_timeout,
+        )?,
+        body_timeout: at_least_one("body_timeout_secs", raw.body_timeout_secs, d.body_timeout)?,
+        idle_timeout: at_least_one("idle_timeout_secs", raw.idle_timeout_secs, d.idle_timeout)?,
+        max_connections: raw.max_connections.unwrap_or(d.max_connections),
+        max_connections_per_address: raw
+            .max_connections_per_address
+            .unwrap_or(d.max_connections_per_address),
+    };
+    for (key, value) in [
+        ("max_connections", http.max_connections),
+        (
+            "max_connections_per_address",
+            http.max_connections_per_address,
+        ),
+    ] {
+        if value == 0 {
+            return Err(invalid(key, "must be at least 1".into()));
+        }
+    }
+    let trusted_proxies = match raw.trusted_proxies {
+        None => DEFAULT_TRUSTED_PROXIES
+            .iter()
+            .map(|p| p.parse().expect("valid default"))
+            .collect(),
+        Some(list) => list
+            .iter()
+            .enumerate()
+            .map(|(i, text)| {
+                parse_network(text).ok_or_else(|| {
+                    invalid(
+                        &format!("trusted_proxies[{i}]"),
+                        format!("{text:?} is not an address or network such as \"10.0.0.0/8\""),
+                    )
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?,
+    };
+
     let mut sources: Vec<SourceConfig> = Vec::with_capacity(raw.source.len());
     for (i, s) in raw.source.into_iter().enumerate() {
         let at = |field: &str| format!("source[{i}].{field}");
@@ -360,6 +446,8 @@ pub fn parse_and_validate(
             .max(1),
         metrics_token,
         public_url_given,
+        http,
+        trusted_proxies,
         sources,
     })
 }
@@ -377,6 +465,27 @@ impl Config {
             }
         }
         origins
+    }
+}
+
+/// A reverse proxy on the same host is the common case; nobody else can
+/// connect from loopback.
+pub const DEFAULT_TRUSTED_PROXIES: [&str; 2] = ["127.0.0.1/32", "::1/128"];
+
+/// `10.0.0.0/8`, or a single address standing for its own /32 or /128.
+fn parse_network(text: &str) -> Option<ipnet::IpNet> {
+    text.parse().ok().or_else(|| {
+        text.parse::<std::net::IpAddr>()
+            .ok()
+            .map(ipnet::IpNet::from)
+    })
+}
+
+impl Config {
+    /// The peer is a proxy whose `X-Forwarded-For` is believed.
+    pub fn is_trusted_proxy(&self, peer: std::net::IpAddr) -> bool {
+        let peer = peer.to_canonical();
+        self.trusted_proxies.iter().any(|net| net.contains(&peer))
     }
 }
 
@@ -509,6 +618,9 @@ mod tests {
                 "source[0].destination",
             ),
             ("public_url = \"HTTPS://x\"", "public_url"),
+            ("header_timeout_secs = 0", "header_timeout_secs"),
+            ("max_connections_per_address = 0", "max_connections_per_address"),
+            ("trusted_proxies = [\"10.0.0.0/33\"]", "trusted_proxies[0]"),
             (
                 "[[source]]\nslug = \"a\"\nprovider = \"github\"\nsecrets = [\"x\"]\n[[source]]\nslug = \"a\"\nprovider = \"github\"\nsecrets = [\"x\"]",
                 "source[1].slug",
@@ -554,6 +666,23 @@ mod tests {
         );
         let c = parse("public_url = \"https://hooks.example.com\"", &[]).unwrap();
         assert_eq!(c.dashboard_origins(), ["https://hooks.example.com"]);
+    }
+
+    #[test]
+    fn trusted_proxies_take_networks_and_bare_addresses() {
+        let c = parse("", &[]).unwrap();
+        assert!(c.is_trusted_proxy("127.0.0.1".parse().unwrap()));
+        assert!(c.is_trusted_proxy("::ffff:127.0.0.1".parse().unwrap()));
+        assert!(!c.is_trusted_proxy("127.0.0.2".parse().unwrap()));
+        let c = parse(r#"trusted_proxies = ["10.1.0.0/16", "2001:db8::7"]"#, &[]).unwrap();
+        assert!(c.is_trusted_proxy("10.1.200.3".parse().unwrap()));
+        assert!(c.is_trusted_proxy("2001:db8::7".parse().unwrap()));
+        assert!(!c.is_trusted_proxy("2001:db8::8".parse().unwrap()));
+        assert!(
+            !c.is_trusted_proxy("127.0.0.1".parse().unwrap()),
+            "the list replaces the default"
+        );
+        assert_eq!(c.http.header_timeout, DEFAULT_HTTP_LIMITS.header_timeout);
     }
 
     #[test]

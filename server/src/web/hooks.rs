@@ -8,6 +8,7 @@ use axum::extract::{ConnectInfo, Path, State};
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 
+use super::body::{self, BodyError};
 use super::AppState;
 use crate::processing::intake;
 use crate::receiver::claim::Outcome;
@@ -53,15 +54,17 @@ pub async fn hook(
     if let Some(size) = declared.filter(|&size| size > limit) {
         return into_response(intake::oversized(services, source, &inbound, size, receipt).await);
     }
-    match axum::body::to_bytes(body, limit).await {
+    let deadline = receipt.started + services.config.http.body_timeout;
+    match body::read(body, limit, deadline).await {
         Ok(bytes) => inbound.body = bytes.into(),
-        Err(e) if is_over_limit(&e) => {
+        Err(BodyError::TooLarge) => {
             return into_response(
                 intake::oversized(services, source, &inbound, limit + 1, receipt).await,
             )
         }
-        // The sender went away mid-body: nothing to verify, nothing to store.
-        Err(_) => {
+        // Nothing whole to verify, nothing to store.
+        Err(BodyError::TooSlow) => return body::too_slow(),
+        Err(BodyError::Broken) => {
             return (StatusCode::BAD_REQUEST, "request body could not be read").into_response()
         }
     }
@@ -70,17 +73,6 @@ pub async fn hook(
         services.wake.notify_one();
     }
     into_response(reply)
-}
-
-fn is_over_limit(e: &axum::Error) -> bool {
-    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
-    while let Some(err) = cause {
-        if err.is::<http_body_util::LengthLimitError>() {
-            return true;
-        }
-        cause = err.source();
-    }
-    false
 }
 
 fn into_response(reply: Reply) -> Response {

@@ -2,10 +2,12 @@
 //! the gate, `/hooks/{slug}`, probes and metrics), and the bound server.
 //! The only module that knows axum; everything below it is handed plain values.
 
+pub mod body;
 pub mod demo;
 pub mod gate;
 pub mod health;
 pub mod hooks;
+pub mod listener;
 pub mod metrics;
 pub mod operations;
 
@@ -107,6 +109,10 @@ pub fn router(state: AppState, role: Role) -> Router {
         ))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
+            body::bounded,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
             gate::gate,
         ))
         .layer(gate::session_layer(
@@ -133,6 +139,7 @@ pub struct Application {
     pub addr: SocketAddr,
     listener: TcpListener,
     router: Router,
+    config: Arc<crate::config::Config>,
 }
 
 impl Application {
@@ -146,6 +153,7 @@ impl Application {
     pub fn on(listener: TcpListener, services: Services, role: Role) -> std::io::Result<Self> {
         crate::telemetry::metrics::install();
         let addr = listener.local_addr()?;
+        let config = services.config.clone();
         let state = AppState {
             leptos_options: leptos_options(addr),
             services,
@@ -155,17 +163,12 @@ impl Application {
             addr,
             listener,
             router: router(state, role),
+            config,
         })
     }
 
     /// Serves until `shutdown` is cancelled, then lets in-flight requests finish.
     pub async fn run(self, shutdown: CancellationToken) -> std::io::Result<()> {
-        axum::serve(
-            self.listener,
-            self.router
-                .into_make_service_with_connect_info::<SocketAddr>(),
-        )
-        .with_graceful_shutdown(shutdown.cancelled_owned())
-        .await
+        listener::serve(self.listener, self.router, self.config, shutdown).await
     }
 }

@@ -218,9 +218,11 @@ pub async fn spawn_app_with(pool: PgPool, mut config: Config) -> TestApp {
         pool,
         config,
         services,
-        // Redirects are what tests look at (sign-in), so none is followed.
+        // Redirects are what tests look at (sign-in), so none is followed;
+        // a request that hangs fails its test instead of stalling the run.
         client: reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
+            .timeout(Duration::from_secs(60))
             .build()
             .unwrap(),
         shutdown,

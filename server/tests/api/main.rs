@@ -8,6 +8,7 @@ mod embedded;
 mod exactly_once;
 mod health;
 mod helpers;
+mod hostile;
 mod model;
 mod outage;
 mod processes;
