@@ -6,6 +6,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 CARGO_LEPTOS_VERSION=0.3.10      # 0.3.11 needs a newer rustc (toolchain.md)
 WASM_BINDGEN_VERSION=0.2.130     # must equal the wasm-bindgen crate pin in Cargo.toml
 SQLX_CLI_VERSION=0.8.6           # must equal the sqlx crate version in Cargo.toml
+CARGO_DENY_VERSION=0.20.2
 export PATH="$HOME/.cargo/bin:$PATH"
 
 log() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
@@ -52,6 +53,25 @@ check_sqlx_data() {
   psql -q "$TEST_PG_URL/postgres" -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" -c "CREATE DATABASE $db"
   DATABASE_URL="$TEST_PG_URL/$db" cargo sqlx migrate run --source "$ROOT/migrations" >/dev/null
   (cd "$ROOT" && DATABASE_URL="$TEST_PG_URL/$db" cargo sqlx prepare --workspace --check)
+}
+
+# cargo deny over the RustSec snapshot in deny/advisories (GitHub, where the
+# live database is, is out of reach here): made into the git checkout that
+# cargo-deny reads at deny.toml's db-path, under the name it gives the
+# RustSec URL, dated as the snapshot.
+check_supply_chain() {
+  if ! cargo deny --version 2>/dev/null | grep -q "$CARGO_DENY_VERSION"; then
+    log "installing cargo-deny $CARGO_DENY_VERSION (about 5 minutes, once per machine)"
+    cargo install cargo-deny --locked --version "$CARGO_DENY_VERSION"
+  fi
+  local db=$ROOT/target/advisory-dbs/advisory-db-3157b0e258782691 date
+  date=$(awk '/^date/ {print $2}' "$ROOT/deny/advisories/SNAPSHOT")
+  rm -rf "$db" && mkdir -p "$db" && cp -r "$ROOT/deny/advisories/." "$db/"
+  (cd "$db" && git init -q && git add -A &&
+    GIT_AUTHOR_DATE=$date GIT_COMMITTER_DATE=$date \
+      git -c user.name=replaysafe -c user.email=ci@localhost commit -qm "RustSec snapshot of $date")
+  log "cargo deny check (advisories as of $date, licences, duplicate versions, sources)"
+  (cd "$ROOT" && cargo deny --offline check)
 }
 
 ensure_postgres_binaries() {

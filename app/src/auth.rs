@@ -95,7 +95,18 @@ pub mod ssr {
             .map_err(|_| AppError::Misconfigured("sessions are not set up".into()).into())
     }
 
+    /// The client's address as the listener worked it out: the peer, or
+    /// behind a trusted proxy the address its `X-Forwarded-For` names.
+    /// Put in every request's extensions.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub struct ClientAddr(pub std::net::IpAddr);
+
     pub async fn remote_addr() -> Option<String> {
+        if let Ok(axum::Extension(ClientAddr(addr))) =
+            leptos_axum::extract::<axum::Extension<ClientAddr>>().await
+        {
+            return Some(addr.to_string());
+        }
         leptos_axum::extract::<ConnectInfo<SocketAddr>>()
             .await
             .ok()
@@ -216,16 +227,76 @@ remote_addr().await
     /// Sign-ins hashing at once (argon2id takes ~19 MiB each).
     pub const HASHING_AT_ONCE: usize = 4;
 
-    /// The server's permits for sign-ins hashing at once, provided as
-    /// context (one set per server, so tests' servers do not share one).
-    #[derive(Clone, Debug)]
-    pub struct HashingPermits(pub std::sync::Arc<tokio::sync::Semaphore>);
+    /// How long a refused address (or username from it) is refused from
+    /// memory before the database is asked again (a flood of refused tries
+    /// costs the database one a few seconds, not one each); also how long
+    /// an unlock (`replaysafe user unlock`) may take to reach every process.
+    pub const REFUSED_FOR: std::time::Duration = std::time::Duration::from_secs(5);
+    /// Refusals remembered at once; beyond, the database is asked.
+    const REFUSALS_KEPT: usize = 100_000;
 
-    impl Default for HashingPermits {
+    /// A server's sign-in limits in memory, provided as context (one per
+    /// server, so tests' servers do not share them): the permits for
+    /// sign-ins hashing at once, and who was refused a moment ago.
+    #[derive(Clone, Debug)]
+    pub struct SignInLimits {
+        pub hashing: std::sync::Arc<tokio::sync::Semaphore>,
+        refused:
+            std::sync::Arc<std::sync::Mutex<std::collections::HashMap<String, std::time::Instant>>>,
+    }
+
+    impl Default for SignInLimits {
         fn default() -> Self {
-            Self(std::sync::Arc::new(tokio::sync::Semaphore::new(
-                HASHING_AT_ONCE,
-            )))
+            Self {
+                hashing: std::sync::Arc::new(tokio::sync::Semaphore::new(HASHING_AT_ONCE)),
+                refused: Default::default(),
+            }
+        }
+    }
+
+    /// What a refusal was over: the username from this address, or the address.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum Over {
+        Pair,
+        Address,
+    }
+
+    enum Attempt {
+        Checking(i64),
+        Refused(Over),
+    }
+
+    impl SignInLimits {
+        fn keys(address: &str, username: &str) -> [String; 2] {
+            [
+                address.to_owned(),
+                format!("{address}\n{}", username.to_lowercase()),
+            ]
+        }
+
+        fn refused_recently(&self, address: &str, username: &str) -> bool {
+            let now = std::time::Instant::now();
+            let refused = self.refused.lock().expect("never poisoned");
+            Self::keys(address, username)
+                .iter()
+                .any(|key| refused.get(key).is_some_and(|until| *until > now))
+        }
+
+        fn note_refused(&self, address: &str, username: &str, over: Over) {
+            let now = std::time::Instant::now();
+            let mut refused = self.refused.lock().expect("never poisoned");
+            if refused.len() >= REFUSALS_KEPT {
+                refused.retain(|_, until| *until > now);
+                if refused.len() >= REFUSALS_KEPT {
+                    return;
+                }
+            }
+            let [by_address, by_pair] = Self::keys(address, username);
+            let key = match over {
+                Over::Address => by_address,
+                Over::Pair => by_pair,
+            };
+            refused.insert(key, now + REFUSED_FOR);
         }
     }
 
@@ -233,13 +304,14 @@ remote_addr().await
     /// parallel burst gets no more tries than a serial one: under a lock
     /// per address, counts the failures (and attempts still being checked)
     /// of this username from this address and of the address alone in the
-    /// window. Over a limit, records `rate_limited` (which itself counts
-    /// toward no limit) and returns None; else the attempt's audit row.
+    /// window. Over a limit, counts the refusal into the address's
+    /// `rate_limited` row of the window (which counts toward no limit) and
+    /// says which limit; else returns the attempt's audit row.
     async fn begin_attempt(
         pool: &sqlx::PgPool,
         username: &str,
         address: &str,
-    ) -> Result<Option<i64>, sqlx::Error> {
+    ) -> Result<Attempt, sqlx::Error> {
         let mut tx = pool.begin().await?;
         sqlx::query!(
             "SELECT pg_advisory_xact_lock(hashtextextended('login:' || $1, 0))",
@@ -247,31 +319,76 @@ remote_addr().await
         )
         .execute(&mut *tx)
         .await?;
+        // Failures before an unlock (`replaysafe user unlock`) of the
+        // username or of the address no longer count against it.
         let failures = sqlx::query!(
-            r#"SELECT count(*) FILTER (WHERE lower(username) = lower($1)) AS "by_pair!",
-                      count(*) AS "by_address!"
-               FROM audit_log
-               WHERE action = 'login' AND outcome IN ('failed', 'checking')
-                 AND remote_addr = $2 AND at > now() - make_interval(mins => $3)"#,
+            r#"WITH recent AS (
+                   SELECT username, action, outcome, target, remote_addr, at FROM audit_log
+                   WHERE at > now() - make_interval(mins => $3)
+                     AND action IN ('login', 'login.unlock')),
+               unlocked AS (
+                   SELECT coalesce(max(at) FILTER (WHERE target = 'user:' || lower($1)), '-infinity') AS user_at,
+                          coalesce(max(at) FILTER (WHERE target = 'address:' || $2), '-infinity') AS address_at
+                   FROM recent WHERE action = 'login.unlock')
+               SELECT count(*) FILTER (WHERE lower(r.username) = lower($1)
+                                         AND r.at > greatest(u.user_at, u.address_at)) AS "by_pair!",
+                      count(*) FILTER (WHERE r.at > u.address_at) AS "by_address!"
+               FROM recent r, unlocked u
+               WHERE r.action = 'login' AND r.outcome IN ('failed', 'checking')
+                 AND r.remote_addr = $2"#,
             username,
             address,
             WINDOW_MINUTES
         )
         .fetch_one(&mut *tx)
         .await?;
-        let limited = failures.by_pair >= MAX_FAILURES_PER_USER
-            || failures.by_address >= MAX_FAILURES_PER_ADDRESS;
+        let over = if failures.by_address >= MAX_FAILURES_PER_ADDRESS {
+            Some(Over::Address)
+        } else if failures.by_pair >= MAX_FAILURES_PER_USER {
+            Some(Over::Pair)
+        } else {
+            None
+        };
+        if let Some(over) = over {
+            // One row per address and window however long the flood: later
+            // refusals count into the first one's detail.
+            let counted = sqlx::query!(
+                "UPDATE audit_log
+                 SET detail = jsonb_set(detail, '{refused}',
+                                        to_jsonb(coalesce((detail->>'refused')::bigint, 1) + 1))
+                 WHERE id = (SELECT id FROM audit_log
+                             WHERE action = 'login' AND outcome = 'rate_limited' AND remote_addr = $1
+                               AND at > now() - make_interval(mins => $2)
+                             ORDER BY at DESC LIMIT 1)",
+                address,
+                WINDOW_MINUTES
+            )
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+            if counted == 0 {
+                sqlx::query!(
+                    r#"INSERT INTO audit_log (username, action, outcome, detail, remote_addr)
+                       VALUES ($1, 'login', 'rate_limited', '{"refused": 1}', $2)"#,
+                    username,
+                    address
+                )
+                .execute(&mut *tx)
+                .await?;
+            }
+            tx.commit().await?;
+            return Ok(Attempt::Refused(over));
+        }
         let id = sqlx::query_scalar!(
             "INSERT INTO audit_log (username, action, outcome, detail, remote_addr)
-             VALUES ($1, 'login', $2, '{}', $3) RETURNING id",
+             VALUES ($1, 'login', 'checking', '{}', $2) RETURNING id",
             username,
-            if limited { "rate_limited" } else { "checking" },
             address
         )
         .fetch_one(&mut *tx)
         .await?;
         tx.commit().await?;
-        Ok((!limited).then_some(id))
+        Ok(Attempt::Checking(id))
     }
 
     /// Settles a sign-in attempt's audit row: `failed` or `succeeded`.
@@ -305,27 +422,41 @@ remote_addr().await
             ))
             .into());
         }
-        // Hashing takes ~19 MiB per attempt: beyond a few at once, refuse at
-        // once rather than let a burst of sign-ins take the memory.
-        let permits = use_context::<HashingPermits>().ok_or_else(|| {
-            AppError::Misconfigured("server misconfigured: no sign-in permits".into())
+        let limits = use_context::<SignInLimits>().ok_or_else(|| {
+            AppError::Misconfigured("server misconfigured: no sign-in limits".into())
         })?;
-        // Owned, and moved into the hashing task: a client that goes away
-        // mid-hash does not free its permit before the hash is done.
-        let Ok(hashing) = permits.0.clone().try_acquire_owned() else {
+        let address = remote_addr().await.unwrap_or_default();
+        let locked_out = || {
+            AppError::TooManyRequests(format!(
+                "too many failed sign-ins; try again in {WINDOW_MINUTES} minutes"
+            ))
+        };
+        // Refused a moment ago: refused again without asking the database.
+        if limits.refused_recently(&address, &username) {
+            return Err(locked_out().into());
+        }
+        let attempt_id = match begin_attempt(&pool, &username, &address)
+            .await
+            .map_err(AppError::database)?
+        {
+            Attempt::Checking(id) => id,
+            Attempt::Refused(over) => {
+                limits.note_refused(&address, &username, over);
+                return Err(locked_out().into());
+            }
+        };
+        // Hashing takes ~19 MiB per attempt: beyond a few at once, refuse at
+        // once rather than let a burst of sign-ins take the memory. Taken
+        // after the attempt is recorded, so a flood that is refused anyway
+        // holds no permit. Owned, and moved into the hashing task: a client
+        // that goes away mid-hash does not free its permit before the hash is done.
+        let Ok(hashing) = limits.hashing.clone().try_acquire_owned() else {
+            end_attempt(&pool, attempt_id, None, "busy")
+                .await
+                .map_err(AppError::database)?;
             return Err(AppError::TooManyRequests(
                 "too many sign-ins at once; try again in a moment".into(),
             )
-            .into());
-        };
-        let address = remote_addr().await.unwrap_or_default();
-        let Some(attempt_id) = begin_attempt(&pool, &username, &address)
-            .await
-            .map_err(AppError::database)?
-        else {
-            return Err(AppError::TooManyRequests(format!(
-                "too many failed sign-ins; try again in {WINDOW_MINUTES} minutes"
-            ))
             .into());
         };
         let row = sqlx::query!(
@@ -366,25 +497,36 @@ remote_addr().await
                 .map_err(AppError::database)?;
             return Err(AppError::Unauthorized("wrong username or password".into()).into());
         };
-        let session = session().await?;
-        session
-            .cycle_id()
-            .await
-            .map_err(|_| AppError::Unavailable("could not start a session".into()))?;
-        session
-            .insert(USER_KEY, user.id)
-            .await
-            .map_err(|_| AppError::Unavailable("could not start a session".into()))?;
-        sqlx::query!(
-            "UPDATE users SET last_login_at = now() WHERE id = $1",
-            user.id
-        )
-        .execute(&pool)
-        .await
-        .map_err(AppError::database)?;
-        end_attempt(&pool, attempt_id, Some(user.id), "succeeded")
+        let started = async {
+            let session = session().await?;
+            session
+                .cycle_id()
+                .await
+                .map_err(|_| AppError::Unavailable("could not start a session".into()))?;
+            session
+                .insert(USER_KEY, user.id)
+                .await
+                .map_err(|_| AppError::Unavailable("could not start a session".into()))?;
+            sqlx::query!(
+                "UPDATE users SET last_login_at = now() WHERE id = $1",
+                user.id
+            )
+            .execute(&pool)
             .await
             .map_err(AppError::database)?;
+            Ok::<_, ServerFnError>(())
+        }
+        .await;
+        // The password was right: a failure to start the session is no failed guess.
+        let outcome = if started.is_ok() {
+            "succeeded"
+        } else {
+            "error"
+        };
+        end_attempt(&pool, attempt_id, Some(user.id), outcome)
+            .await
+            .map_err(AppError::database)?;
+        started?;
         let public = use_context::<PublicUrl>()
             .ok_or_else(|| AppError::Misconfigured("server misconfigured: no public URL".into()))?;
         leptos_axum::redirect(&safe_next(&public.0, &next));

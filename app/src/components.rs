@@ -314,6 +314,10 @@ pub fn PayloadView(payload: Payload) -> impl IntoView {
             <p class="muted" data-testid="payload">"The payload was removed by retention."</p>
         }
         .into_any(),
+        Payload::NotRead => view! {
+            <p class="muted" data-testid="payload">"The body was not read: the request declared more than the body limit."</p>
+        }
+        .into_any(),
     }
 }
 

@@ -25,8 +25,28 @@ use crate::pages::login::LoginPage;
 use crate::pages::overview::OverviewPage;
 use crate::pages::sources::SourcesPage;
 
+/// The Content Security Policy of a dashboard page: its own scripts, the
+/// inline ones Leptos streams only with this response's nonce, wasm, its own
+/// stylesheet, and no framing by any site.
+pub fn page_csp(nonce: &str) -> String {
+    format!(
+        "default-src 'self'; script-src 'self' 'nonce-{nonce}' 'wasm-unsafe-eval'; \
+         style-src 'self'; img-src 'self' data:; connect-src 'self'; object-src 'none'; \
+         base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+    )
+}
+
 /// The HTML document around the app, rendered on the server.
 pub fn shell(options: LeptosOptions) -> impl IntoView {
+    #[cfg(feature = "ssr")]
+    if let (Some(nonce), Some(response)) = (
+        leptos::nonce::use_nonce(),
+        use_context::<leptos_axum::ResponseOptions>(),
+    ) {
+        if let Ok(policy) = axum::http::HeaderValue::from_str(&page_csp(&nonce)) {
+            response.insert_header(axum::http::header::CONTENT_SECURITY_POLICY, policy);
+        }
+    }
     view! {
         <!DOCTYPE html>
         <html lang="en">

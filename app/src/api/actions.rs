@@ -215,6 +215,8 @@ pub mod ssr {
             reason: String,
             by: CurrentUser,
         ) -> BoxFuture<'_, Result<(), AppError>>;
+        /// Where a source's provider puts credentials, to mask them on screen.
+        fn credentials(&self, source: &str) -> crate::api::mask::Credentials;
     }
 
     pub fn operations() -> Result<Arc<dyn Operations>, ServerFnError> {

@@ -109,7 +109,20 @@ pub struct DeliveryPage {
     pub older: Option<i64>,
     /// A filter the server could not read, explained.
     pub filter_error: Option<String>,
+    /// Rejections counted but not recorded in the last day (strangers over
+    /// their address's rate), on the first page where rejections are shown.
+    pub unrecorded: Option<Unrecorded>,
 }
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Unrecorded {
+    pub count: i64,
+    /// The addresses that sent most, with their counts.
+    pub top: Vec<(String, i64)>,
+}
+
+/// The window the unrecorded count covers.
+pub const UNRECORDED_HOURS: i32 = 24;
 
 /// Newest first. `before`: rows older than this id (the next page).
 /// `after`: only rows newer than this id (the live poll).
@@ -123,11 +136,20 @@ pub async fn list_deliveries(
     crate::auth::ssr::require(crate::auth::Role::Viewer).await?;
     let pool = pool()?;
     match server::query(&pool, &filter, before, after).await {
-        Ok(page) => Ok(page),
+        Ok(mut page) => {
+            let shows_rejections = filter.outcome.is_empty() || filter.outcome == "rejected";
+            if before.is_none() && after.is_none() && shows_rejections {
+                page.unrecorded = server::unrecorded(&pool, &filter.source)
+                    .await
+                    .map_err(AppError::database)?;
+            }
+            Ok(page)
+        }
         Err(server::QueryError::Filter(message)) => Ok(DeliveryPage {
             rows: Vec::new(),
             older: None,
             filter_error: Some(message),
+            unrecorded: None,
         }),
         Err(server::QueryError::Db(e)) => Err(AppError::database(e).into()),
     }
@@ -331,6 +353,40 @@ pub(crate) mod server {
             rows,
             older,
             filter_error: None,
+            unrecorded: None,
         })
+    }
+
+    /// The last day's unrecorded rejections of `source` (all when empty).
+    pub async fn unrecorded(
+        pool: &PgPool,
+        source: &str,
+    ) -> Result<Option<Unrecorded>, sqlx::Error> {
+        let top = sqlx::query!(
+            r#"SELECT remote_addr, sum(count)::bigint AS "count!"
+               FROM unrecorded_rejections
+               WHERE minute > now() - make_interval(hours => $1) AND ($2 = '' OR source = $2)
+               GROUP BY remote_addr ORDER BY 2 DESC LIMIT 4"#,
+            UNRECORDED_HOURS,
+            source
+        )
+        .fetch_all(pool)
+        .await?;
+        if top.is_empty() {
+            return Ok(None);
+        }
+        let count = sqlx::query_scalar!(
+            r#"SELECT coalesce(sum(count), 0)::bigint AS "count!"
+               FROM unrecorded_rejections
+               WHERE minute > now() - make_interval(hours => $1) AND ($2 = '' OR source = $2)"#,
+            UNRECORDED_HOURS,
+            source
+        )
+        .fetch_one(pool)
+        .await?;
+        Ok(Some(Unrecorded {
+            count,
+            top: top.into_iter().map(|r| (r.remote_addr, r.count)).collect(),
+        }))
     }
 }

@@ -19,6 +19,8 @@ pub enum Payload {
     },
     /// Removed by retention.
     Pruned,
+    /// Never read: the request declared more than the body limit.
+    NotRead,
 }
 
 pub const BINARY_SHOWN: usize = 1024;
@@ -36,6 +38,10 @@ impl Payload {
         }
         match std::str::from_utf8(body) {
             Ok(text) => Payload::Text(text.to_owned()),
+            // An excerpt may end inside a character: the text before it.
+            Err(e) if e.error_len().is_none() && e.valid_up_to() > 0 => {
+                Payload::Text(String::from_utf8_lossy(&body[..e.valid_up_to()]).into_owned())
+            }
             Err(_) => {
                 let shown = body.len().min(BINARY_SHOWN);
                 let hex = body[..shown]
@@ -100,6 +106,18 @@ pub struct DeliveryDetail {
     pub body_size: i32,
     pub remote_addr: Option<String>,
     pub payload: Payload,
+    /// Only an excerpt was stored (a rejected request): the body's first
+    /// `kept` bytes of `body_size`, headers and query cut to size.
+    pub excerpt: Option<Excerpt>,
+    /// Credentials in it were masked; an admin may reveal them.
+    pub masked: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Excerpt {
+    pub kept: usize,
+    /// Of the whole body as received, in hex; None when it was never read.
+    pub sha256: Option<String>,
 }
 
 /// What happened to an event, oldest first.
@@ -123,23 +141,37 @@ pub struct EventDetail {
 /// Timelines list at most this many deliveries (a storm can bring thousands).
 pub const TIMELINE_DELIVERIES: i64 = 200;
 
+/// `reveal`: an admin asks to see the stored request's credentials (audit-logged).
 #[server(endpoint = "event")]
-pub async fn get_event(id: i64) -> Result<EventDetail, ServerFnError> {
+pub async fn get_event(
+    id: i64,
+    #[server(default)] reveal: bool,
+) -> Result<EventDetail, ServerFnError> {
     use super::ssr::*;
     crate::auth::ssr::require(crate::auth::Role::Viewer).await?;
     let pool = pool()?;
-    server::event(&pool, id)
+    let ops = crate::api::actions::ssr::operations()?;
+    let credentials = |source: &str| ops.credentials(source);
+    let masking = server::masking(&pool, "event", id, reveal, &credentials).await?;
+    server::event(&pool, id, masking)
         .await
         .map_err(AppError::database)?
         .ok_or_else(|| AppError::not_found("event").into())
 }
 
+/// `reveal`: as for `get_event`.
 #[server(endpoint = "delivery")]
-pub async fn get_delivery(id: i64) -> Result<DeliveryDetail, ServerFnError> {
+pub async fn get_delivery(
+    id: i64,
+    #[server(default)] reveal: bool,
+) -> Result<DeliveryDetail, ServerFnError> {
     use super::ssr::*;
     crate::auth::ssr::require(crate::auth::Role::Viewer).await?;
     let pool = pool()?;
-    server::delivery(&pool, id)
+    let ops = crate::api::actions::ssr::operations()?;
+    let credentials = |source: &str| ops.credentials(source);
+    let masking = server::masking(&pool, "delivery", id, reveal, &credentials).await?;
+    server::delivery(&pool, id, masking)
         .await
         .map_err(AppError::database)?
         .ok_or_else(|| AppError::not_found("delivery").into())
@@ -190,6 +222,7 @@ mod server {
     use sqlx::PgPool;
 
     use super::*;
+    use crate::api::mask::Credentials;
 
     /// Stored headers are `[[name, value], ...]`.
     fn header_pairs(value: serde_json::Value) -> Vec<(String, String)> {
@@ -212,7 +245,45 @@ mod server {
         }
     }
 
-    pub async fn delivery(pool: &PgPool, id: i64) -> Result<Option<DeliveryDetail>, sqlx::Error> {
+    fn hex(bytes: &[u8]) -> String {
+        bytes.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// A source's credential fields and headers, from its provider.
+    pub type CredentialsOf<'a> = &'a (dyn Fn(&str) -> Credentials + Sync);
+
+    /// How a stored request is shown: masked, or whole to an admin who
+    /// asked to reveal it (checked and audit-logged here).
+    pub async fn masking<'a>(
+        pool: &PgPool,
+        kind: &str,
+        id: i64,
+        reveal: bool,
+        credentials: CredentialsOf<'a>,
+    ) -> Result<Option<CredentialsOf<'a>>, ServerFnError> {
+        if !reveal {
+            return Ok(Some(credentials));
+        }
+        let admin = crate::auth::ssr::require(crate::auth::Role::Admin).await?;
+        crate::auth::ssr::audit(
+            pool,
+            Some(&admin),
+            &admin.username,
+            &format!("{kind}.reveal"),
+            Some(&id.to_string()),
+            "succeeded",
+            serde_json::json!({}),
+        )
+        .await
+        .map_err(crate::error::AppError::database)?;
+        Ok(None)
+    }
+
+    pub async fn delivery(
+        pool: &PgPool,
+        id: i64,
+        masking: Option<CredentialsOf<'_>>,
+    ) -> Result<Option<DeliveryDetail>, sqlx::Error> {
         // Times are shown in UTC to the millisecond, as on the deliveries page.
         let row = sqlx::query!(
             r#"SELECT d.id,
@@ -220,39 +291,68 @@ mod server {
                       d.source, d.event_id, d.idem_key, d.outcome, d.http_status, d.reject_reason,
                       d.reject_kind, d.ack_micros, d.redelivery_of,
                       d.verified, d.verification, d.method, d.query, d.content_type,
-                      d.headers, d.body, d.body_size, d.remote_addr
+                      d.headers, d.body, d.body_size, d.remote_addr, d.truncated, d.body_sha256
                FROM deliveries d WHERE d.id = $1"#,
             id
         )
         .fetch_optional(pool)
         .await?;
-        Ok(row.map(|r| DeliveryDetail {
-            payload: Payload::of(r.body.as_deref()),
-            row: DeliveryRow {
-                id: r.id,
-                received_at: r.received_at,
-                source: r.source,
-                event_id: r.event_id,
-                idem_key: r.idem_key,
-                outcome: r.outcome,
-                http_status: r.http_status,
-                reject_reason: r.reject_reason,
-                reject_kind: r.reject_kind,
-                ack_micros: r.ack_micros,
-                redelivery_of: r.redelivery_of,
-            },
-            verified: r.verified,
-            verification: r.verification,
-            method: r.method,
-            query: r.query,
-            content_type: r.content_type,
-            headers: header_pairs(r.headers),
-            body_size: r.body_size,
-            remote_addr: r.remote_addr,
+        Ok(row.map(|r| {
+            let excerpt = r.truncated.then(|| Excerpt {
+                kept: r.body.as_ref().map_or(0, Vec::len),
+                sha256: r.body_sha256.as_deref().map(hex),
+            });
+            let (mut body, mut query, mut headers) = (r.body, r.query, header_pairs(r.headers));
+            let mut masked = false;
+            if let Some(credentials_of) = masking {
+                let credentials = credentials_of(&r.source);
+                if let Some(m) = body.as_deref().and_then(|b| credentials.body(b)) {
+                    body = Some(m);
+                    masked = true;
+                }
+                if let Some(m) = query.as_deref().and_then(crate::api::mask::query) {
+                    query = Some(m);
+                    masked = true;
+                }
+                masked |= credentials.headers(&mut headers);
+            }
+            DeliveryDetail {
+                payload: match &body {
+                    None if r.truncated => Payload::NotRead,
+                    body => Payload::of(body.as_deref()),
+                },
+                excerpt,
+                masked,
+                row: DeliveryRow {
+                    id: r.id,
+                    received_at: r.received_at,
+                    source: r.source,
+                    event_id: r.event_id,
+                    idem_key: r.idem_key,
+                    outcome: r.outcome,
+                    http_status: r.http_status,
+                    reject_reason: r.reject_reason,
+                    reject_kind: r.reject_kind,
+                    ack_micros: r.ack_micros,
+                    redelivery_of: r.redelivery_of,
+                },
+                verified: r.verified,
+                verification: r.verification,
+                method: r.method,
+                query,
+                content_type: r.content_type,
+                headers,
+                body_size: r.body_size,
+                remote_addr: r.remote_addr,
+            }
         }))
     }
 
-    pub async fn event(pool: &PgPool, id: i64) -> Result<Option<EventDetail>, sqlx::Error> {
+    pub async fn event(
+        pool: &PgPool,
+        id: i64,
+        masking: Option<CredentialsOf<'_>>,
+    ) -> Result<Option<EventDetail>, sqlx::Error> {
         let event = sqlx::query_as!(
             EventSummary,
             r#"SELECT id, source, idem_key, state,
@@ -306,7 +406,7 @@ mod server {
         .fetch_all(pool)
         .await?;
         let first_delivery = match event.first_delivery_id {
-            Some(first) => delivery(pool, first).await?,
+            Some(first) => delivery(pool, first, masking).await?,
             None => None,
         };
         let deliveries_shown = deliveries.len();

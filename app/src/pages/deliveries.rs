@@ -5,7 +5,7 @@ use leptos::task::spawn_local;
 use leptos_router::hooks::use_query_map;
 
 use crate::api::deliveries::{
-    list_deliveries, DeliveryFilter, DeliveryPage, DeliveryRow, OUTCOMES,
+    list_deliveries, DeliveryFilter, DeliveryPage, DeliveryRow, OUTCOMES, UNRECORDED_HOURS,
 };
 use crate::api::list_sources;
 use crate::components::*;
@@ -196,7 +196,24 @@ fn DeliveryList(page: DeliveryPage, filter: DeliveryFilter, live: bool) -> impl 
     };
     let next = older.map(|b| page_link(&filter, Some(b)));
     let newest = (!live).then(|| page_link(&filter, None));
+    let unrecorded = page.unrecorded.map(|u| {
+        let top = u
+            .top
+            .iter()
+            .map(|(address, n)| format!("{address} ({})", fmt_count(*n)))
+            .collect::<Vec<_>>()
+            .join(", ");
+        view! {
+            <p class="banner banner-warn" data-testid="unrecorded">
+                {format!(
+                    "{} more rejected requests in the last {UNRECORDED_HOURS} hours were counted but not recorded: their addresses sent more than the recording rate allows. Most from: {top}.",
+                    fmt_count(u.count)
+                )}
+            </p>
+        }
+    });
     view! {
+        {unrecorded}
         <p class="muted small" aria-live="polite" data-testid="live-status">{status}</p>
         <Show
             when=move || rows.with(|r| !r.is_empty())

@@ -14,15 +14,25 @@ fn id_param(name: &'static str) -> impl Fn() -> Option<i64> + Copy {
     move || params.with(|p| p.get(name).and_then(|v| v.parse().ok()))
 }
 
+/// `?reveal=1`: an admin asked to see the stored request's credentials.
+fn reveal_param() -> impl Fn() -> bool + Copy {
+    let query = leptos_router::hooks::use_query_map();
+    move || query.with(|q| q.get("reveal").as_deref() == Some("1"))
+}
+
 #[component]
 pub fn EventPage() -> impl IntoView {
     let id = id_param("id");
-    let data = Resource::new(id, |id| async move {
-        match id {
-            Some(id) => get_event(id).await,
-            None => Err(ServerFnError::new("event not found")),
-        }
-    });
+    let reveal = reveal_param();
+    let data = Resource::new(
+        move || (id(), reveal()),
+        |(id, reveal)| async move {
+            match id {
+                Some(id) => get_event(id, reveal).await,
+                None => Err(ServerFnError::new("event not found")),
+            }
+        },
+    );
     view! {
         <section class="page">
             <p class="crumbs"><a href="/deliveries">"Deliveries"</a> " / event"</p>
@@ -215,8 +225,26 @@ fn DeliveryFacts(d: DeliveryDetail) -> impl IntoView {
             <dt>"Request"</dt><dd><code>{format!("{} /hooks/{}{query}", d.method, d.row.source)}</code></dd>
             <dt>"Content type"</dt><dd>{d.content_type.clone().unwrap_or_else(|| "none".into())}</dd>
             <dt>"Size"</dt><dd>{format!("{} bytes", fmt_count(d.body_size as i64))}</dd>
+            {d.excerpt.clone().map(|e| view! {
+                <dt>"Stored"</dt>
+                <dd data-testid="excerpt">
+                    {format!(
+                        "An excerpt: the first {} bytes of the body, headers and query cut to size (a rejected request is not stored whole). ",
+                        fmt_count(e.kept as i64)
+                    )}
+                    {e.sha256.map(|h| view! { "SHA-256 of the whole body: " <code>{h}</code> })}
+                </dd>
+            })}
             <dt>"From"</dt><dd>{d.remote_addr.clone().unwrap_or_else(|| "unknown".into())}</dd>
         </dl>
+        {d.masked.then(|| view! {
+            <p class="muted small" data-testid="masked">
+                "Credentials in this request (tokens, keys, signatures) are masked. "
+                <IfRole role=Role::Admin>
+                    <a href="?reveal=1" data-testid="reveal">"Reveal them (admin; audit-logged)"</a>
+                </IfRole>
+            </p>
+        })}
         <PayloadView payload=d.payload/>
         <h3>"Headers"</h3>
         <p class="muted small">"Authorization, cookies and similar secrets were redacted before storing."</p>
@@ -227,12 +255,16 @@ fn DeliveryFacts(d: DeliveryDetail) -> impl IntoView {
 #[component]
 pub fn DeliveryPage() -> impl IntoView {
     let id = id_param("id");
-    let data = Resource::new(id, |id| async move {
-        match id {
-            Some(id) => get_delivery(id).await,
-            None => Err(ServerFnError::new("delivery not found")),
-        }
-    });
+    let reveal = reveal_param();
+    let data = Resource::new(
+        move || (id(), reveal()),
+        |(id, reveal)| async move {
+            match id {
+                Some(id) => get_delivery(id, reveal).await,
+                None => Err(ServerFnError::new("delivery not found")),
+            }
+        },
+    );
     view! {
         <section class="page">
             <p class="crumbs"><a href="/deliveries">"Deliveries"</a> " / delivery"</p>

@@ -84,11 +84,15 @@ pub async fn run(config: Config, args: ServeArgs) -> Result<(), CliError> {
         app.addr,
         config.public_url
     );
+    if let Some(at) = app.metrics_addr {
+        tracing::info!("metrics are served on http://{at}/metrics");
+    }
     let server = tokio::spawn(app.run(shutdown.clone()));
     let pruner = tokio::spawn(crate::jobs::retention::run(
         pool.clone(),
         config.retention_days,
         config.dedup_ttl_days,
+        config.audit_retention_days,
         shutdown.clone(),
     ));
     // Workers start once the schema is in place.
@@ -100,7 +104,12 @@ pub async fn run(config: Config, args: ServeArgs) -> Result<(), CliError> {
                 return;
             }
             let rollup = tokio::spawn(crate::jobs::rollup::run(pool.clone(), shutdown.clone()));
-            let sessions = tokio::spawn(crate::jobs::sessions::run(pool, shutdown.clone()));
+            let sessions = tokio::spawn(crate::jobs::sessions::run(pool.clone(), shutdown.clone()));
+            let unrecorded = tokio::spawn(crate::jobs::unrecorded::run(
+                pool,
+                services.rejections.clone(),
+                shutdown.clone(),
+            ));
             let mut workers = Workers::new(&services).spawn(args.workers, shutdown);
             tracing::info!(
                 workers = args.workers,
@@ -110,6 +119,7 @@ pub async fn run(config: Config, args: ServeArgs) -> Result<(), CliError> {
             while workers.join_next().await.is_some() {}
             let _ = rollup.await;
             let _ = sessions.await;
+            let _ = unrecorded.await;
         }
     });
     tokio::select! {

@@ -1,4 +1,4 @@
-//! `replaysafe user add|list|disable|enable`: accounts are made from the
+//! `replaysafe user add|list|disable|enable|unlock`: accounts are made from the
 //! command line (spec section 7). Passwords come from stdin, never argv.
 
 use std::io::BufRead;
@@ -6,7 +6,7 @@ use std::io::BufRead;
 use app::auth::Role;
 use sqlx::PgPool;
 
-use crate::db::users::{add, list, set_disabled, UserError};
+use crate::db::users::{add, list, set_disabled, unlock, UserError};
 
 #[derive(Debug, clap::Subcommand)]
 pub enum UserAction {
@@ -32,6 +32,14 @@ pub enum UserAction {
     Enable {
         #[arg(long)]
         username: String,
+    },
+    /// Lift a sign-in lockout at once: of a username (from every address),
+    /// of an address, or both
+    Unlock {
+        #[arg(long, required_unless_present = "address")]
+        username: Option<String>,
+        #[arg(long)]
+        address: Option<std::net::IpAddr>,
     },
 }
 
@@ -76,6 +84,17 @@ pub async fn run(pool: &PgPool, action: UserAction) -> Result<(), UserError> {
         UserAction::Enable { username } => {
             set_disabled(pool, &username, false).await?;
             println!("user {username} enabled");
+        }
+        UserAction::Unlock { username, address } => {
+            let address = address.map(|a| a.to_canonical().to_string());
+            unlock(pool, username.as_deref(), address.as_deref()).await?;
+            for (what, value) in [("username", username), ("address", address)] {
+                if let Some(value) = value {
+                    println!(
+                        "{what} {value} may sign in again; its earlier failures no longer count"
+                    );
+                }
+            }
         }
     }
     Ok(())

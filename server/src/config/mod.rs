@@ -12,8 +12,11 @@ use serde::Deserialize;
 use crate::providers::{self, Provider, Scheme, Settings};
 pub use crate::secret::Secret;
 
+pub mod address;
+
 pub const DEFAULT_CONFIG_PATH: &str = "./replaysafe.toml";
 pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
+pub const DEFAULT_MAX_BODY_MEMORY_BYTES: usize = 256 * 1024 * 1024;
 /// Keys younger than a week must never be forgotten: providers retry for days.
 pub const MIN_DEDUP_TTL_DAYS: u32 = 7;
 
@@ -61,12 +64,24 @@ pub struct Config {
     pub public_url: String,
     pub retention_days: u32,
     pub dedup_ttl_days: u32,
+    /// Operators' actions in the audit log (failed sign-ins go with the deliveries).
+    pub audit_retention_days: u32,
     pub max_body_bytes: usize,
+    /// Bodies being read at once on `/hooks` may hold this much memory;
+    /// beyond it a delivery is answered 503 unread (each reserves its
+    /// declared length, else `max_body_bytes`).
+    pub max_body_memory_bytes: usize,
+    /// What a rejected delivery keeps: strangers' requests are refused and
+    /// need not fill the disk.
+    pub rejections: RejectionRecording,
     pub demo_destination: bool,
     /// A dashboard session ends after this long without a request.
     pub session_idle_minutes: u32,
     /// When set, `/metrics` answers only `Authorization: Bearer <token>`.
     pub metrics_token: Option<Secret>,
+    /// When set, `/metrics` is served on this address alone (say, a port
+    /// only the monitoring network reaches), not beside the receiver.
+    pub metrics_listen: Option<SocketAddr>,
     /// `public_url` was written in the file (else it is `http://{listen}`).
     pub public_url_given: bool,
     /// How long and how many connections a client may hold.
@@ -76,6 +91,21 @@ pub struct Config {
     pub trusted_proxies: Vec<ipnet::IpNet>,
     pub sources: Vec<SourceConfig>,
 }
+
+/// How much of the rejected requests is recorded.
+#[derive(Debug, Clone, Copy)]
+pub struct RejectionRecording {
+    /// The body excerpt kept (the whole body's length and SHA-256 are kept too).
+    pub body_bytes: usize,
+    /// Recorded from one address (IPv6: one /64) per minute and process;
+    /// beyond it they are counted per minute in `unrecorded_rejections`.
+    pub per_address_per_minute: u32,
+}
+
+pub const DEFAULT_REJECTIONS: RejectionRecording = RejectionRecording {
+    body_bytes: 8 * 1024,
+    per_address_per_minute: 60,
+};
 
 /// What a client gets before the server gives up on it: the receiver faces
 /// strangers, and a connection that trickles must not hold a slot for long.
@@ -136,10 +166,15 @@ struct RawConfig {
     public_url: Option<String>,
     retention_days: Option<u32>,
     dedup_ttl_days: Option<u32>,
+    audit_retention_days: Option<u32>,
     max_body_bytes: Option<usize>,
+    max_body_memory_bytes: Option<usize>,
+    rejected_body_bytes: Option<usize>,
+    record_rejected_per_minute: Option<u32>,
     demo_destination: Option<bool>,
     session_idle_minutes: Option<u32>,
     metrics_token: Option<String>,
+    metrics_listen: Option<String>,
     header_timeout_secs: Option<u64>,
     body_timeout_secs: Option<u64>,
     idle_timeout_secs: Option<u64>,
@@ -283,11 +318,48 @@ pub fn parse_and_validate(
             format!("{dedup_ttl_days} is below the minimum of {MIN_DEDUP_TTL_DAYS}: providers retry for days"),
         ));
     }
+    let audit_retention_days = raw.audit_retention_days.unwrap_or(365);
+    if audit_retention_days < retention_days {
+        return Err(invalid(
+            "audit_retention_days",
+            format!("{audit_retention_days} is below retention_days ({retention_days}): the audit log outlives the deliveries it tells of"),
+        ));
+    }
     let max_body_bytes = raw.max_body_bytes.unwrap_or(DEFAULT_MAX_BODY_BYTES);
     if max_body_bytes == 0 {
         return Err(invalid("max_body_bytes", "must be at least 1".into()));
     }
+    let max_body_memory_bytes = raw
+        .max_body_memory_bytes
+        .unwrap_or(DEFAULT_MAX_BODY_MEMORY_BYTES.max(max_body_bytes));
+    if max_body_memory_bytes < max_body_bytes {
+        return Err(invalid(
+            "max_body_memory_bytes",
+            format!("{max_body_memory_bytes} is below max_body_bytes ({max_body_bytes}): no body that size could be read"),
+        ));
+    }
 
+    let rejections = RejectionRecording {
+        body_bytes: raw
+            .rejected_body_bytes
+            .unwrap_or(DEFAULT_REJECTIONS.body_bytes),
+        per_address_per_minute: raw
+            .record_rejected_per_minute
+            .unwrap_or(DEFAULT_REJECTIONS.per_address_per_minute),
+    };
+
+    let metrics_listen = raw
+        .metrics_listen
+        .as_deref()
+        .map(|text| {
+            text.parse::<SocketAddr>().map_err(|_| {
+                invalid(
+                    "metrics_listen",
+                    format!("{text:?} is not an address such as \"127.0.0.1:9464\""),
+                )
+            })
+        })
+        .transpose()?;
     let metrics_token = raw
         .metrics_token
         .as_deref()
@@ -438,13 +510,17 @@ pub fn parse_and_validate(
         public_url,
         retention_days,
         dedup_ttl_days,
+        audit_retention_days,
         max_body_bytes,
+        max_body_memory_bytes,
+        rejections,
         demo_destination: raw.demo_destination.unwrap_or(false),
         session_idle_minutes: raw
             .session_idle_minutes
             .unwrap_or(DEFAULT_SESSION_IDLE_MINUTES)
             .max(1),
         metrics_token,
+        metrics_listen,
         public_url_given,
         http,
         trusted_proxies,

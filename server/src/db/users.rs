@@ -132,6 +132,35 @@ pub async fn set_disabled(pool: &PgPool, username: &str, disabled: bool) -> Resu
     Ok(())
 }
 
+/// Lifts sign-in lockouts: failures recorded before this no longer count
+/// against the username (from any address) or the address. The marks are
+/// audit rows, which the sign-in check reads.
+pub async fn unlock(
+    pool: &PgPool,
+    username: Option<&str>,
+    address: Option<&str>,
+) -> Result<(), UserError> {
+    let targets = username
+        .map(|u| format!("user:{}", u.to_lowercase()))
+        .into_iter()
+        .chain(address.map(|a| format!("address:{a}")));
+    for target in targets {
+        crate::db::audit::record(
+            pool,
+            crate::db::audit::Entry {
+                user_id: None,
+                username: &crate::db::audit::cli_actor(),
+                action: "login.unlock",
+                target: Some(&target),
+                outcome: "succeeded",
+                detail: None,
+            },
+        )
+        .await?;
+    }
+    Ok(())
+}
+
 /// One account as `user list` shows it.
 pub struct Listed {
     pub username: String,

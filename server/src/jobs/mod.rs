@@ -3,3 +3,4 @@
 pub mod retention;
 pub mod rollup;
 pub mod sessions;
+pub mod unrecorded;

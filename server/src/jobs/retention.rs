@@ -1,5 +1,7 @@
 //! Retention (spec section 8): deliveries and their payloads go after
-//! `retention_days`, idempotency keys after `dedup_ttl_days`. Deletes run in
+//! `retention_days`, idempotency keys after `dedup_ttl_days`; sign-in
+//! attempts that did not succeed (strangers' guesses) with the deliveries,
+//! the rest of the audit log after `audit_retention_days`. Deletes run in
 //! small batches, each its own short statement, so no long lock is held.
 //! Old rows are found along the primary key (ids grow with time), so no time
 //! index slows every claim down.
@@ -16,6 +18,7 @@ pub const INTERVAL: Duration = Duration::from_secs(600);
 pub struct Pruned {
     pub deliveries: u64,
     pub events: u64,
+    pub audit: u64,
 }
 
 /// Prunes everything due, batch by batch.
@@ -23,6 +26,7 @@ pub async fn prune(
     pool: &PgPool,
     retention_days: u32,
     dedup_ttl_days: u32,
+    audit_retention_days: u32,
 ) -> Result<Pruned, sqlx::Error> {
     let mut pruned = Pruned::default();
     // Nothing is due while the oldest row is young: no scan at all then.
@@ -68,6 +72,33 @@ retention_days as i32
         }
     }
     while crate::events::prune_guard(pool, dedup_ttl_days, BATCH).await? == BATCH as u64 {}
+    sqlx::query!(
+        "DELETE FROM unrecorded_rejections WHERE minute < now() - make_interval(days => $1)",
+        retention_days as i32
+    )
+    .execute(pool)
+    .await?;
+    loop {
+        let n = sqlx::query!(
+            "DELETE FROM audit_log WHERE id IN (
+                 SELECT id FROM audit_log
+                 WHERE at < now() - make_interval(days => $1)
+                    OR (action = 'login' AND outcome <> 'succeeded'
+                        AND at < now() - make_interval(days => $2))
+                 ORDER BY at
+                 LIMIT $3)",
+            audit_retention_days as i32,
+            retention_days as i32,
+            BATCH
+        )
+        .execute(pool)
+        .await?
+        .rows_affected();
+        pruned.audit += n;
+        if n < BATCH as u64 {
+            break;
+        }
+    }
     Ok(pruned)
 }
 
@@ -77,6 +108,7 @@ pub async fn run(
     pool: PgPool,
     retention_days: u32,
     dedup_ttl_days: u32,
+    audit_retention_days: u32,
     shutdown: CancellationToken,
 ) {
     tokio::select! {
@@ -84,11 +116,12 @@ pub async fn run(
         _ = tokio::time::sleep(Duration::from_secs(60)) => {}
     }
     loop {
-        match prune(&pool, retention_days, dedup_ttl_days).await {
+        match prune(&pool, retention_days, dedup_ttl_days, audit_retention_days).await {
             Ok(p) if p != Pruned::default() => {
                 tracing::info!(
                     deliveries = p.deliveries,
                     events = p.events,
+                    audit = p.audit,
                     "retention pruned"
                 )
             }

@@ -13,8 +13,15 @@ pub async fn receive(
     inbound: &Inbound,
     receipt: Receipt,
 ) -> Reply {
-    let accepted =
-        receiver::accept(&services.pool, &services.claims, source, inbound, receipt).await;
+    let accepted = receiver::accept(
+        &services.pool,
+        &services.claims,
+        &services.rejections,
+        source,
+        inbound,
+        receipt,
+    )
+    .await;
     let reply = match accepted {
         Accepted::Answered(reply) => reply,
         Accepted::Forward(held) => sync::answer(services, source, inbound, &held).await,
@@ -30,9 +37,22 @@ pub async fn oversized(
     body_size: usize,
     receipt: Receipt,
 ) -> Reply {
-    let reply =
-        receiver::record_oversized(&services.pool, source, inbound, body_size, receipt).await;
+    let reply = receiver::record_oversized(
+        &services.pool,
+        &services.rejections,
+        source,
+        inbound,
+        body_size,
+        receipt,
+    )
+    .await;
     counted(source, reply, receipt)
+}
+
+/// A request refused unread because too much body is being read already.
+pub fn shed(source: &SourceConfig, receipt: Receipt) -> Reply {
+    metrics::counter!("replaysafe_shed_total", "reason" => "body_memory").increment(1);
+    counted(source, receiver::reply::shed(), receipt)
 }
 
 fn counted(source: &SourceConfig, reply: Reply, receipt: Receipt) -> Reply {

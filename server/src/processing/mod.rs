@@ -16,6 +16,7 @@ use tokio::sync::Notify;
 
 use crate::config::Config;
 use crate::receiver::batch::ClaimBatcher;
+use crate::receiver::rejections::Rejections;
 use retry::RetryPolicy;
 
 /// Transactions committing claims at once; each carries a batch. Two let a
@@ -36,6 +37,8 @@ pub struct Services {
     pub policy: Arc<RetryPolicy>,
     /// Group commit for ack-mode claims.
     pub claims: ClaimBatcher,
+    /// How much of strangers' rejected requests is recorded, and the counts of the rest.
+    pub rejections: Arc<Rejections>,
 }
 
 impl Services {
@@ -52,6 +55,7 @@ impl Services {
     ) -> Self {
         Self {
             claims: ClaimBatcher::start(pool.clone(), CLAIM_COMMITTERS),
+            rejections: Arc::new(Rejections::new(config.rejections)),
             pool,
             config,
             wake,

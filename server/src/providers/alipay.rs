@@ -25,6 +25,7 @@ pub const PROVIDER: Provider = Provider {
     // Alipay puts everything in the body.
     event_headers: &[],
     signature_headers: &[],
+    credential_fields: &[],
     #[cfg(test)]
     contract: tests::contract,
 };

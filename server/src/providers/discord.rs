@@ -14,7 +14,8 @@ pub const PROVIDER: Provider = Provider {
     name: "discord",
     build,
     event_headers: &["x-discord-"],
-    signature_headers: &[],
+    signature_headers: &["x-signature-ed25519"],
+    credential_fields: &["token"],
     #[cfg(test)]
     contract: tests::contract,
 };

@@ -14,7 +14,8 @@ pub const PROVIDER: Provider = Provider {
     name: "github",
     build,
     event_headers: &["x-github-"],
-    signature_headers: &[],
+    signature_headers: &["x-hub-signature-256", "x-hub-signature"],
+    credential_fields: &[],
     #[cfg(test)]
     contract: tests::contract,
 };

@@ -56,9 +56,13 @@ pub struct Provider {
     /// request cannot smuggle another provider's (`X-GitHub-Event` on a
     /// Shopify source) past the application.
     pub event_headers: &'static [&'static str],
-    /// Its signature headers among those: replaysafe checked them, the
-    /// application checks replaysafe's own.
+    /// Its signature headers: replaysafe checked them, the application
+    /// checks replaysafe's own, so they are never forwarded; on screen they
+    /// are masked.
     pub signature_headers: &'static [&'static str],
+    /// Body fields (JSON keys at any depth, form parameters) holding
+    /// credentials that let a reader act as the app: masked on screen.
+    pub credential_fields: &'static [&'static str],
     /// Signed requests and settings for the contract every provider passes.
     #[cfg(test)]
     pub contract: fn() -> contract::Contract,

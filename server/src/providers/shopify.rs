@@ -16,6 +16,7 @@ pub const PROVIDER: Provider = Provider {
     build,
     event_headers: &["x-shopify-"],
     signature_headers: &["x-shopify-hmac-sha256"],
+    credential_fields: &[],
     #[cfg(test)]
     contract: tests::contract,
 };

@@ -14,6 +14,7 @@ pub const PROVIDER: Provider = Provider {
     build,
     event_headers: &["x-slack-"],
     signature_headers: &["x-slack-signature", "x-slack-request-timestamp"],
+    credential_fields: &["token", "response_url"],
     #[cfg(test)]
     contract: tests::contract,
 };

@@ -15,7 +15,8 @@ pub const PROVIDER: Provider = Provider {
     build,
     // Standard Webhooks senders put everything in the body.
     event_headers: &[],
-    signature_headers: &[],
+    signature_headers: &["webhook-signature"],
+    credential_fields: &[],
     #[cfg(test)]
     contract: tests::contract,
 };

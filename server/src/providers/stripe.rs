@@ -13,7 +13,8 @@ pub const PROVIDER: Provider = Provider {
     build,
     // Stripe puts everything in the body.
     event_headers: &[],
-    signature_headers: &[],
+    signature_headers: &["stripe-signature"],
+    credential_fields: &[],
     #[cfg(test)]
     contract: tests::contract,
 };

@@ -31,7 +31,8 @@ pub const PROVIDER: Provider = Provider {
     name: "twilio",
     build,
     event_headers: &["i-twilio-"],
-    signature_headers: &[],
+    signature_headers: &["x-twilio-signature"],
+    credential_fields: &[],
     #[cfg(test)]
     contract: tests::contract,
 };

@@ -21,6 +21,7 @@ pub const PROVIDER: Provider = Provider {
     build,
     event_headers: &["wechatpay-"],
     signature_headers: &["wechatpay-signature", "wechatpay-serial"],
+    credential_fields: &[],
     #[cfg(test)]
     contract: tests::contract,
 };

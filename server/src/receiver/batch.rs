@@ -52,7 +52,21 @@ pub struct PendingClaim {
     pub replay_digest: Option<Vec<u8>>,
 }
 
-type Job = (PendingClaim, oneshot::Sender<Result<Claimed, ClaimError>>);
+/// A claim in the queue, with where its answer goes and since when it waits.
+struct Job {
+    claim: PendingClaim,
+    reply: oneshot::Sender<Result<Claimed, ClaimError>>,
+    queued: Instant,
+}
+
+/// Claims waiting for a batch: beyond this many, a delivery is answered 503
+/// at once (shed) instead of queueing without bound behind a slow database.
+pub const MAX_WAITING: usize = 512;
+
+/// A claim that waited this long for a batch is answered 503 unclaimed: its
+/// provider is better served retrying than waiting on. Kept so that the
+/// wait plus a batch's statement stays under the spec's 5 s.
+pub const MAX_WAIT: Duration = Duration::from_secs(2);
 
 /// Why a delivery could not be claimed. Every one is answered 503, so the
 /// provider retries; none of the delivery was stored.
@@ -69,6 +83,9 @@ pub enum ClaimError {
     /// The statement of the batch holding this delivery failed.
     #[error("claim batch failed: {0}")]
     BatchFailed(String),
+    /// Too many claims wait, or this one waited too long: load is shed.
+    #[error("the claim path is saturated")]
+    Saturated,
 }
 
 /// Hands claims to a few committer tasks; cheap to clone.
@@ -89,7 +106,7 @@ impl ClaimBatcher {
         let options = (*pool.connect_options())
             .clone()
             .options([("plan_cache_mode", "force_generic_plan")]);
-        let (jobs, queue) = mpsc::channel::<Job>(MAX_BATCH * committers.max(1) * 4);
+        let (jobs, queue) = mpsc::channel::<Job>(MAX_WAITING);
         let shared = Arc::new(Shared {
             waiting: Mutex::new(Waiting {
                 queue,
@@ -107,15 +124,26 @@ impl ClaimBatcher {
         Self { jobs }
     }
 
-    /// Claims in the next shared transaction; returns once it committed.
-    pub async fn claim(&self, pending: PendingClaim) -> Result<Claimed, ClaimError> {
+    /// Claims in the next shared transaction; returns once it committed, or
+    /// at once with `Saturated` when `MAX_WAITING` claims wait already.
+    pub async fn claim(&self, claim: PendingClaim) -> Result<Claimed, ClaimError> {
         let (reply, answer) = oneshot::channel();
-        self.jobs
-            .send((pending, reply))
-            .await
-            .map_err(|_| ClaimError::Stopped)?;
+        let job = Job {
+            claim,
+            reply,
+            queued: Instant::now(),
+        };
+        self.jobs.try_send(job).map_err(|e| match e {
+            mpsc::error::TrySendError::Full(_) => shed("queue_full"),
+            mpsc::error::TrySendError::Closed(_) => ClaimError::Stopped,
+        })?;
         answer.await.map_err(|_| ClaimError::Stopped)?
     }
+}
+
+fn shed(reason: &'static str) -> ClaimError {
+    metrics::counter!("replaysafe_shed_total", "reason" => reason).increment(1);
+    ClaimError::Saturated
 }
 
 /// What the committers share: the waiting deliveries, the keys of the
@@ -164,7 +192,7 @@ struct Waiting {
 }
 
 fn key_of(job: &Job) -> Key {
-    (job.0.source.clone(), job.0.idem_key.clone())
+    (job.claim.source.clone(), job.claim.idem_key.clone())
 }
 
 /// A committer keeps its own connection rather than a pool's: a pool pings
@@ -222,6 +250,10 @@ async fn gather(shared: &Shared) -> Option<(Vec<Job>, HashSet<Key>)> {
     let mut deadline: Option<tokio::time::Instant> = None;
     let admit =
         |job: Job, batch: &mut Vec<Job>, keys: &mut HashSet<Key>, held: &mut VecDeque<Job>| {
+            if job.queued.elapsed() > MAX_WAIT {
+                let _ = job.reply.send(Err(shed("waited_too_long")));
+                return;
+            }
             let key = key_of(&job);
             if !keys.contains(&key)
                 && shared
@@ -478,7 +510,8 @@ fn batch_claim<'a>(
 /// fails, every delivery of the batch gets the error (503) and nothing of them
 /// was stored.
 async fn commit_batch(connection: &mut Committer, shared: &Shared, batch: Vec<Job>) {
-    let (pending, replies): (Vec<PendingClaim>, Vec<_>) = batch.into_iter().unzip();
+    let (pending, replies): (Vec<PendingClaim>, Vec<_>) =
+        batch.into_iter().map(|job| (job.claim, job.reply)).unzip();
     let n = pending.len();
     metrics::histogram!("replaysafe_claim_batch_size").record(n as f64);
     let sent = Instant::now();

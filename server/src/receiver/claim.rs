@@ -83,6 +83,10 @@ pub struct NewDelivery<'a> {
     pub redelivery: Option<Redelivery>,
     /// The replay guard's digest of the signed content, where it applies.
     pub replay_digest: Option<Vec<u8>>,
+    /// Only an excerpt of the request is stored (a rejection).
+    pub truncated: bool,
+    /// The SHA-256 of the whole body as received, where only an excerpt is kept.
+    pub body_sha256: Option<Vec<u8>>,
 }
 
 /// A stored delivery fed back through the pipeline by an operator.
@@ -282,9 +286,10 @@ async fn insert_delivery(
         "INSERT INTO deliveries (id, source, event_id, idem_key, outcome, reject_reason,
                                  http_status, ack_micros, verified, verification, query,
                                  content_type, headers, body, body_size, remote_addr,
-                                 redelivery_of, redelivered_by, reject_kind)
+                                 redelivery_of, redelivered_by, reject_kind, truncated,
+                                 body_sha256)
          VALUES (coalesce($18, nextval('deliveries_id_seq')), $1, $2, $3, $4, $5, $6, $7, $8, $9,
-                 $10, $11, $12, $13, $14, $15, $16, $17, $19)
+                 $10, $11, $12, $13, $14, $15, $16, $17, $19, $20, $21)
          RETURNING id",
         d.source,
         event_id,
@@ -304,7 +309,9 @@ async fn insert_delivery(
         d.redelivery.map(|r| r.of),
         d.redelivery.map(|r| r.by),
         id,
-        d.reject_kind
+        d.reject_kind,
+        d.truncated,
+        d.body_sha256.as_deref()
     )
     .fetch_one(conn)
     .await

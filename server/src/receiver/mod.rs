@@ -4,10 +4,12 @@
 
 pub mod batch;
 pub mod claim;
+pub mod rejections;
 pub mod reply;
 
 use std::time::Instant;
 
+use sha2::Digest;
 use sqlx::PgPool;
 
 use crate::config::{Mode, SourceConfig};
@@ -16,6 +18,7 @@ pub use crate::providers::Inbound;
 use crate::providers::{Rejection, Window};
 use batch::{ClaimBatcher, ClaimError, PendingClaim};
 use claim::{Claimed, NewDelivery, Outcome, SyncLease};
+use rejections::Rejections;
 pub use reply::Reply;
 
 /// How a delivery is being received: from a provider now, or fed back by an operator.
@@ -96,7 +99,6 @@ fn idempotency_key(source: &SourceConfig, req: &Inbound) -> Result<String, Rejec
 /// The SHA-256 of what the signature covers, where it binds neither the key
 /// nor a timestamp and the source keeps its replay guard on.
 fn replay_digest(source: &SourceConfig, req: &Inbound) -> Option<Vec<u8>> {
-    use sha2::Digest;
     if !source.replay_guard {
         return None;
     }
@@ -127,6 +129,7 @@ pub struct SyncClaim {
 pub async fn accept(
     pool: &PgPool,
     claims: &ClaimBatcher,
+    rejections: &Rejections,
     source: &SourceConfig,
     inbound: &Inbound,
     receipt: Receipt,
@@ -149,10 +152,31 @@ pub async fn accept(
         started: receipt.started,
         redelivery: receipt.redelivery,
         replay_digest: None,
+        truncated: false,
+        body_sha256: None,
     };
     let result = match checked {
+        // Beyond its address's rate a stranger's rejection is only counted;
+        // an operator's re-delivery is no stranger's.
+        Err(rejection)
+            if receipt.redelivery.is_none()
+                && !rejections.admit(&source.slug, inbound.remote_addr.as_deref(), receipt.now) =>
+        {
+            Ok(Accepted::Answered(reply::rejected(&rejection)))
+        }
         Err(rejection) => {
             tracing::info!(reason = %rejection.reason, status = rejection.status, "delivery rejected");
+            let excerpt = rejections::excerpt(
+                &inbound.body,
+                &inbound.headers,
+                inbound.query.as_deref(),
+                rejections.recording.body_bytes,
+            );
+            delivery.body = Some(excerpt.body);
+            delivery.headers = excerpt.headers;
+            delivery.query = excerpt.query;
+            delivery.truncated = excerpt.truncated;
+            delivery.body_sha256 = Some(sha2::Sha256::digest(&inbound.body).to_vec());
             delivery.verification = rejection.reason.clone();
             delivery.reject_reason = Some(rejection.reason.clone());
             delivery.reject_kind = Some(rejection.kind.as_str());
@@ -219,21 +243,30 @@ pub async fn accept(
             }
         }
     };
-    result.unwrap_or_else(|e| {
-        tracing::error!(error = %e, "database unavailable: answering 503 so the provider retries");
-        Accepted::Answered(reply::unavailable())
+    result.unwrap_or_else(|e| match e {
+        // Counted in replaysafe_shed_total; a log line each would flood the log.
+        ClaimError::Saturated => Accepted::Answered(reply::shed()),
+        e => {
+            tracing::error!(error = %e, "database unavailable: answering 503 so the provider retries");
+            Accepted::Answered(reply::unavailable())
+        }
     })
 }
 
 /// A request rejected before it could be read whole (over the body limit).
 pub async fn record_oversized(
     pool: &PgPool,
+    rejections: &Rejections,
     source: &SourceConfig,
     inbound: &Inbound,
     body_size: usize,
     receipt: Receipt,
 ) -> Reply {
     let rejection = Rejection::too_large(body_size);
+    if !rejections.admit(&source.slug, inbound.remote_addr.as_deref(), receipt.now) {
+        return reply::rejected(&rejection);
+    }
+    let excerpt = rejections::excerpt(&[], &inbound.headers, inbound.query.as_deref(), 0);
     let delivery = NewDelivery {
         source: &source.slug,
         idem_key: None,
@@ -241,15 +274,18 @@ pub async fn record_oversized(
         verification: rejection.reason.clone(),
         reject_reason: Some(rejection.reason.clone()),
         reject_kind: Some(rejection.kind.as_str()),
-        query: inbound.query.as_deref(),
+        query: excerpt.query,
         content_type: inbound.header("content-type"),
-        headers: stored_headers(&inbound.headers),
+        headers: excerpt.headers,
+        // Not read: only its declared size is known.
         body: None,
         body_size,
         remote_addr: inbound.remote_addr.as_deref(),
         started: receipt.started,
         redelivery: None,
         replay_digest: None,
+        truncated: true,
+        body_sha256: None,
     };
     // The sender's mistake stays a 413 even when it cannot be recorded.
     if let Err(e) = claim::record_rejected(pool, &delivery, rejection.status).await {

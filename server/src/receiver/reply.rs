@@ -71,6 +71,17 @@ pub fn unavailable() -> Reply {
     outcome_only(answer, Outcome::Unavailable)
 }
 
+/// Load shed: too many claims wait, or too much body is being read. Nothing
+/// was stored; the provider retries.
+pub fn shed() -> Reply {
+    let mut answer = json_answer(
+        503,
+        serde_json::json!({ "outcome": Outcome::Unavailable, "error": "too busy to take this delivery now; retry later" }),
+    );
+    answer.headers.push(("retry-after", "5".into()));
+    outcome_only(answer, Outcome::Unavailable)
+}
+
 fn outcome_only(answer: Answer, outcome: Outcome) -> Reply {
     Reply {
         delivery_id: None,

@@ -2,6 +2,7 @@
 //! trickles its body gets 408, one that sends too much 413, and neither holds
 //! a task or memory for longer than `body_timeout`.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use axum::body::{Body, Bytes};
@@ -10,7 +11,29 @@ use axum::http::{header, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
 use super::AppState;
+
+/// The memory `/hooks` bodies being read may take, counted in KiB.
+#[derive(Clone)]
+pub struct BodyBudget(Arc<Semaphore>);
+
+impl BodyBudget {
+    pub fn new(bytes: usize) -> Self {
+        Self(Arc::new(Semaphore::new(kib(bytes) as usize)))
+    }
+
+    /// Room for a body of `bytes`, held until the permit drops; None when
+    /// the bodies being read hold the budget already.
+    pub fn reserve(&self, bytes: usize) -> Option<OwnedSemaphorePermit> {
+        self.0.clone().try_acquire_many_owned(kib(bytes)).ok()
+    }
+}
+
+fn kib(bytes: usize) -> u32 {
+    u32::try_from(bytes.div_ceil(1024).max(1)).unwrap_or(u32::MAX)
+}
 
 /// Dashboard requests are forms and server-function arguments: small, and
 /// read for strangers too (the sign-in form), so kept well below a payload.

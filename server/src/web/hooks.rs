@@ -3,10 +3,12 @@
 
 use std::net::SocketAddr;
 
+use app::auth::ssr::ClientAddr;
 use axum::body::Body;
 use axum::extract::{ConnectInfo, Path, State};
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
+use axum::Extension;
 
 use super::body::{self, BodyError};
 use super::AppState;
@@ -18,6 +20,7 @@ pub async fn hook(
     State(state): State<AppState>,
     Path(slug): Path<String>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    client: Option<Extension<ClientAddr>>,
     uri: Uri,
     headers: HeaderMap,
     body: Body,
@@ -44,7 +47,11 @@ pub async fn hook(
             })
             .collect(),
         body: Vec::new(),
-        remote_addr: Some(peer.ip().to_string()),
+        remote_addr: Some(
+            client
+                .map_or(peer.ip(), |Extension(ClientAddr(ip))| ip)
+                .to_string(),
+        ),
     };
     let limit = services.config.max_body_bytes;
     let declared = headers
@@ -54,6 +61,10 @@ pub async fn hook(
     if let Some(size) = declared.filter(|&size| size > limit) {
         return into_response(intake::oversized(services, source, &inbound, size, receipt).await);
     }
+    // Declared lengths are at most the limit here; a chunked body may take all of it.
+    let Some(_reserved) = state.body_budget.reserve(declared.unwrap_or(limit)) else {
+        return into_response(intake::shed(source, receipt));
+    };
     let deadline = receipt.started + services.config.http.body_timeout;
     match body::read(body, limit, deadline).await {
         Ok(bytes) => inbound.body = bytes.into(),

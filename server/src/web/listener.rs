@@ -5,7 +5,7 @@
 //! address.
 
 use std::collections::HashMap;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::pin::pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -23,7 +23,9 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tower::Service;
 
-use crate::config::Config;
+use app::auth::ssr::ClientAddr;
+
+use crate::config::{address, Config};
 
 /// A connection told to close (idle, or shutting down) gets this long to
 /// finish what it is writing before it is dropped.
@@ -87,10 +89,12 @@ pub async fn serve(
         let _ = stream.set_nodelay(true);
         let activity = Arc::new(Activity::new());
         let service = {
-            let (router, activity) = (router.clone(), activity.clone());
+            let (router, activity, config) = (router.clone(), activity.clone(), config.clone());
             hyper::service::service_fn(move |mut request: Request<Incoming>| {
                 let in_flight = activity.begin();
+                let client = client_of(&config, peer, &request);
                 request.extensions_mut().insert(ConnectInfo(peer));
+                request.extensions_mut().insert(ClientAddr(client));
                 let mut router = router.clone();
                 async move {
                     let response = router.call(request.map(Body::new)).await;
@@ -151,6 +155,17 @@ pub async fn serve(
         );
     }
     Ok(())
+}
+
+/// The client a request comes from: its peer, or what a trusted proxy says.
+fn client_of(config: &Config, peer: SocketAddr, request: &Request<Incoming>) -> IpAddr {
+    let forwarded: Vec<&str> = request
+        .headers()
+        .get_all("x-forwarded-for")
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .collect();
+    address::client(peer.ip(), &forwarded, |hop| config.is_trusted_proxy(hop))
 }
 
 fn builder(config: &Config) -> auto::Builder<TokioExecutor> {
@@ -267,7 +282,7 @@ impl PerAddress {
     }
 
     fn admit(&self, peer: IpAddr) -> Option<AddressSlot> {
-        let address = bucket(peer);
+        let address = address::bucket(peer);
         let mut open = self.open.lock().expect("never poisoned");
         let count = open.entry(address).or_insert(0);
         if *count >= self.max {
@@ -278,16 +293,6 @@ impl PerAddress {
             address,
             open: self.open.clone(),
         })
-    }
-}
-
-fn bucket(peer: IpAddr) -> IpAddr {
-    match peer.to_canonical() {
-        IpAddr::V6(v6) => {
-            let prefix = u128::from(v6) & !((1u128 << 64) - 1);
-            IpAddr::V6(prefix.into())
-        }
-        v4 => v4,
     }
 }
 
@@ -334,17 +339,6 @@ pub fn raise_open_file_limit() -> std::io::Result<(u64, u64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn ipv6_clients_are_counted_by_their_64_and_mapped_ipv4_as_ipv4() {
-        let a: IpAddr = "2001:db8:1:2:aaaa::1".parse().unwrap();
-        let b: IpAddr = "2001:db8:1:2:bbbb::9".parse().unwrap();
-        let c: IpAddr = "2001:db8:1:3::1".parse().unwrap();
-        assert_eq!(bucket(a), bucket(b));
-        assert_ne!(bucket(a), bucket(c));
-        let mapped: IpAddr = "::ffff:192.0.2.7".parse().unwrap();
-        assert_eq!(bucket(mapped), "192.0.2.7".parse::<IpAddr>().unwrap());
-    }
 
     #[test]
     fn an_address_gets_its_slots_back_as_connections_close() {

@@ -36,6 +36,8 @@ pub struct AppState {
     pub services: Services,
     /// When `/metrics` last read its database gauges.
     pub gauges_read: crate::telemetry::metrics::GaugesRead,
+    /// The memory the receiver's bodies being read may take.
+    pub body_budget: body::BodyBudget,
 }
 
 /// What a `serve` process answers besides health: everything, or nothing
@@ -72,11 +74,15 @@ fn leptos_options(addr: SocketAddr) -> LeptosOptions {
 
 pub fn router(state: AppState, role: Role) -> Router {
     if role == Role::WorkerOnly {
-        return Router::new()
+        let mut router = Router::new()
             .route("/healthz", get(health::healthz))
-            .route("/readyz", get(health::readyz))
-            .route("/metrics", get(metrics::handler))
-            .with_state(state);
+            .route("/readyz", get(health::readyz));
+        if state.services.config.metrics_listen.is_none() {
+            router = router.route("/metrics", get(metrics::handler));
+        }
+        return router
+            .with_state(state)
+            .layer(axum::middleware::map_response(security_headers));
     }
     let routes = generate_route_list(app::App);
     let pool = state.services.pool.clone();
@@ -84,7 +90,7 @@ pub fn router(state: AppState, role: Role) -> Router {
     let public_url = app::auth::ssr::PublicUrl(
         url::Url::parse(&state.services.config.public_url).expect("config checked public_url"),
     );
-    let hashing = app::auth::ssr::HashingPermits::default();
+    let sign_in = app::auth::ssr::SignInLimits::default();
     let operations: Arc<dyn app::api::actions::ssr::Operations> =
         Arc::new(operations::ServerOperations {
             services: state.services.clone(),
@@ -100,7 +106,7 @@ pub fn router(state: AppState, role: Role) -> Router {
                 provide_context(pool.clone());
                 provide_context(operations.clone());
                 provide_context(public_url.clone());
-                provide_context(hashing.clone());
+                provide_context(sign_in.clone());
             },
             move || app::shell(options.clone()),
         )
@@ -120,25 +126,61 @@ pub fn router(state: AppState, role: Role) -> Router {
             PostgresStore::new(state.services.pool.clone()),
         ));
     // Providers and probes: no sessions, no cookies.
-    let router = Router::new()
+    let mut router = Router::new()
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
-        .route("/metrics", get(metrics::handler))
-        .route("/hooks/{slug}", post(hooks::hook))
-        .merge(dashboard)
-        .with_state(state);
-    if config.demo_destination {
+        .route("/hooks/{slug}", post(hooks::hook));
+    if config.metrics_listen.is_none() {
+        router = router.route("/metrics", get(metrics::handler));
+    }
+    let router = router.merge(dashboard).with_state(state);
+    let router = if config.demo_destination {
         router.merge(demo::router())
     } else {
         router
-    }
+    };
+    router.layer(axum::middleware::map_response(security_headers))
+}
+
+/// On every response: no content sniffing, no referrer beyond this site,
+/// no framing; a page sets its own Content Security Policy (with the nonce
+/// of its inline scripts), anything else gets one that allows nothing.
+async fn security_headers(mut response: axum::response::Response) -> axum::response::Response {
+    use axum::http::{header, HeaderValue};
+    let headers = response.headers_mut();
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    headers.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("same-origin"),
+    );
+    headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    headers
+        .entry(header::CONTENT_SECURITY_POLICY)
+        .or_insert(HeaderValue::from_static(
+            "default-src 'none'; frame-ancestors 'none'",
+        ));
+    response
+}
+
+/// `/metrics` alone, for `metrics_listen`.
+fn metrics_router(state: AppState) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics::handler))
+        .with_state(state)
+        .layer(axum::middleware::map_response(security_headers))
 }
 
 /// A bound, not yet running server; tests bind port 0 and read `addr`.
 pub struct Application {
     pub addr: SocketAddr,
+    /// Where `/metrics` is served when `metrics_listen` is set.
+    pub metrics_addr: Option<SocketAddr>,
     listener: TcpListener,
     router: Router,
+    metrics: Option<(TcpListener, Router)>,
     config: Arc<crate::config::Config>,
 }
 
@@ -156,19 +198,44 @@ impl Application {
         let config = services.config.clone();
         let state = AppState {
             leptos_options: leptos_options(addr),
+            body_budget: body::BodyBudget::new(config.max_body_memory_bytes),
             services,
             gauges_read: Default::default(),
         };
+        let metrics = match config.metrics_listen {
+            Some(at) => {
+                let bound = std::net::TcpListener::bind(at)?;
+                bound.set_nonblocking(true)?;
+                Some((TcpListener::from_std(bound)?, metrics_router(state.clone())))
+            }
+            None => None,
+        };
         Ok(Self {
             addr,
+            metrics_addr: metrics.as_ref().map(|(l, _)| l.local_addr()).transpose()?,
             listener,
             router: router(state, role),
+            metrics,
             config,
         })
     }
 
     /// Serves until `shutdown` is cancelled, then lets in-flight requests finish.
     pub async fn run(self, shutdown: CancellationToken) -> std::io::Result<()> {
-        listener::serve(self.listener, self.router, self.config, shutdown).await
+        let metrics = async {
+            match self.metrics {
+                Some((l, router)) => {
+                    listener::serve(l, router, self.config.clone(), shutdown.clone()).await
+                }
+                None => Ok(()),
+            }
+        };
+        let main = listener::serve(
+            self.listener,
+            self.router,
+            self.config.clone(),
+            shutdown.clone(),
+        );
+        tokio::try_join!(main, metrics).map(|_| ())
     }
 }

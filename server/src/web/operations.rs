@@ -23,6 +23,8 @@ struct Stored {
     body: Option<Vec<u8>>,
     query: Option<String>,
     outcome: String,
+    /// Only an excerpt was stored: it cannot verify again.
+    truncated: bool,
     /// Unix seconds.
     received_at: i64,
 }
@@ -46,7 +48,7 @@ impl ServerOperations {
     ) -> Result<RedeliveryResult, AppError> {
         let stored = sqlx::query_as!(
             Stored,
-            r#"SELECT source, headers, body, query, outcome,
+            r#"SELECT source, headers, body, query, outcome, truncated,
                       extract(epoch FROM received_at)::bigint AS "received_at!"
                FROM deliveries WHERE id = $1"#,
             delivery_id
@@ -57,6 +59,11 @@ impl ServerOperations {
         let Some(stored) = stored else {
             return Err(AppError::NotFound(String::from("delivery not found")));
         };
+        if stored.truncated {
+            return Err(AppError::Conflict(String::from(
+                "only an excerpt of this rejected request was stored, so it cannot be re-delivered; its provider's own retries bring it again",
+            )));
+        }
         let Some(body) = stored.body else {
             return Err(AppError::Conflict(String::from(
                 "its payload was removed by retention, so it cannot be re-delivered",
@@ -185,6 +192,35 @@ impl ServerOperations {
 }
 
 impl Operations for ServerOperations {
+    fn credentials(&self, source: &str) -> app::api::mask::Credentials {
+        let provider = self
+            .services
+            .config
+            .sources
+            .iter()
+            .find(|s| s.slug == source)
+            .map(|s| s.provider);
+        // A source no longer configured: every provider's. Only the
+        // signatures themselves (not Slack's timestamp, WeChat's serial).
+        let signature_headers: Vec<&str> = match provider {
+            Some(p) => p.signature_headers.to_vec(),
+            None => crate::providers::REGISTRY
+                .iter()
+                .flat_map(|p| p.signature_headers.iter().copied())
+                .collect(),
+        };
+        app::api::mask::Credentials {
+            fields: provider
+                .map(|p| p.credential_fields.iter().map(|f| f.to_string()).collect())
+                .unwrap_or_default(),
+            headers: signature_headers
+                .into_iter()
+                .filter(|h| h.contains("signature") || h.contains("hmac"))
+                .map(str::to_owned)
+                .collect(),
+        }
+    }
+
     fn redeliver(
         &self,
         delivery_id: i64,

@@ -336,13 +336,35 @@ async fn failed_sign_ins_are_rate_limited_per_user_and_address(pool: PgPool) {
         assert_eq!(app.login(&format!("user{n}"), "guess", None).await.0, 401);
     }
     assert_eq!(app.login("bob", PASSWORD, None).await.0, 429);
-    let limited: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM audit_log WHERE action = 'login' AND outcome = 'rate_limited'",
+    // Refusals are audit-logged, one row per address and window however many.
+    let limited: Vec<serde_json::Value> = sqlx::query_scalar(
+        "SELECT detail FROM audit_log WHERE action = 'login' AND outcome = 'rate_limited'",
     )
-    .fetch_one(&pool)
+    .fetch_all(&pool)
     .await
     .unwrap();
-    assert_eq!(limited, 2, "refusals are audit-logged");
+    assert_eq!(limited, [serde_json::json!({"refused": 2})]);
+    // An operator lifts the lockouts: the username's alone leaves the address locked...
+    replaysafe::db::users::unlock(&pool, Some("Alice"), None)
+        .await
+        .unwrap();
+    assert_eq!(app.login("alice", PASSWORD, None).await.0, 429);
+    // ...the address's lifts both, once the server's memory of the refusal
+    // has passed (REFUSED_FOR); tries meanwhile are refused from memory.
+    replaysafe::db::users::unlock(&pool, None, Some("127.0.0.1"))
+        .await
+        .unwrap();
+    let deadline = std::time::Instant::now() + app::auth::ssr::REFUSED_FOR * 3;
+    while app.login("bob", PASSWORD, None).await.0 != 200 {
+        assert!(std::time::Instant::now() < deadline, "still locked out");
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+    assert_eq!(app.login("alice", PASSWORD, None).await.0, 200);
+    // And the limit still applies to guesses after it.
+    for _ in 0..5 {
+        assert_eq!(app.login("alice", "guess", None).await.0, 401);
+    }
+    assert_eq!(app.login("alice", PASSWORD, None).await.0, 429);
 }
 
 #[sqlx::test(migrator = "MIGRATOR")]

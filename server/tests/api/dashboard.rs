@@ -476,3 +476,119 @@ async fn a_backlog_is_folded_in_bounded_steps_and_only_once_settled(pool: PgPool
     let later = rollup.step(&pool, std::time::Duration::ZERO).await.unwrap();
     assert_eq!(later.deliveries, 0);
 }
+
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn credentials_in_a_stored_request_are_masked_unless_an_admin_reveals_them(pool: PgPool) {
+    let app = spawn_app(
+        pool.clone(),
+        test_config(
+            r#"
+[[source]]
+slug = "slack"
+provider = "slack"
+secrets = ["slack-secret"]
+"#,
+            &[],
+        ),
+    )
+    .await;
+    let payload = r#"{"type":"block_actions","token":"verification-token-1","response_url":"https://hooks.slack.com/actions/T1/secret-path","trigger_id":"t1"}"#;
+    let body = form_urlencoded::Serializer::new(String::new())
+        .append_pair("payload", payload)
+        .finish();
+    let answer = app.slack_interaction("slack", &body).await;
+    assert_eq!(answer.status(), 200);
+    let delivery: i64 = sqlx::query_scalar("SELECT id FROM deliveries")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    let event: i64 = sqlx::query_scalar("SELECT id FROM events")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    let secrets = ["verification-token-1", "secret-path"];
+    let viewer = app.session("viewer").await;
+    for (endpoint, id) in [("delivery", delivery), ("event", event)] {
+        let (status, shown) = app
+            .server_fn_as(Some(&viewer), endpoint, &format!("id={id}"))
+            .await;
+        assert_eq!(status, 200, "{shown}");
+        let text = shown.to_string();
+        for secret in secrets {
+            assert!(
+                !text.contains(secret),
+                "{endpoint} shows {secret} to a viewer: {text}"
+            );
+        }
+        // The form body is shown as sent, percent-encoded.
+        assert!(
+            text.contains("block_actions") && text.contains("%5Bmasked%5D"),
+            "{text}"
+        );
+        let record = if endpoint == "event" {
+            &shown["first_delivery"]
+        } else {
+            &shown
+        };
+        let signature = record["headers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|pair| pair[0] == "x-slack-signature")
+            .map(|pair| pair[1].as_str().unwrap().to_owned())
+            .unwrap();
+        assert!(signature.starts_with("[signature"), "{signature}");
+        // A viewer cannot ask for more.
+        let (status, _) = app
+            .server_fn_as(Some(&viewer), endpoint, &format!("id={id}&reveal=true"))
+            .await;
+        assert_eq!(status, 403);
+        // An admin can, and it is audit-logged.
+        let (status, revealed) = app
+            .server_fn(endpoint, &format!("id={id}&reveal=true"))
+            .await;
+        assert_eq!(status, 200);
+        let text = revealed.to_string();
+        for secret in secrets {
+            assert!(
+                text.contains(secret),
+                "{endpoint} reveals no {secret}: {text}"
+            );
+        }
+        let logged: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM audit_log WHERE action = $1 AND target = $2")
+                .bind(format!("{endpoint}.reveal"))
+                .bind(id.to_string())
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+        assert_eq!(logged, 1);
+    }
+}
+
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn metrics_listen_serves_metrics_apart_from_the_receiver(pool: PgPool) {
+    let mut config = config("gh", "http://127.0.0.1:9/x");
+    config.metrics_listen = Some("127.0.0.1:0".parse().unwrap());
+    let app = spawn_app(pool, config).await;
+    assert_eq!(deliver_event(&app, "gh", "m-1", b"gh-secret").await, 200);
+    let apart = app.metrics_addr.expect("a metrics listener");
+    let scraped = app
+        .client
+        .get(format!("http://{apart}/metrics"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(scraped.status(), 200);
+    let text = scraped.text().await.unwrap();
+    assert!(text.contains("replaysafe_deliveries_total"), "{text}");
+    let beside = app.client.get(app.url("/metrics")).send().await.unwrap();
+    assert_eq!(beside.status(), 404, "not beside the receiver");
+    let other = app
+        .client
+        .get(format!("http://{apart}/overview"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(other.status(), 404, "nothing else on the metrics listener");
+}

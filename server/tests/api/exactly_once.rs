@@ -75,7 +75,7 @@ async fn prune_delivery(pool: &PgPool, delivery_id: i64) {
         .execute(pool)
         .await
         .unwrap();
-    replaysafe::jobs::retention::prune(pool, 30, 30)
+    replaysafe::jobs::retention::prune(pool, 30, 30, 365)
         .await
         .unwrap();
     let left: i64 = sqlx::query_scalar("SELECT count(*) FROM deliveries WHERE id = $1")

@@ -16,6 +16,8 @@ use tokio_util::sync::CancellationToken;
 
 pub struct TestApp {
     pub addr: SocketAddr,
+    /// Where `/metrics` is, when the config sets `metrics_listen`.
+    pub metrics_addr: Option<SocketAddr>,
     pub pool: PgPool,
     pub config: Arc<Config>,
     /// The services the app runs on, for workers and operations driven by hand.
@@ -212,9 +214,11 @@ pub async fn spawn_app_with(pool: PgPool, mut config: Config) -> TestApp {
     let app = Application::on(listener, services.clone(), replaysafe::web::Role::Full)
         .expect("a bound listener");
     let addr = app.addr;
+    let metrics_addr = app.metrics_addr;
     tokio::spawn(app.run(shutdown.clone()));
     TestApp {
         addr,
+        metrics_addr,
         pool,
         config,
         services,

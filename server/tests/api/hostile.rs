@@ -325,3 +325,286 @@ async fn the_dashboard_reads_a_small_body_in_time_or_refuses_it(pool: PgPool) {
     let answer = trickle_body(app.addr, head.as_bytes()).await;
     assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
 }
+
+/// A GitHub delivery's status and body.
+async fn deliver_answer(app: &TestApp, id: &str) -> (u16, Option<String>, String) {
+    let body = format!(r#"{{"zen":"{id}"}}"#);
+    let response = app
+        .client
+        .post(app.url("/hooks/gh"))
+        .header("content-type", "application/json")
+        .header("x-github-event", "push")
+        .header("x-github-delivery", id)
+        .header(
+            "x-hub-signature-256",
+            format!(
+                "sha256={}",
+                crate::helpers::hmac_hex(SECRET, body.as_bytes())
+            ),
+        )
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    let retry_after = response
+        .headers()
+        .get("retry-after")
+        .map(|v| v.to_str().unwrap().to_owned());
+    (status, retry_after, response.text().await.unwrap())
+}
+
+fn is_shed(answer: &(u16, Option<String>, String)) -> bool {
+    answer.0 == 503 && answer.2.contains("too busy")
+}
+
+async fn stored_keys(pool: &PgPool) -> std::collections::HashSet<String> {
+    sqlx::query_scalar::<_, String>("SELECT idem_key FROM deliveries WHERE idem_key IS NOT NULL")
+        .fetch_all(pool)
+        .await
+        .unwrap()
+        .into_iter()
+        .collect()
+}
+
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn a_saturated_claim_path_sheds_at_once_and_stores_nothing_it_shed(pool: PgPool) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let app = Arc::new(spawn_app(pool.clone(), config("")).await);
+    // Every claim batch waits on this lock: the claim path is stuck.
+    let mut blocker = pool.begin().await.unwrap();
+    sqlx::query("LOCK TABLE events IN ACCESS EXCLUSIVE MODE")
+        .execute(&mut *blocker)
+        .await
+        .unwrap();
+    let shed_seen = Arc::new(AtomicUsize::new(0));
+    let mut sent = tokio::task::JoinSet::new();
+    for n in 0..1200 {
+        let (app, shed_seen) = (app.clone(), shed_seen.clone());
+        sent.spawn(async move {
+            let id = format!("burst-{n}");
+            let answer = deliver_answer(&app, &id).await;
+            if is_shed(&answer) {
+                shed_seen.fetch_add(1, Ordering::SeqCst);
+            }
+            (id, answer)
+        });
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while shed_seen.load(Ordering::SeqCst) == 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    blocker.commit().await.unwrap();
+    let mut answers = Vec::new();
+    while let Some(answer) = sent.join_next().await {
+        answers.push(answer.unwrap());
+    }
+    let stored = stored_keys(&pool).await;
+    let shed: Vec<_> = answers.iter().filter(|(_, a)| is_shed(a)).collect();
+    assert!(
+        !shed.is_empty(),
+        "nothing was shed while the claim path was stuck"
+    );
+    for (id, answer) in &answers {
+        match answer.0 {
+            200 => assert!(stored.contains(id), "{id} was acknowledged and not stored"),
+            503 => assert_eq!(answer.1.as_deref(), Some("5"), "{id} has no Retry-After"),
+            other => panic!("{id}: {other} {}", answer.2),
+        }
+    }
+    for (id, _) in shed {
+        assert!(!stored.contains(id), "{id} was shed yet stored");
+    }
+    // The path recovers at once.
+    assert_eq!(deliver_answer(&app, "after").await.0, 200);
+}
+
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn bodies_beyond_the_memory_budget_are_refused_unread(pool: PgPool) {
+    let app = spawn_app(
+        pool.clone(),
+        config("max_body_bytes = 4096\nmax_body_memory_bytes = 8192"),
+    )
+    .await;
+    // Two senders declare 4 KiB each and send it slowly: the budget is taken.
+    let mut slow = Vec::new();
+    for from in ["127.0.0.2", "127.0.0.3"] {
+        let mut stream = connect_from(from, app.addr).await;
+        stream
+            .write_all(b"POST /hooks/gh HTTP/1.1\r\nHost: x\r\nContent-Length: 4096\r\n\r\n{")
+            .await
+            .unwrap();
+        slow.push(stream);
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let (id, answer) = loop {
+        // Until both slow requests hold their room.
+        let id = format!("while-full-{}", rand::random::<u32>());
+        let answer = deliver_answer(&app, &id).await;
+        if answer.0 != 200 || Instant::now() > deadline {
+            break (id, answer);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(is_shed(&answer), "{answer:?}");
+    assert_eq!(answer.1.as_deref(), Some("5"));
+    assert!(!stored_keys(&pool).await.contains(&id));
+    drop(slow);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let answer = deliver_answer(&app, "room-again").await;
+        if answer.0 == 200 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the budget never came back: {answer:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn a_flood_of_unsigned_megabytes_grows_the_database_by_a_bounded_amount(pool: PgPool) {
+    use sha2::Digest;
+    let app = spawn_app(pool.clone(), config("record_rejected_per_minute = 20")).await;
+    let stranger = reqwest::Client::builder()
+        .local_address("127.0.0.2".parse::<std::net::IpAddr>().unwrap())
+        .timeout(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    let size = |pool: PgPool| async move {
+        sqlx::query_scalar::<_, i64>("SELECT pg_total_relation_size('deliveries')")
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+    };
+    let before = size(pool.clone()).await;
+    // Random bytes: nothing for PostgreSQL's compression to shrink.
+    let body: Vec<u8> = (0..1024 * 1024 - 64)
+        .map(|_| rand::random::<u8>())
+        .collect();
+    const FLOOD: usize = 100;
+    for n in 0..FLOOD {
+        let response = stranger
+            .post(app.url("/hooks/gh"))
+            .header("x-github-event", "push")
+            .header("x-github-delivery", format!("forged-{n}"))
+            .header("x-hub-signature-256", "sha256=00")
+            .body(body.clone())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 401, "request {n}");
+    }
+    replaysafe::jobs::unrecorded::flush(&pool, &app.services.rejections)
+        .await
+        .unwrap();
+    let growth = size(pool.clone()).await - before;
+    assert!(
+        growth < 2 * 1024 * 1024,
+        "{FLOOD} MiB of rejected requests grew deliveries by {growth} bytes"
+    );
+    /// id, body_size, body, body_sha256, truncated
+    type Kept = (i64, i32, Vec<u8>, Vec<u8>, bool);
+    let rows: Vec<Kept> = sqlx::query_as(
+        "SELECT id, body_size, body, body_sha256, truncated FROM deliveries ORDER BY id",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    // 20 a minute: 40 if the flood crossed a minute's end.
+    assert!((1..=40).contains(&rows.len()), "{} recorded", rows.len());
+    let whole = sha2::Sha256::digest(&body).to_vec();
+    for (_, body_size, kept, sha, truncated) in &rows {
+        assert_eq!(*body_size as usize, body.len());
+        assert_eq!(kept.as_slice(), &body[..8 * 1024]);
+        assert_eq!(sha, &whole);
+        assert!(truncated);
+    }
+    let unrecorded: i64 = sqlx::query_scalar(
+        "SELECT sum(count)::bigint FROM unrecorded_rejections WHERE remote_addr = '127.0.0.2'",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(unrecorded as usize + rows.len(), FLOOD);
+
+    // The dashboard says how many were only counted, and what was kept.
+    let (status, page) = app.server_fn("deliveries", "").await;
+    assert_eq!(status, 200);
+    assert_eq!(page["unrecorded"]["count"], unrecorded);
+    assert_eq!(page["unrecorded"]["top"][0][0], "127.0.0.2");
+    let first = rows[0].0;
+    let (status, detail) = app.server_fn("delivery", &format!("id={first}")).await;
+    assert_eq!(status, 200);
+    assert_eq!(detail["excerpt"]["kept"], 8 * 1024);
+    assert_eq!(detail["excerpt"]["sha256"], hex::encode(&whole));
+    // An excerpt cannot verify again: re-delivering it is refused, not tried.
+    let (status, refused) = app
+        .server_fn("redeliver", &format!("delivery_id={first}"))
+        .await;
+    assert_eq!(status, 409, "{refused}");
+    assert!(refused.to_string().contains("excerpt"), "{refused}");
+}
+
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn x_forwarded_for_names_the_client_only_behind_a_trusted_proxy(pool: PgPool) {
+    let app = spawn_app(pool.clone(), config("")).await;
+    let from = |address: &str| {
+        reqwest::Client::builder()
+            .local_address(address.parse::<std::net::IpAddr>().unwrap())
+            .build()
+            .unwrap()
+    };
+    // (peer, X-Forwarded-For, the address recorded)
+    let cases = [
+        ("127.0.0.1", "198.51.100.7, 203.0.113.9", "203.0.113.9"),
+        ("127.0.0.2", "203.0.113.10", "127.0.0.2"),
+    ];
+    for (n, (peer, forwarded, recorded)) in cases.into_iter().enumerate() {
+        let client = from(peer);
+        let response = client
+            .post(app.url("/api/login"))
+            .header("origin", format!("http://{}", app.addr))
+            .header("content-type", "application/x-www-form-urlencoded")
+            .header("x-forwarded-for", forwarded)
+            .body(format!("username=nobody{n}&password=wrong-password"))
+            .send()
+            .await
+            .unwrap();
+        assert!(response.status().is_client_error(), "{}", response.status());
+        let signed_in_from: String = sqlx::query_scalar(
+            "SELECT remote_addr FROM audit_log WHERE action = 'login' AND username = $1",
+        )
+        .bind(format!("nobody{n}"))
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        assert_eq!(
+            signed_in_from, recorded,
+            "sign-in from {peer} with {forwarded}"
+        );
+
+        let response = client
+            .post(app.url("/hooks/gh"))
+            .header("x-forwarded-for", forwarded)
+            .header("x-github-delivery", format!("xff-{n}"))
+            .header("x-hub-signature-256", "sha256=00")
+            .body("{}")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 401);
+        let delivered_from: String =
+            sqlx::query_scalar("SELECT remote_addr FROM deliveries ORDER BY id DESC LIMIT 1")
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+        assert_eq!(
+            delivered_from, recorded,
+            "delivery from {peer} with {forwarded}"
+        );
+    }
+}

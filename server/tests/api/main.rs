@@ -4,6 +4,7 @@
 mod accounts;
 mod architecture;
 mod dashboard;
+mod edge;
 mod embedded;
 mod exactly_once;
 mod health;

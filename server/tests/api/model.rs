@@ -401,7 +401,7 @@ async fn run_seed(pool: &PgPool, seed: u64) -> Result<String, String> {
         10,
         (600, 1200),
         |w, rng| async move {
-            replaysafe::jobs::retention::prune(&w.app.pool, 0, 0)
+            replaysafe::jobs::retention::prune(&w.app.pool, 0, 0, 0)
                 .await
                 .unwrap();
             rng

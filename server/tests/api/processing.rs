@@ -333,15 +333,40 @@ async fn retention_prunes_only_what_is_due(pool: PgPool) {
     .await
     .unwrap();
 
-    let pruned = replaysafe::jobs::retention::prune(&pool, 30, 30)
+    // Strangers' failed sign-ins go with the deliveries; operators' actions
+    // and successful sign-ins stay for the audit log's own, longer time.
+    sqlx::query(
+        "INSERT INTO audit_log (username, action, outcome, at) VALUES
+         ('guess', 'login', 'failed', now() - interval '40 days'),
+         ('guess', 'login', 'rate_limited', now() - interval '40 days'),
+         ('guess', 'login', 'failed', now() - interval '10 days'),
+         ('ana', 'login', 'succeeded', now() - interval '40 days'),
+         ('ana', 'user.disable', 'succeeded', now() - interval '40 days'),
+         ('ana', 'user.enable', 'succeeded', now() - interval '400 days')",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let pruned = replaysafe::jobs::retention::prune(&pool, 30, 30, 365)
         .await
         .unwrap();
     assert_eq!(
         pruned,
         replaysafe::jobs::retention::Pruned {
             deliveries: 2,
-            events: 2
+            events: 2,
+            audit: 3
         }
+    );
+    let audit: Vec<String> = sqlx::query_scalar(
+        "SELECT action || ' ' || outcome FROM audit_log WHERE username IN ('guess', 'ana') ORDER BY id",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        audit,
+        ["login failed", "login succeeded", "user.disable succeeded"]
     );
     let left: Vec<String> = sqlx::query_scalar("SELECT idem_key FROM events ORDER BY idem_key")
         .fetch_all(&pool)
@@ -360,7 +385,7 @@ async fn retention_prunes_only_what_is_due(pool: PgPool) {
     assert_eq!(payloads, ["fresh", "old-waiting"], "and its payload");
     // A second run finds nothing more.
     assert_eq!(
-        replaysafe::jobs::retention::prune(&pool, 30, 30)
+        replaysafe::jobs::retention::prune(&pool, 30, 30, 365)
             .await
             .unwrap(),
         Default::default()
@@ -388,7 +413,7 @@ async fn pruning_an_original_keeps_its_redelivery_marked(pool: PgPool) {
     .await
     .unwrap();
 
-    let pruned = replaysafe::jobs::retention::prune(&pool, 30, 30)
+    let pruned = replaysafe::jobs::retention::prune(&pool, 30, 30, 365)
         .await
         .unwrap();
     assert_eq!(pruned.deliveries, 1);
@@ -576,6 +601,8 @@ async fn sync_mode_retry_takes_over_after_a_failure_or_a_crash(pool: PgPool) {
         started: std::time::Instant::now(),
         redelivery: None,
         replay_digest: None,
+        truncated: false,
+        body_sha256: None,
     };
     let held = replaysafe::receiver::claim::claim(
         &pool,
