@@ -95,6 +95,17 @@ pub mod ssr {
             .map_err(|_| AppError::Misconfigured("sessions are not set up".into()).into())
     }
 
+    /// The address limits count a client by: an IPv6 client by its /64,
+    /// which one subscriber usually holds whole; an IPv4-mapped one as IPv4.
+    pub fn address_bucket(address: std::net::IpAddr) -> std::net::IpAddr {
+        match address.to_canonical() {
+            std::net::IpAddr::V6(v6) => {
+                std::net::IpAddr::V6((u128::from(v6) & !((1u128 << 64) - 1)).into())
+            }
+            v4 => v4,
+        }
+    }
+
     /// The client's address as the listener worked it out: the peer, or
     /// behind a trusted proxy the address its `X-Forwarded-For` names.
     /// Put in every request's extensions.
@@ -307,15 +318,20 @@ remote_addr().await
     /// window. Over a limit, counts the refusal into the address's
     /// `rate_limited` row of the window (which counts toward no limit) and
     /// says which limit; else returns the attempt's audit row.
+    /// Attempts are counted by the address's bucket (`address_bucket`),
+    /// kept in the row's `target` as `from:<bucket>`; `remote_addr` keeps
+    /// the address itself.
     async fn begin_attempt(
         pool: &sqlx::PgPool,
         username: &str,
         address: &str,
+        bucket: &str,
     ) -> Result<Attempt, sqlx::Error> {
+        let from = format!("from:{bucket}");
         let mut tx = pool.begin().await?;
         sqlx::query!(
             "SELECT pg_advisory_xact_lock(hashtextextended('login:' || $1, 0))",
-            address
+            bucket
         )
         .execute(&mut *tx)
         .await?;
@@ -335,10 +351,11 @@ remote_addr().await
                       count(*) FILTER (WHERE r.at > u.address_at) AS "by_address!"
                FROM recent r, unlocked u
                WHERE r.action = 'login' AND r.outcome IN ('failed', 'checking')
-                 AND r.remote_addr = $2"#,
+                 AND r.target = $4"#,
             username,
-            address,
-            WINDOW_MINUTES
+            bucket,
+            WINDOW_MINUTES,
+            from
         )
         .fetch_one(&mut *tx)
         .await?;
@@ -357,10 +374,10 @@ remote_addr().await
                  SET detail = jsonb_set(detail, '{refused}',
                                         to_jsonb(coalesce((detail->>'refused')::bigint, 1) + 1))
                  WHERE id = (SELECT id FROM audit_log
-                             WHERE action = 'login' AND outcome = 'rate_limited' AND remote_addr = $1
+                             WHERE action = 'login' AND outcome = 'rate_limited' AND target = $1
                                AND at > now() - make_interval(mins => $2)
                              ORDER BY at DESC LIMIT 1)",
-                address,
+                from,
                 WINDOW_MINUTES
             )
             .execute(&mut *tx)
@@ -368,10 +385,11 @@ remote_addr().await
             .rows_affected();
             if counted == 0 {
                 sqlx::query!(
-                    r#"INSERT INTO audit_log (username, action, outcome, detail, remote_addr)
-                       VALUES ($1, 'login', 'rate_limited', '{"refused": 1}', $2)"#,
+                    r#"INSERT INTO audit_log (username, action, target, outcome, detail, remote_addr)
+                       VALUES ($1, 'login', $3, 'rate_limited', '{"refused": 1}', $2)"#,
                     username,
-                    address
+                    address,
+                    from
                 )
                 .execute(&mut *tx)
                 .await?;
@@ -380,10 +398,11 @@ remote_addr().await
             return Ok(Attempt::Refused(over));
         }
         let id = sqlx::query_scalar!(
-            "INSERT INTO audit_log (username, action, outcome, detail, remote_addr)
-             VALUES ($1, 'login', 'checking', '{}', $2) RETURNING id",
+            "INSERT INTO audit_log (username, action, target, outcome, detail, remote_addr)
+             VALUES ($1, 'login', $3, 'checking', '{}', $2) RETURNING id",
             username,
-            address
+            address,
+            from
         )
         .fetch_one(&mut *tx)
         .await?;
@@ -426,22 +445,26 @@ remote_addr().await
             AppError::Misconfigured("server misconfigured: no sign-in limits".into())
         })?;
         let address = remote_addr().await.unwrap_or_default();
+        let bucket = address
+            .parse::<std::net::IpAddr>()
+            .map(|a| address_bucket(a).to_string())
+            .unwrap_or_else(|_| address.clone());
         let locked_out = || {
             AppError::TooManyRequests(format!(
                 "too many failed sign-ins; try again in {WINDOW_MINUTES} minutes"
             ))
         };
         // Refused a moment ago: refused again without asking the database.
-        if limits.refused_recently(&address, &username) {
+        if limits.refused_recently(&bucket, &username) {
             return Err(locked_out().into());
         }
-        let attempt_id = match begin_attempt(&pool, &username, &address)
+        let attempt_id = match begin_attempt(&pool, &username, &address, &bucket)
             .await
             .map_err(AppError::database)?
         {
             Attempt::Checking(id) => id,
             Attempt::Refused(over) => {
-                limits.note_refused(&address, &username, over);
+                limits.note_refused(&bucket, &username, over);
                 return Err(locked_out().into());
             }
         };
@@ -451,9 +474,15 @@ remote_addr().await
         // holds no permit. Owned, and moved into the hashing task: a client
         // that goes away mid-hash does not free its permit before the hash is done.
         let Ok(hashing) = limits.hashing.clone().try_acquire_owned() else {
-            end_attempt(&pool, attempt_id, None, "busy")
-                .await
-                .map_err(AppError::database)?;
+            // Not checked, so not recorded: its row goes (a flood must not
+            // write a row each while the permits are taken).
+            sqlx::query!(
+                "DELETE FROM audit_log WHERE id = $1 AND outcome = 'checking'",
+                attempt_id
+            )
+            .execute(&pool)
+            .await
+            .map_err(AppError::database)?;
             return Err(AppError::TooManyRequests(
                 "too many sign-ins at once; try again in a moment".into(),
             )

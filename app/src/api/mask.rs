@@ -38,15 +38,18 @@ impl Credentials {
     }
 
     /// The body with credential fields masked, or None when it holds none.
+    /// JSON and forms are masked field by field; text that parses as neither
+    /// (an excerpt cut mid-JSON) by the fields' `"name": "value"` pattern.
     pub fn body(&self, body: &[u8]) -> Option<Vec<u8>> {
         if let Ok(mut value) = serde_json::from_slice::<serde_json::Value>(body) {
             return self
                 .json(&mut value)
                 .then(|| serde_json::to_vec(&value).unwrap_or_default());
         }
-        let text = std::str::from_utf8(body).ok()?;
-        if !text.contains('=') {
-            return None;
+        let text = String::from_utf8_lossy(body);
+        let trimmed = text.trim_start();
+        if !text.contains('=') || trimmed.starts_with('{') || trimmed.starts_with('[') {
+            return self.text(&text).map(String::into_bytes);
         }
         let mut changed = false;
         let mut out = form_urlencoded::Serializer::new(String::new());
@@ -57,11 +60,13 @@ impl Credentials {
                 continue;
             }
             // Slack's interactivity posts its JSON in a `payload` parameter.
-            let masked_json = serde_json::from_str::<serde_json::Value>(&value)
-                .ok()
-                .filter(serde_json::Value::is_object)
-                .and_then(|mut inner| self.json(&mut inner).then(|| inner.to_string()));
-            match masked_json {
+            let masked = match serde_json::from_str::<serde_json::Value>(&value) {
+                Ok(mut inner) if inner.is_object() => {
+                    self.json(&mut inner).then(|| inner.to_string())
+                }
+                _ => self.text(&value),
+            };
+            match masked {
                 Some(inner) => {
                     changed = true;
                     out.append_pair(&name, &inner);
@@ -72,6 +77,50 @@ impl Credentials {
             }
         }
         changed.then(|| out.finish().into_bytes())
+    }
+
+    /// Text that is not whole JSON: each `"field": "value"` of a credential
+    /// field has its value masked, up to its closing quote or the text's end.
+    /// Strings are read whole (escapes included), so quotes inside values
+    /// cannot shift what is read as a name.
+    fn text(&self, text: &str) -> Option<String> {
+        let mut out = String::with_capacity(text.len());
+        let mut at = 0;
+        let mut changed = false;
+        while let Some(open) = text[at..].find('"').map(|i| at + i) {
+            let name_end = open + 1 + string_end(&text[open + 1..]);
+            let name = &text[open + 1..name_end];
+            let after_name = (name_end + 1).min(text.len());
+            let rest = &text[after_name..];
+            let value_open = rest
+                .trim_start()
+                .strip_prefix(':')
+                .map(str::trim_start)
+                .filter(|v| v.starts_with('"'))
+                .map(|v| after_name + rest.len() - v.len());
+            match value_open {
+                Some(value_open) if self.is_field(name) => {
+                    let value_end = value_open + 1 + string_end(&text[value_open + 1..]);
+                    out.push_str(&text[at..=value_open]);
+                    out.push_str(MASKED);
+                    changed = true;
+                    at = value_end;
+                    if at < text.len() {
+                        out.push('"');
+                        at += 1;
+                    }
+                }
+                _ => {
+                    out.push_str(&text[at..after_name]);
+                    at = after_name;
+                }
+            }
+            if at >= text.len() {
+                break;
+            }
+        }
+        out.push_str(&text[at.min(text.len())..]);
+        changed.then_some(out)
     }
 
     fn json(&self, value: &mut serde_json::Value) -> bool {
@@ -111,6 +160,21 @@ impl Credentials {
         }
         changed
     }
+}
+
+/// Where a JSON string's text ends: its closing quote, or the end of a cut text.
+#[cfg(feature = "ssr")]
+fn string_end(quoted: &str) -> usize {
+    let mut escaped = false;
+    for (i, c) in quoted.char_indices() {
+        match c {
+            _ if escaped => escaped = false,
+            '\\' => escaped = true,
+            '"' => return i,
+            _ => {}
+        }
+    }
+    quoted.len()
 }
 
 /// The query with parameters named like credentials masked, or None.
@@ -177,6 +241,25 @@ mod tests {
             String::from_utf8(command).unwrap(),
             "token=%5Bmasked%5D&command=%2Fdeploy&response_url=%5Bmasked%5D"
         );
+    }
+
+    #[test]
+    fn an_excerpt_cut_mid_json_is_masked_by_pattern() {
+        let cut = br#"{"token": "xoxb-secret-1", "event": {"text": "say \"hi\"", "response_url":"https://hooks.slack.com/cut-he"#;
+        let masked = String::from_utf8(slack().body(cut).unwrap()).unwrap();
+        assert!(
+            !masked.contains("xoxb-secret-1") && !masked.contains("hooks.slack.com"),
+            "{masked}"
+        );
+        assert!(masked.contains(r#""text": "say \"hi\"""#), "{masked}");
+        let form_cut = "payload=%7B%22token%22%3A%22abc123%22%2C%22type%22%3A%22block";
+        let masked = String::from_utf8(slack().body(form_cut.as_bytes()).unwrap()).unwrap();
+        let value = form_urlencoded::parse(masked.as_bytes())
+            .next()
+            .unwrap()
+            .1
+            .into_owned();
+        assert_eq!(value, r#"{"token":"[masked]","type":"block"#);
     }
 
     #[test]

@@ -86,15 +86,19 @@ pub async fn run(pool: &PgPool, action: UserAction) -> Result<(), UserError> {
             println!("user {username} enabled");
         }
         UserAction::Unlock { username, address } => {
-            let address = address.map(|a| a.to_canonical().to_string());
+            // Sign-ins are counted by the address's bucket (IPv6: its /64).
+            let address = address.map(|a| crate::config::address::bucket(a).to_string());
             unlock(pool, username.as_deref(), address.as_deref()).await?;
-            for (what, value) in [("username", username), ("address", address)] {
-                if let Some(value) = value {
-                    println!(
-                        "{what} {value} may sign in again; its earlier failures no longer count"
-                    );
-                }
+            if let Some(username) = username {
+                println!("earlier failed sign-ins of {username} no longer count (an address that is locked out stays so until --address lifts it)");
             }
+            if let Some(address) = address {
+                println!("earlier failed sign-ins from {address} no longer count");
+            }
+            println!(
+                "servers stop refusing from memory within {} s",
+                app::auth::ssr::REFUSED_FOR.as_secs()
+            );
         }
     }
     Ok(())

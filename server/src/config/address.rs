@@ -6,10 +6,8 @@ use std::net::{IpAddr, SocketAddr};
 /// The address limits count a client by: an IPv6 client by its /64, which
 /// one subscriber usually holds whole; an IPv4-mapped one as IPv4.
 pub fn bucket(address: IpAddr) -> IpAddr {
-    match address.to_canonical() {
-        IpAddr::V6(v6) => IpAddr::V6((u128::from(v6) & !((1u128 << 64) - 1)).into()),
-        v4 => v4,
-    }
+    // One rule for connections, rejections and sign-ins (the app's).
+    app::auth::ssr::address_bucket(address)
 }
 
 /// The client behind `peer`: when `peer` is a trusted proxy, the right-most
@@ -18,8 +16,8 @@ pub fn bucket(address: IpAddr) -> IpAddr {
 /// trusted ones can be believed; else `peer` itself. An entry that is not
 /// an address ends the walk at the last trusted hop.
 pub fn client(peer: IpAddr, forwarded_for: &[&str], trusted: impl Fn(IpAddr) -> bool) -> IpAddr {
-    let mut client = peer;
-    if !trusted(peer) {
+    let mut client = peer.to_canonical();
+    if !trusted(client) {
         return client;
     }
     let hops = forwarded_for

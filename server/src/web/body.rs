@@ -2,7 +2,9 @@
 //! trickles its body gets 408, one that sends too much 413, and neither holds
 //! a task or memory for longer than `body_timeout`.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use axum::body::{Body, Bytes};
@@ -15,19 +17,76 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::AppState;
 
-/// The memory `/hooks` bodies being read may take, counted in KiB.
+/// The memory request bodies being read may take, counted in KiB, with a
+/// share per client address (IPv6: per /64), so that one client's bodies
+/// that never finish cannot take the room of everyone's.
 #[derive(Clone)]
-pub struct BodyBudget(Arc<Semaphore>);
+pub struct BodyBudget {
+    all: Arc<Semaphore>,
+    share_kib: u32,
+    held: Arc<Mutex<HashMap<IpAddr, u32>>>,
+}
+
+/// One address may hold this fraction of the budget (at least one body of
+/// the largest size).
+const ADDRESS_SHARE: u32 = 16;
 
 impl BodyBudget {
-    pub fn new(bytes: usize) -> Self {
-        Self(Arc::new(Semaphore::new(kib(bytes) as usize)))
+    pub fn new(bytes: usize, max_body_bytes: usize) -> Self {
+        let total = kib(bytes);
+        Self {
+            all: Arc::new(Semaphore::new(total as usize)),
+            share_kib: (total / ADDRESS_SHARE).max(kib(max_body_bytes)),
+            held: Default::default(),
+        }
     }
 
-    /// Room for a body of `bytes`, held until the permit drops; None when
-    /// the bodies being read hold the budget already.
-    pub fn reserve(&self, bytes: usize) -> Option<OwnedSemaphorePermit> {
-        self.0.clone().try_acquire_many_owned(kib(bytes)).ok()
+    /// Room for a body of `bytes` from `client`, held until dropped; None
+    /// when that client's share or the whole budget is taken.
+    pub fn reserve(&self, bytes: usize, client: IpAddr) -> Option<Reserved> {
+        let wanted = kib(bytes);
+        let client = crate::config::address::bucket(client);
+        {
+            let mut held = self.held.lock().expect("never poisoned");
+            let mine = held.entry(client).or_insert(0);
+            if *mine + wanted > self.share_kib {
+                if *mine == 0 {
+                    held.remove(&client);
+                }
+                return None;
+            }
+            *mine += wanted;
+        }
+        // From here the share is given back when `reserved` drops, also
+        // when the whole budget turns out to be taken.
+        let mut reserved = Reserved {
+            _permit: None,
+            client,
+            kib: wanted,
+            held: self.held.clone(),
+        };
+        reserved._permit = Some(self.all.clone().try_acquire_many_owned(wanted).ok()?);
+        Some(reserved)
+    }
+}
+
+/// A body's room in the budget; given back when dropped.
+pub struct Reserved {
+    _permit: Option<OwnedSemaphorePermit>,
+    client: IpAddr,
+    kib: u32,
+    held: Arc<Mutex<HashMap<IpAddr, u32>>>,
+}
+
+impl Drop for Reserved {
+    fn drop(&mut self) {
+        let mut held = self.held.lock().expect("never poisoned");
+        if let Some(mine) = held.get_mut(&self.client) {
+            *mine = mine.saturating_sub(self.kib);
+            if *mine == 0 {
+                held.remove(&self.client);
+            }
+        }
     }
 }
 
@@ -80,9 +139,47 @@ fn is_over_limit(e: &axum::Error) -> bool {
     false
 }
 
-/// Middleware for the dashboard: its handlers get a body read whole already.
+/// The client a request came from, as the listener worked it out.
+pub fn client_of(request: &Request) -> IpAddr {
+    if let Some(app::auth::ssr::ClientAddr(ip)) = request.extensions().get() {
+        return *ip;
+    }
+    request
+        .extensions()
+        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+        .map_or(IpAddr::from([0, 0, 0, 0]), |info| info.0.ip())
+}
+
+/// Middleware for the dashboard: its handlers get a body read whole
+/// already, within the deadline and within the client's share of memory.
 pub async fn bounded(State(state): State<AppState>, request: Request, next: Next) -> Response {
     let deadline = Instant::now() + state.services.config.http.body_timeout;
+    let declared = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    let may_have_body = declared.is_some_and(|n| n > 0)
+        || request.headers().contains_key(header::TRANSFER_ENCODING);
+    let _reserved = if may_have_body {
+        let room = declared
+            .unwrap_or(DASHBOARD_MAX_BODY)
+            .min(DASHBOARD_MAX_BODY);
+        match state.body_budget.reserve(room, client_of(&request)) {
+            Some(reserved) => Some(reserved),
+            None => {
+                metrics::counter!("replaysafe_shed_total", "reason" => "body_memory").increment(1);
+                return (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    [(header::RETRY_AFTER, "5")],
+                    "too busy to read this request now; retry later",
+                )
+                    .into_response();
+            }
+        }
+    } else {
+        None
+    };
     let (parts, body) = request.into_parts();
     match read(body, DASHBOARD_MAX_BODY, deadline).await {
         Ok(bytes) => {

@@ -49,7 +49,8 @@ pub async fn hook(
         body: Vec::new(),
         remote_addr: Some(
             client
-                .map_or(peer.ip(), |Extension(ClientAddr(ip))| ip)
+                .as_ref()
+                .map_or(peer.ip(), |Extension(ClientAddr(ip))| *ip)
                 .to_string(),
         ),
     };
@@ -62,7 +63,8 @@ pub async fn hook(
         return into_response(intake::oversized(services, source, &inbound, size, receipt).await);
     }
     // Declared lengths are at most the limit here; a chunked body may take all of it.
-    let Some(_reserved) = state.body_budget.reserve(declared.unwrap_or(limit)) else {
+    let client = client.map_or(peer.ip(), |Extension(ClientAddr(ip))| ip);
+    let Some(_reserved) = state.body_budget.reserve(declared.unwrap_or(limit), client) else {
         return into_response(intake::shed(source, receipt));
     };
     let deadline = receipt.started + services.config.http.body_timeout;

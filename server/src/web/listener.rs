@@ -33,7 +33,7 @@ const CLOSE_GRACE: Duration = Duration::from_secs(5);
 /// How long shutdown waits for open connections before dropping them.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
 /// HTTP/2: streams one connection may run at once, and its header block.
-const H2_MAX_STREAMS: u32 = 100;
+const H2_MAX_STREAMS: u32 = 32;
 const H2_MAX_HEADER_LIST: u32 = 64 * 1024;
 
 /// Serves `router` on `listener` until `shutdown` is cancelled, then lets
@@ -123,7 +123,12 @@ pub async fn serve(
                         closing_since = Some(Instant::now());
                     }
                     _ = check.tick() => match closing_since {
-                        Some(since) if since.elapsed() >= CLOSE_GRACE => {
+                        // A request still running (sync mode waits on its
+                        // destination) is let finish, up to SHUTDOWN_GRACE.
+                        Some(since)
+                            if (since.elapsed() >= CLOSE_GRACE && !activity.busy())
+                                || since.elapsed() >= SHUTDOWN_GRACE =>
+                        {
                             metrics::counter!("replaysafe_connections_closed_total", "reason" => "unresponsive")
                                 .increment(1);
                             break;
@@ -159,12 +164,15 @@ pub async fn serve(
 
 /// The client a request comes from: its peer, or what a trusted proxy says.
 fn client_of(config: &Config, peer: SocketAddr, request: &Request<Incoming>) -> IpAddr {
-    let forwarded: Vec<&str> = request
+    // Lossy: a client's own bytes in the header must not hide the proxy's
+    // entry after them (nginx writes both on one line).
+    let forwarded: Vec<String> = request
         .headers()
         .get_all("x-forwarded-for")
         .iter()
-        .filter_map(|value| value.to_str().ok())
+        .map(|value| String::from_utf8_lossy(value.as_bytes()).into_owned())
         .collect();
+    let forwarded: Vec<&str> = forwarded.iter().map(String::as_str).collect();
     address::client(peer.ip(), &forwarded, |hop| config.is_trusted_proxy(hop))
 }
 
@@ -225,6 +233,10 @@ impl Activity {
     fn begin(self: &Arc<Self>) -> InFlight {
         self.in_flight.fetch_add(1, Ordering::SeqCst);
         InFlight(self.clone())
+    }
+
+    fn busy(&self) -> bool {
+        self.in_flight.load(Ordering::SeqCst) > 0
     }
 
     /// A connection that never sent a whole request gets the header timeout

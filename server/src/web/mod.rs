@@ -133,9 +133,13 @@ pub fn router(state: AppState, role: Role) -> Router {
     if config.metrics_listen.is_none() {
         router = router.route("/metrics", get(metrics::handler));
     }
+    let state_for_demo = state.clone();
     let router = router.merge(dashboard).with_state(state);
     let router = if config.demo_destination {
-        router.merge(demo::router())
+        router.merge(demo::router().layer(axum::middleware::from_fn_with_state(
+            state_for_demo,
+            body::bounded,
+        )))
     } else {
         router
     };
@@ -198,7 +202,7 @@ impl Application {
         let config = services.config.clone();
         let state = AppState {
             leptos_options: leptos_options(addr),
-            body_budget: body::BodyBudget::new(config.max_body_memory_bytes),
+            body_budget: body::BodyBudget::new(config.max_body_memory_bytes, config.max_body_bytes),
             services,
             gauges_read: Default::default(),
         };

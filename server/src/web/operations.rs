@@ -209,10 +209,15 @@ impl Operations for ServerOperations {
                 .flat_map(|p| p.signature_headers.iter().copied())
                 .collect(),
         };
+        let fields: Vec<&str> = match provider {
+            Some(p) => p.credential_fields.to_vec(),
+            None => crate::providers::REGISTRY
+                .iter()
+                .flat_map(|p| p.credential_fields.iter().copied())
+                .collect(),
+        };
         app::api::mask::Credentials {
-            fields: provider
-                .map(|p| p.credential_fields.iter().map(|f| f.to_string()).collect())
-                .unwrap_or_default(),
+            fields: fields.into_iter().map(str::to_owned).collect(),
             headers: signature_headers
                 .into_iter()
                 .filter(|h| h.contains("signature") || h.contains("hmac"))

@@ -402,6 +402,8 @@ async fn a_parallel_burst_of_guesses_gets_no_more_tries_than_a_serial_one(pool: 
         if failed().await == 5 {
             break;
         }
+        // Refusals are remembered for a moment: the next burst after it.
+        tokio::time::sleep(app::auth::ssr::REFUSED_FOR).await;
     }
     assert_eq!(failed().await, 5);
     assert_eq!(app.login("carol", PASSWORD, None).await.0, 429);

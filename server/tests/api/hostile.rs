@@ -608,3 +608,53 @@ async fn x_forwarded_for_names_the_client_only_behind_a_trusted_proxy(pool: PgPo
         );
     }
 }
+
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn one_address_holds_only_its_share_of_the_body_memory(pool: PgPool) {
+    // 64 KiB in all, 4 KiB (one whole body) per address.
+    let app = spawn_app(
+        pool.clone(),
+        config("max_body_bytes = 4096\nmax_body_memory_bytes = 65536"),
+    )
+    .await;
+    let hold = |from: &'static str| async move {
+        let mut stream = connect_from(from, app.addr).await;
+        stream
+            .write_all(b"POST /hooks/gh HTTP/1.1\r\nHost: x\r\nContent-Length: 4096\r\n\r\n{")
+            .await
+            .unwrap();
+        stream
+    };
+    let _first = hold("127.0.0.2").await;
+    // The same address's next body finds its share taken; another's does not.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut again = hold("127.0.0.2").await;
+        let mut buf = [0u8; 512];
+        let n = tokio::time::timeout(Duration::from_secs(5), again.read(&mut buf))
+            .await
+            .expect("answered at once")
+            .unwrap();
+        if buf[..n].starts_with(b"HTTP/1.1 503") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{}",
+            String::from_utf8_lossy(&buf[..n])
+        );
+    }
+    let other = connect_from("127.0.0.3", app.addr).await;
+    let (mut reader, mut writer) = other.into_split();
+    writer
+        .write_all(b"POST /hooks/gh HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}")
+        .await
+        .unwrap();
+    let mut buf = [0u8; 512];
+    let n = reader.read(&mut buf).await.unwrap();
+    assert!(
+        buf[..n].starts_with(b"HTTP/1.1 401"),
+        "{}",
+        String::from_utf8_lossy(&buf[..n])
+    );
+}
