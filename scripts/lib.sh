@@ -109,9 +109,10 @@ test_pg_start() {
   "${run[@]}" "$bin/pg_ctl" -D "$TEST_PG_DIR/data" -m immediate -w stop >/dev/null 2>&1 || true
   TEST_PG_PORT=$(free_port)
   # Many per-test databases at once: more connections than the default 100;
-  # fsync off: a test cluster need not survive a power cut, and tests run faster.
+  # fsync off: a test cluster need not survive a power cut, and tests run faster;
+  # pg_stat_statements: tests count the statements a burst of work costs.
   (cd "$TEST_PG_DIR" && "${run[@]}" "$bin/pg_ctl" -D "$TEST_PG_DIR/data" -l "$TEST_PG_DIR/server.log" -w -t 60 \
-    -o "-p $TEST_PG_PORT -c listen_addresses=127.0.0.1 -c unix_socket_directories='' -c max_connections=400 -c shared_buffers=256MB -c fsync=off -c full_page_writes=off" start >/dev/null)
+    -o "-p $TEST_PG_PORT -c listen_addresses=127.0.0.1 -c unix_socket_directories='' -c max_connections=400 -c shared_buffers=256MB -c fsync=off -c full_page_writes=off -c shared_preload_libraries=pg_stat_statements" start >/dev/null)
   export TEST_PG_URL="postgres://postgres@127.0.0.1:$TEST_PG_PORT"
   log "test PostgreSQL on 127.0.0.1:$TEST_PG_PORT"
 }

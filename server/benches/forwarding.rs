@@ -75,7 +75,7 @@ async fn main() {
     println!("end-to-end latency at {rate} deliveries/s for {seconds} s (receipt to the destination's answer)");
     reset(&pool).await;
     let shutdown = CancellationToken::new();
-    let wake = Arc::new(tokio::sync::Notify::new());
+    let wake = Arc::new(replaysafe::processing::wake::Wake::for_config(&config));
     let services = Services::new(pool.clone(), config.clone(), wake);
     let app = Application::bind(services.clone(), Role::Full)
         .await

@@ -65,7 +65,7 @@ pub async fn run(config: Config, args: ServeArgs) -> Result<(), CliError> {
     let database = db::locate(&config).await?;
     let pool = db::pool(&database.url, 32)?;
     let shutdown = CancellationToken::new();
-    let wake = Arc::new(tokio::sync::Notify::new());
+    let wake = Arc::new(crate::processing::wake::Wake::for_config(&config));
     let role = if args.worker_only {
         Role::WorkerOnly
     } else {

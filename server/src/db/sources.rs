@@ -62,6 +62,17 @@ pub async fn set_paused(
 /// Makes the `sources` table match the config: settings follow the file,
 /// runtime state (an operator's pause) is kept, removed sources stay for their
 /// history but are marked as no longer configured.
+/// The sources paused now, by the config or by an operator over it.
+pub async fn paused(pool: &PgPool) -> Result<std::collections::HashSet<String>, sqlx::Error> {
+    Ok(sqlx::query_scalar!(
+        r#"SELECT slug AS "slug!" FROM sources WHERE coalesce(paused_override, config_paused)"#
+    )
+    .fetch_all(pool)
+    .await?
+    .into_iter()
+    .collect())
+}
+
 pub async fn sync(pool: &PgPool, config: &Config) -> Result<(), sqlx::Error> {
     let mut tx = pool.begin().await?;
     for s in &config.sources {

@@ -6,18 +6,19 @@ pub mod forward;
 pub mod intake;
 pub mod retry;
 pub mod sync;
+pub mod wake;
 pub mod worker;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::PgPool;
-use tokio::sync::Notify;
 
 use crate::config::Config;
 use crate::receiver::batch::ClaimBatcher;
 use crate::receiver::rejections::Rejections;
 use retry::RetryPolicy;
+use wake::Wake;
 
 /// Transactions committing claims at once; each carries a batch. Two let a
 /// batch stuck on a row lock leave the other committing; more only split the
@@ -30,8 +31,8 @@ pub const CLAIM_COMMITTERS: usize = 2;
 pub struct Services {
     pub pool: PgPool,
     pub config: Arc<Config>,
-    /// Wakes this process's workers when the receiver queues an event.
-    pub wake: Arc<Notify>,
+    /// Wakes this process's workers when work is queued, once per burst.
+    pub wake: Arc<Wake>,
     /// Calls destinations: sync mode inside the request, workers after.
     pub client: reqwest::Client,
     pub policy: Arc<RetryPolicy>,
@@ -43,14 +44,14 @@ pub struct Services {
 
 impl Services {
     /// Starts the claim committers on the current runtime.
-    pub fn new(pool: PgPool, config: Arc<Config>, wake: Arc<Notify>) -> Self {
+    pub fn new(pool: PgPool, config: Arc<Config>, wake: Arc<Wake>) -> Self {
         Self::with_policy(pool, config, wake, RetryPolicy::default())
     }
 
     pub fn with_policy(
         pool: PgPool,
         config: Arc<Config>,
-        wake: Arc<Notify>,
+        wake: Arc<Wake>,
         policy: RetryPolicy,
     ) -> Self {
         Self {

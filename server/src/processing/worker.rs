@@ -1,20 +1,21 @@
 //! The worker pool. Each worker leases a batch of due events, forwards them
 //! with no lock held, and records each outcome as it arrives. Workers wake
-//! at once when this process claims an event, and poll for work claimed by
-//! other processes.
+//! when this process queues work (`wake`: once per burst, and one lease
+//! statement at a time per process), and poll for retries due and for work
+//! other processes claimed.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use sqlx::PgPool;
-use tokio::sync::Notify;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::retry::{classify, RetryPolicy, Verdict};
+use super::wake::Wake;
 use super::{forward, Services};
 use crate::config::{Config, Mode};
 use crate::events::{
@@ -27,6 +28,9 @@ pub const POLL_INTERVAL: Duration = Duration::from_millis(500);
 /// Most events one worker leases and forwards at once.
 pub const LEASE_BATCH: i64 = 32;
 
+/// How often the pool reads which sources are paused.
+const PAUSES_READ_EVERY: Duration = Duration::from_secs(1);
+
 /// How long finished attempts wait for their batchmates before they are
 /// recorded together: one statement per attempt cost forwarding most of its
 /// throughput (bench/README, "Why the tuning constants are what they are").
@@ -38,8 +42,11 @@ pub struct Workers {
     pub config: Arc<Config>,
     pub client: reqwest::Client,
     pub policy: Arc<RetryPolicy>,
-    /// Notified when this process queues an event.
-    pub wake: Arc<Notify>,
+    /// Signalled when this process queues work.
+    pub wake: Arc<Wake>,
+    /// One lease statement at a time in this pool: a second one at once
+    /// would only find what the first leaves, and both cost the database.
+    leasing: Arc<tokio::sync::Mutex<()>>,
     /// How long a lease outlives its source's attempt timeout.
     pub lease_margin: Duration,
     /// How long a failed sync-mode event waits for its provider's retry
@@ -55,6 +62,7 @@ impl Workers {
             client: services.client.clone(),
             policy: services.policy.clone(),
             wake: services.wake.clone(),
+            leasing: Default::default(),
             lease_margin: LEASE_MARGIN,
             request_grace: events::REQUEST_GRACE,
         }
@@ -65,6 +73,9 @@ impl Workers {
     pub fn spawn(&self, count: usize, shutdown: CancellationToken) -> JoinSet<()> {
         let process = format!("{}:{}", hostname(), std::process::id());
         let mut set = JoinSet::new();
+        if count > 0 {
+            set.spawn(self.clone().follow_pauses(shutdown.clone()));
+        }
         for n in 0..count {
             let worker = self.clone();
             let id = format!("{process}:{n}:{:08x}", rand::random::<u32>());
@@ -75,18 +86,39 @@ impl Workers {
     }
 
     async fn run(self, id: String, shutdown: CancellationToken) {
+        let mut lease = true;
         while !shutdown.is_cancelled() {
-            match self.run_once(&id).await {
-                Ok(0) => {}
-                Ok(_) => continue,
-                Err(e) => {
-                    tracing::warn!(worker = %id, error = %e, "worker: database error; retrying")
+            if lease {
+                match self.run_once(&id).await {
+                    // A full batch: more may be due at once.
+                    Ok(n) if n as i64 == LEASE_BATCH => continue,
+                    Ok(_) => {}
+                    Err(e) => {
+                        tracing::warn!(worker = %id, error = %e, "worker: database error; retrying")
+                    }
                 }
             }
-            tokio::select! {
+            // Woken, a worker leases only if the signal is still up: another
+            // worker's lease since then covered the work it announced.
+            lease = tokio::select! {
                 _ = shutdown.cancelled() => break,
-                _ = self.wake.notified() => {}
-                _ = tokio::time::sleep(POLL_INTERVAL) => {}
+                _ = self.wake.notified() => self.wake.take(),
+                _ = tokio::time::sleep(POLL_INTERVAL) => true,
+            };
+        }
+    }
+
+    /// Keeps the wake's paused sources as the database has them, so claims
+    /// of a source an operator paused from any process wake nobody.
+    async fn follow_pauses(self, shutdown: CancellationToken) {
+        loop {
+            match crate::db::sources::paused(&self.pool).await {
+                Ok(paused) => self.wake.set_paused_sources(paused),
+                Err(e) => tracing::debug!(error = %e, "reading paused sources failed"),
+            }
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tokio::time::sleep(PAUSES_READ_EVERY) => {}
             }
         }
     }
@@ -111,7 +143,12 @@ impl Workers {
     /// when none was due). One lease statement per batch: leasing, not
     /// forwarding, was the cost.
     pub async fn run_once(&self, worker: &str) -> Result<usize, sqlx::Error> {
-        let leased = events::lease(&self.pool, worker, LEASE_BATCH, &self.runnable()).await?;
+        let leased = {
+            let _one_at_a_time = self.leasing.lock().await;
+            // Taken under the gate: work signalled before this lease is its own.
+            self.wake.take();
+            events::lease(&self.pool, worker, LEASE_BATCH, &self.runnable()).await?
+        };
         let count = leased.len();
         // Each attempt runs as its own task: it goes on while others are recorded.
         let mut running: FuturesUnordered<_> = leased

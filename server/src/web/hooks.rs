@@ -83,7 +83,7 @@ pub async fn hook(
     }
     let reply = intake::receive(services, source, &inbound, receipt).await;
     if reply.outcome == Outcome::Claimed {
-        services.wake.notify_one();
+        services.wake.claimed(source);
     }
     into_response(reply)
 }

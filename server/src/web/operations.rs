@@ -176,7 +176,7 @@ impl ServerOperations {
             other => other.to_owned(),
         };
         if recorded.outcome == "claimed" {
-            self.services.wake.notify_waiters();
+            self.services.wake.work();
         }
         Ok(RedeliveryResult {
             redelivered: delivery_id,
@@ -252,8 +252,9 @@ impl Operations for ServerOperations {
             .await
             {
                 Ok(()) => {
+                    self.services.wake.set_paused(&slug, paused);
                     if !paused {
-                        self.services.wake.notify_waiters();
+                        self.services.wake.work();
                     }
                     Ok(())
                 }
@@ -274,7 +275,7 @@ impl Operations for ServerOperations {
         Box::pin(async move {
             match crate::events::force(&self.services.pool, event_id, by.id, &reason).await {
                 Ok(Forced::Queued { .. }) => {
-                    self.services.wake.notify_waiters();
+                    self.services.wake.work();
                     Ok(())
                 }
                 Ok(Forced::NotCompleted(state)) => Err(AppError::Conflict(format!("only a completed event can be forced; this one is {}", state.as_str()))),

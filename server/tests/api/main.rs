@@ -17,3 +17,4 @@ mod processing;
 mod receiver;
 mod sdk;
 mod sources;
+mod wakeups;

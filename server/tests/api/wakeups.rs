@@ -1,0 +1,111 @@
+//! Issue 20: claims wake the workers once per burst, not once per claim.
+//! Each wake-up used to cost a lease statement: a burst of claims became as
+//! many leases (pg_stat_statements counts them here), most finding nothing.
+
+use std::time::{Duration, Instant};
+
+use replaysafe::db::MIGRATOR;
+use replaysafe::processing::worker::{Workers, POLL_INTERVAL};
+use sqlx::PgPool;
+use tokio_util::sync::CancellationToken;
+
+use crate::helpers::{spawn_app, test_config, Destination, TestApp};
+
+const WORKERS: usize = 8;
+
+/// Lease statements run on this test's database so far.
+async fn leases(pool: &PgPool) -> i64 {
+    sqlx::query_scalar(
+        "SELECT coalesce(sum(calls), 0)::bigint FROM pg_stat_statements
+         WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+           AND query LIKE 'WITH runnable AS%'",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
+/// Sends `n` deliveries of `slug`, 50 at a time; returns how long it took.
+async fn burst(app: &TestApp, slug: &str, n: usize) -> Duration {
+    let started = Instant::now();
+    for chunk in (0..n).collect::<Vec<_>>().chunks(50) {
+        let statuses = futures_util::future::join_all(chunk.iter().map(|i| {
+            let id = format!("{slug}-{i}");
+            let body = format!(r#"{{"n":"{id}"}}"#);
+            async move { app.github_delivery(slug, &id, &body, b"gh-secret").await }
+        }))
+        .await;
+        assert!(statuses.iter().all(|&s| s == 200), "{statuses:?}");
+    }
+    started.elapsed()
+}
+
+/// What the workers' polling alone may lease in `elapsed`, with one round to spare.
+fn polls(elapsed: Duration) -> i64 {
+    (WORKERS as f64 * (elapsed.as_secs_f64() / POLL_INTERVAL.as_secs_f64() + 2.0)).ceil() as i64
+}
+
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn a_burst_of_claims_costs_a_bounded_number_of_lease_statements(pool: PgPool) {
+    sqlx::query("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let destination = Destination::start(vec![]).await;
+    let config = test_config(
+        &format!(
+            r#"
+[[source]]
+slug = "held"
+provider = "github"
+secrets = ["gh-secret"]
+destination = "{0}"
+paused = true
+[[source]]
+slug = "live"
+provider = "github"
+secrets = ["gh-secret"]
+destination = "{0}"
+"#,
+            destination.url
+        ),
+        &[],
+    );
+    let app = spawn_app(pool.clone(), config).await;
+    let shutdown = CancellationToken::new();
+    let _workers = Workers::new(&app.services).spawn(WORKERS, shutdown.clone());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    // A paused source's claims wake nobody: only the polls lease.
+    let before = leases(&pool).await;
+    let took = burst(&app, "held", 400).await;
+    let held = leases(&pool).await - before;
+    println!(
+        "400 paused claims in {took:?}: {held} leases (polls allow {})",
+        polls(took)
+    );
+    assert!(
+        held <= polls(took),
+        "{held} leases for 400 claims of a paused source in {took:?}"
+    );
+
+    // A live source's burst is leased in batches, and all of it forwarded.
+    let before = leases(&pool).await;
+    let took = burst(&app, "live", 400).await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while destination.count() < 400 {
+        assert!(
+            Instant::now() < deadline,
+            "forwarded {} of 400",
+            destination.count()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let live = leases(&pool).await - before;
+    println!("400 live claims in {took:?}: {live} leases");
+    assert!(
+        live <= 400 / 4 + polls(took),
+        "{live} leases for 400 claims in {took:?}"
+    );
+    shutdown.cancel();
+}
