@@ -4,9 +4,10 @@
 //! second, most finding nothing (a paused source) or one event
 //! (bench/README, "Leases per claim"). Now a claim sets a flag and wakes a
 //! worker only if the flag was down; the worker that takes the flag leases
-//! everything committed so far, and claims while it leases raise the flag
-//! again. Claims that no worker here can forward (sync mode, no destination,
-//! a paused source) wake nobody.
+//! what was committed so far (a batch's worth; a full batch raises the flag
+//! again for the rest), and claims while it leases raise the flag again.
+//! Claims that no worker here can forward (sync mode, no destination, a
+//! paused source) wake nobody.
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -67,7 +68,7 @@ impl Wake {
         self.notify.notified().await
     }
 
-    fn is_paused(&self, slug: &str) -> bool {
+    pub fn is_paused(&self, slug: &str) -> bool {
         self.paused.read().expect("never poisoned").contains(slug)
     }
 

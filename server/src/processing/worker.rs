@@ -44,9 +44,12 @@ pub struct Workers {
     pub policy: Arc<RetryPolicy>,
     /// Signalled when this process queues work.
     pub wake: Arc<Wake>,
-    /// One lease statement at a time in this pool: a second one at once
-    /// would only find what the first leaves, and both cost the database.
+    /// One lease statement at a time in this pool (its clones share it): a
+    /// second one at once would only find what the first leaves, and both
+    /// cost the database.
     leasing: Arc<tokio::sync::Mutex<()>>,
+    /// How often idle workers lease without being woken (`POLL_INTERVAL`).
+    pub poll: Duration,
     /// How long a lease outlives its source's attempt timeout.
     pub lease_margin: Duration,
     /// How long a failed sync-mode event waits for its provider's retry
@@ -63,6 +66,7 @@ impl Workers {
             policy: services.policy.clone(),
             wake: services.wake.clone(),
             leasing: Default::default(),
+            poll: POLL_INTERVAL,
             lease_margin: LEASE_MARGIN,
             request_grace: events::REQUEST_GRACE,
         }
@@ -85,13 +89,23 @@ impl Workers {
         set
     }
 
+    /// A pool whose lease statements do not wait for this one's, as
+    /// another process's would not (tests race two of them).
+    pub fn apart(&self) -> Self {
+        Self {
+            leasing: Default::default(),
+            ..self.clone()
+        }
+    }
+
     async fn run(self, id: String, shutdown: CancellationToken) {
         let mut lease = true;
         while !shutdown.is_cancelled() {
             if lease {
-                match self.run_once(&id).await {
-                    // A full batch: more may be due at once.
-                    Ok(n) if n as i64 == LEASE_BATCH => continue,
+                match self.run_batch(&id, Some(&shutdown)).await {
+                    // Some were due: more may be (another process's lease
+                    // may have skipped rows this one locked).
+                    Ok(n) if n > 0 => continue,
                     Ok(_) => {}
                     Err(e) => {
                         tracing::warn!(worker = %id, error = %e, "worker: database error; retrying")
@@ -103,7 +117,7 @@ impl Workers {
             lease = tokio::select! {
                 _ = shutdown.cancelled() => break,
                 _ = self.wake.notified() => self.wake.take(),
-                _ = tokio::time::sleep(POLL_INTERVAL) => true,
+                _ = tokio::time::sleep(self.poll) => true,
             };
         }
     }
@@ -114,7 +128,7 @@ impl Workers {
         loop {
             match crate::db::sources::paused(&self.pool).await {
                 Ok(paused) => self.wake.set_paused_sources(paused),
-                Err(e) => tracing::debug!(error = %e, "reading paused sources failed"),
+                Err(e) => tracing::warn!(error = %e, "reading paused sources failed; will retry"),
             }
             tokio::select! {
                 _ = shutdown.cancelled() => return,
@@ -123,13 +137,17 @@ impl Workers {
         }
     }
 
-    /// The sources this process can forward: those with a destination.
+    /// The sources this process can forward: those with a destination, and
+    /// not paused as far as this pool knows. The lease checks the pause in
+    /// the database too; leaving out a source known paused here spares a
+    /// lease that would scan its whole backlog to find nothing (and none at
+    /// all runs when every source is paused).
     pub fn runnable(&self) -> Runnable {
         Runnable::new(
             self.config
                 .sources
                 .iter()
-                .filter(|s| s.destination.is_some())
+                .filter(|s| s.destination.is_some() && !self.wake.is_paused(&s.slug))
                 .map(|s| (s.slug.as_str(), Duration::from_secs(s.attempt_timeout_secs))),
             self.lease_margin,
         )
@@ -143,11 +161,40 @@ impl Workers {
     /// when none was due). One lease statement per batch: leasing, not
     /// forwarding, was the cost.
     pub async fn run_once(&self, worker: &str) -> Result<usize, sqlx::Error> {
+        self.run_batch(worker, None).await
+    }
+
+    /// `run_once`, giving up its turn for the lease gate when `shutdown` is
+    /// cancelled (workers queued behind a slow database must not lease new
+    /// work after the signal).
+    async fn run_batch(
+        &self,
+        worker: &str,
+        shutdown: Option<&CancellationToken>,
+    ) -> Result<usize, sqlx::Error> {
         let leased = {
-            let _one_at_a_time = self.leasing.lock().await;
+            let _one_at_a_time = match shutdown {
+                Some(shutdown) => tokio::select! {
+                    gate = self.leasing.lock() => gate,
+                    _ = shutdown.cancelled() => return Ok(0),
+                },
+                None => self.leasing.lock().await,
+            };
+            if shutdown.is_some_and(CancellationToken::is_cancelled) {
+                return Ok(0);
+            }
             // Taken under the gate: work signalled before this lease is its own.
             self.wake.take();
-            events::lease(&self.pool, worker, LEASE_BATCH, &self.runnable()).await?
+            let leased = events::lease(&self.pool, worker, LEASE_BATCH, &self.runnable()).await;
+            match &leased {
+                // A full batch may have left more: another worker leases them
+                // while this one forwards.
+                Ok(batch) if batch.len() as i64 == LEASE_BATCH => self.wake.work(),
+                // The signal this lease took is not lost with it.
+                Err(_) => self.wake.work(),
+                Ok(_) => {}
+            }
+            leased?
         };
         let count = leased.len();
         // Each attempt runs as its own task: it goes on while others are recorded.

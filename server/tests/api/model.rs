@@ -344,8 +344,9 @@ async fn run_seed(pool: &PgPool, seed: u64) -> Result<String, String> {
         },
     ));
     for (n, workers, id) in [
-        (3, full.clone(), format!("worker-a-{seed}")),
-        (4, full.clone(), format!("worker-b-{seed}")),
+        // Each as if in its own process: their leases race.
+        (3, full.apart(), format!("worker-a-{seed}")),
+        (4, full.apart(), format!("worker-b-{seed}")),
         (5, partial.clone(), partial_id.clone()),
     ] {
         // Polling slower than deliveries arrive, so that batches hold several events.
@@ -357,7 +358,7 @@ async fn run_seed(pool: &PgPool, seed: u64) -> Result<String, String> {
             }
         }));
     }
-    let crasher = full.clone();
+    let crasher = full.apart();
     actors.spawn(actor_loop(world.clone(), 6, (100, 400), move |w, rng| {
         let crasher = crasher.clone();
         async move {
@@ -425,7 +426,8 @@ async fn run_seed(pool: &PgPool, seed: u64) -> Result<String, String> {
     loop {
         // Two workers, so that a lapsed lease would be taken over here too.
         let (settler_a, settler_b) = (format!("settler-a-{seed}"), format!("settler-b-{seed}"));
-        let (a, b) = tokio::join!(full.run_once(&settler_a), full.run_once(&settler_b));
+        let other = full.apart();
+        let (a, b) = tokio::join!(full.run_once(&settler_a), other.run_once(&settler_b));
         a.unwrap();
         b.unwrap();
         let waiting: Vec<(String, String)> = sqlx::query_as(

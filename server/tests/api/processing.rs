@@ -116,10 +116,10 @@ async fn a_duplicate_storm_is_forwarded_exactly_once(pool: PgPool) {
     let app = spawn_app(pool.clone(), config(&destination.url, 3)).await;
     let storm = (0..20).map(|_| deliver(&app, "d-storm", "{}"));
     futures_util::future::join_all(storm).await;
-    // Several workers race for the work.
+    // Several workers race for the work, each as if in its own process.
     let workers = app.workers();
     let racers = (0..4).map(|i| {
-        let w = workers.clone();
+        let w = workers.apart();
         async move { while w.run_once(&format!("racer-{i}")).await.unwrap() > 0 {} }
     });
     futures_util::future::join_all(racers).await;

@@ -9,7 +9,7 @@ use replaysafe::processing::worker::{Workers, POLL_INTERVAL};
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
-use crate::helpers::{spawn_app, test_config, Destination, TestApp};
+use crate::helpers::{spawn_app, test_config, Destination, Scripted, TestApp};
 
 const WORKERS: usize = 8;
 
@@ -107,5 +107,58 @@ destination = "{0}"
         live <= 400 / 4 + polls(took),
         "{live} leases for 400 claims in {took:?}"
     );
+    shutdown.cancel();
+}
+
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn a_burst_beyond_one_batch_is_forwarded_by_wake_ups_alone(pool: PgPool) {
+    // Answers held 3 s: every delivery must reach the destination before the
+    // first answer could come back, so the burst (over three batches) was
+    // leased by several workers at once, woken, not polled (polling is off).
+    const HOLD: Duration = Duration::from_secs(3);
+    let held = Scripted {
+        status: 200,
+        headers: vec![],
+        delay: HOLD,
+    };
+    let destination = Destination::start(vec![held; 100]).await;
+    let config = test_config(
+        &format!(
+            r#"
+[[source]]
+slug = "live"
+provider = "github"
+secrets = ["gh-secret"]
+destination = "{}"
+"#,
+            destination.url
+        ),
+        &[],
+    );
+    let app = spawn_app(pool.clone(), config).await;
+    let mut workers = Workers::new(&app.services);
+    workers.poll = Duration::from_secs(3600);
+    let shutdown = CancellationToken::new();
+    let _running = workers.spawn(WORKERS, shutdown.clone());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let statuses = futures_util::future::join_all((0..100).map(|i| {
+        let (id, app) = (format!("b-{i}"), &app);
+        async move {
+            let body = format!(r#"{{"n":"{id}"}}"#);
+            app.github_delivery("live", &id, &body, b"gh-secret").await
+        }
+    }))
+    .await;
+    assert!(statuses.iter().all(|&s| s == 200), "{statuses:?}");
+    let sent = Instant::now();
+    while destination.count() < 100 {
+        assert!(
+            sent.elapsed() < HOLD - Duration::from_millis(500),
+            "{} of 100 reached the destination before the first answer could return",
+            destination.count()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     shutdown.cancel();
 }
