@@ -59,6 +59,9 @@ pub struct Answer {
     pub content_type: Option<String>,
     /// The response body, up to the `keep_bytes` asked for.
     pub body: Vec<u8>,
+    /// No connection could be made (refused, unreachable): the destination
+    /// is down, not this event's trouble.
+    pub unreachable: bool,
 }
 
 /// Forwards one leased event. Keeps up to `keep_bytes` of the response body
@@ -81,6 +84,7 @@ pub async fn forward(
         retry_after: None,
         content_type: None,
         body: Vec::new(),
+        unreachable: false,
     };
     let (Some(destination), Some(body)) = (source.destination.as_deref(), leased.body.as_deref())
     else {
@@ -126,7 +130,12 @@ pub async fn forward(
             return failed(format!("timed out after {} s", source.attempt_timeout_secs))
         }
         Err(e) if e.is_builder() => return failed(format!("request could not be built: {e}")),
-        Err(e) => return failed(format!("connection failed: {}", root_cause(&e))),
+        Err(e) => {
+            return Answer {
+                unreachable: e.is_connect(),
+                ..failed(format!("connection failed: {}", root_cause(&e)))
+            }
+        }
     };
     let status = response.status().as_u16();
     let retry_after = response
@@ -169,6 +178,7 @@ pub async fn forward(
         retry_after,
         content_type,
         body: kept,
+        unreachable: false,
     }
 }
 

@@ -31,10 +31,25 @@ pub const LEASE_BATCH: i64 = 32;
 /// How often the pool reads which sources are paused.
 const PAUSES_READ_EVERY: Duration = Duration::from_secs(1);
 
+/// A source whose destination took no connection in a whole batch is left
+/// out of this pool's leases for this long, doubling while it stays down up
+/// to `Workers::unreachable_max`; then one batch probes it. Its events wait,
+/// counting no attempt, instead of being leased, tried and recorded again
+/// and again (which took the database from the receiver).
+const UNREACHABLE_FIRST: Duration = Duration::from_millis(250);
+pub const UNREACHABLE_MAX: Duration = Duration::from_secs(30);
+
 /// How long finished attempts wait for their batchmates before they are
 /// recorded together: one statement per attempt cost forwarding most of its
 /// throughput (bench/README, "Why the tuning constants are what they are").
 const RECORD_WINDOW: Duration = Duration::from_millis(20);
+
+/// A source left out of leases while its destination is down.
+#[derive(Clone, Copy, Debug)]
+struct Resting {
+    until: Instant,
+    rest: Duration,
+}
 
 #[derive(Clone)]
 pub struct Workers {
@@ -50,6 +65,10 @@ pub struct Workers {
     leasing: Arc<tokio::sync::Mutex<()>>,
     /// How often idle workers lease without being woken (`POLL_INTERVAL`).
     pub poll: Duration,
+    /// Sources whose destination is down, and until when they rest.
+    unreachable: Arc<std::sync::Mutex<std::collections::HashMap<String, Resting>>>,
+    /// The longest rest of an unreachable destination (`UNREACHABLE_MAX`).
+    pub unreachable_max: Duration,
     /// How long a lease outlives its source's attempt timeout.
     pub lease_margin: Duration,
     /// How long a failed sync-mode event waits for its provider's retry
@@ -67,6 +86,8 @@ impl Workers {
             wake: services.wake.clone(),
             leasing: Default::default(),
             poll: POLL_INTERVAL,
+            unreachable: Default::default(),
+            unreachable_max: UNREACHABLE_MAX,
             lease_margin: LEASE_MARGIN,
             request_grace: events::REQUEST_GRACE,
         }
@@ -147,7 +168,11 @@ impl Workers {
             self.config
                 .sources
                 .iter()
-                .filter(|s| s.destination.is_some() && !self.wake.is_paused(&s.slug))
+                .filter(|s| {
+                    s.destination.is_some()
+                        && !self.wake.is_paused(&s.slug)
+                        && !self.resting(&s.slug)
+                })
                 .map(|s| (s.slug.as_str(), Duration::from_secs(s.attempt_timeout_secs))),
             self.lease_margin,
         )
@@ -198,6 +223,7 @@ impl Workers {
         };
         let count = leased.len();
         // Each attempt runs as its own task: it goes on while others are recorded.
+        let mut reached: std::collections::HashMap<String, bool> = Default::default();
         let mut running: FuturesUnordered<_> = leased
             .into_iter()
             .map(|leased| {
@@ -222,12 +248,58 @@ impl Workers {
                     _ = &mut window => break,
                 }
             }
-            let done: Vec<Done> = done.into_iter().filter_map(Result::ok).collect();
+            let done: Vec<Done> = done
+                .into_iter()
+                .filter_map(Result::ok)
+                .map(|(done, unreachable)| {
+                    *reached.entry(done.leased.source.clone()).or_insert(false) |= !unreachable;
+                    done
+                })
+                .collect();
             // An attempt ends within its timeout, so its lease has the margin left.
             self.record(worker, &done, Instant::now() + self.lease_margin)
                 .await?;
         }
+        for (source, reached) in reached {
+            self.note_reach(&source, reached);
+        }
         Ok(count)
+    }
+
+    fn resting(&self, source: &str) -> bool {
+        let unreachable = self.unreachable.lock().expect("never poisoned");
+        unreachable
+            .get(source)
+            .is_some_and(|r| r.until > Instant::now())
+    }
+
+    /// After a batch: a source none of whose attempts got a connection rests,
+    /// longer each time; one that got any is back at once.
+    fn note_reach(&self, source: &str, reached: bool) {
+        let mut unreachable = self.unreachable.lock().expect("never poisoned");
+        if reached {
+            if unreachable.remove(source).is_some() {
+                tracing::info!(source, "destination reachable again");
+            }
+            return;
+        }
+        let rest = match unreachable.get(source) {
+            Some(r) => (r.rest * 2).min(self.unreachable_max),
+            None => {
+                tracing::warn!(
+                    source,
+                    "destination takes no connection; its events wait, tried again after a rest"
+                );
+                UNREACHABLE_FIRST.min(self.unreachable_max)
+            }
+        };
+        unreachable.insert(
+            source.to_owned(),
+            Resting {
+                until: Instant::now() + rest,
+                rest,
+            },
+        );
     }
 
     /// Records finished attempts, retrying a failed write while their leases
@@ -261,12 +333,12 @@ impl Workers {
         Ok(())
     }
 
-    /// One forward and where it leads.
-    async fn attempt(self, leased: Leased) -> Done {
+    /// One forward and where it leads, and whether no connection was made.
+    async fn attempt(self, leased: Leased) -> (Done, bool) {
         // Only this process's sources are leased (`runnable`).
         let Some(source) = self.config.sources.iter().find(|s| s.slug == leased.source) else {
             let error = format!("source {:?} is not configured here", leased.source);
-            return Done {
+            let done = Done {
                 leased,
                 next: Next::RetryIn(Duration::from_secs(60)),
                 record: AttemptRecord {
@@ -275,6 +347,7 @@ impl Workers {
                 },
                 response: None,
             };
+            return (done, false);
         };
         if leased.body.is_none() {
             // Retrying cannot bring a pruned payload back.
@@ -282,12 +355,13 @@ impl Workers {
                 error: Some("its payload is no longer stored".into()),
                 ..Default::default()
             };
-            return Done {
+            let done = Done {
                 leased,
                 next: Next::Dead("its payload is no longer stored: nothing to forward".into()),
                 record,
                 response: None,
             };
+            return (done, false);
         }
         // A sync-mode source's later duplicates get the destination's whole answer.
         let keep = match source.mode {
@@ -304,13 +378,15 @@ impl Workers {
                 })
             })
             .flatten();
+        let unreachable = answer.unreachable;
         let (next, record) = decide(&self.policy, source.max_attempts, leased.attempt, answer);
-        Done {
+        let done = Done {
             leased,
             record,
             next,
             response,
-        }
+        };
+        (done, unreachable)
     }
 }
 

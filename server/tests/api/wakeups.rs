@@ -162,3 +162,85 @@ destination = "{}"
     }
     shutdown.cancel();
 }
+
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn a_destination_that_takes_no_connection_rests_and_then_gets_every_event_once(pool: PgPool) {
+    use std::sync::{Arc, Mutex};
+    // A port nothing listens on yet.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let config = test_config(
+        &format!(
+            r#"
+[[source]]
+slug = "down"
+provider = "github"
+secrets = ["gh-secret"]
+destination = "http://127.0.0.1:{port}/hook"
+max_attempts = 1000
+"#
+        ),
+        &[],
+    );
+    let app = spawn_app(pool.clone(), config).await;
+    // Retries due at once: without the rest, workers would try without pause.
+    let mut workers = app.workers();
+    workers.unreachable_max = Duration::from_secs(1);
+    let shutdown = CancellationToken::new();
+    let _running = workers.spawn(WORKERS, shutdown.clone());
+    burst(&app, "down", 200).await;
+    let attempts = || async {
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM attempts")
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+    };
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let after_first = attempts().await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let resting = attempts().await - after_first;
+    println!("{after_first} attempts in the first second, {resting} in the next two");
+    // Probes of one batch (32) each, resting 250 ms, 500 ms, then 1 s:
+    // about four in two seconds (six allowed for timers on a busy machine).
+    // Without the rest, retries due at once would be tried without pause.
+    assert!(
+        resting <= 6 * 32,
+        "{resting} attempts in 2 s on a destination that is down"
+    );
+
+    // The destination comes up: every event reaches it, each once.
+    let keys: Arc<Mutex<Vec<String>>> = Default::default();
+    let seen = keys.clone();
+    let app_router = axum::Router::new().route(
+        "/hook",
+        axum::routing::post(move |headers: axum::http::HeaderMap| {
+            let seen = seen.clone();
+            async move {
+                let key = headers["idempotency-key"].to_str().unwrap().to_owned();
+                seen.lock().unwrap().push(key);
+                "ok"
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+        .await
+        .unwrap();
+    tokio::spawn(async move { axum::serve(listener, app_router).await.unwrap() });
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while keys.lock().unwrap().len() < 200 {
+        assert!(
+            Instant::now() < deadline,
+            "{} of 200 reached the destination once it was up",
+            keys.lock().unwrap().len()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let keys = keys.lock().unwrap().clone();
+    let distinct: std::collections::HashSet<&String> = keys.iter().collect();
+    assert_eq!((keys.len(), distinct.len()), (200, 200), "each event once");
+    shutdown.cancel();
+}
