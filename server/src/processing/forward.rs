@@ -126,16 +126,19 @@ pub async fn forward(
     }
     let mut response = match request.body(body.to_vec()).send().await {
         Ok(r) => r,
+        // Before timeouts: a connect timeout (a host that drops packets) is
+        // the destination being down too.
+        Err(e) if e.is_connect() => {
+            return Answer {
+                unreachable: true,
+                ..failed(format!("connection failed: {}", root_cause(&e)))
+            }
+        }
         Err(e) if e.is_timeout() => {
             return failed(format!("timed out after {} s", source.attempt_timeout_secs))
         }
         Err(e) if e.is_builder() => return failed(format!("request could not be built: {e}")),
-        Err(e) => {
-            return Answer {
-                unreachable: e.is_connect(),
-                ..failed(format!("connection failed: {}", root_cause(&e)))
-            }
-        }
+        Err(e) => return failed(format!("connection failed: {}", root_cause(&e))),
     };
     let status = response.status().as_u16();
     let retry_after = response

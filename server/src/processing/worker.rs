@@ -32,8 +32,9 @@ pub const LEASE_BATCH: i64 = 32;
 const PAUSES_READ_EVERY: Duration = Duration::from_secs(1);
 
 /// A source whose destination took no connection in a whole batch is left
-/// out of this pool's leases for this long, doubling while it stays down up
-/// to `Workers::unreachable_max`; then one batch probes it. Its events wait,
+/// out of this pool's leases for this long, doubling after each probe that
+/// finds it still down, up to `Workers::unreachable_max`; when a rest ends,
+/// one batch (only one, until it reports) probes it. Its events wait,
 /// counting no attempt, instead of being leased, tried and recorded again
 /// and again (which took the database from the receiver).
 const UNREACHABLE_FIRST: Duration = Duration::from_millis(250);
@@ -49,6 +50,19 @@ const RECORD_WINDOW: Duration = Duration::from_millis(20);
 struct Resting {
     until: Instant,
     rest: Duration,
+    /// Since when a batch leased after the rest ended is out trying it. A
+    /// probe that never reports (its batch failed to record) stops counting
+    /// after `PROBE_STALE`.
+    probing: Option<Instant>,
+}
+
+const PROBE_STALE: Duration = Duration::from_secs(120);
+
+impl Resting {
+    fn probing(&self) -> bool {
+        self.probing
+            .is_some_and(|since| since.elapsed() < PROBE_STALE)
+    }
 }
 
 #[derive(Clone)]
@@ -219,11 +233,17 @@ impl Workers {
                 Err(_) => self.wake.work(),
                 Ok(_) => {}
             }
-            leased?
+            let leased = leased?;
+            // Leased under the gate: a resting source's first batch after its
+            // rest is its probe, and the next lease leaves the source out.
+            self.probing(leased.iter().map(|l| l.source.as_str()));
+            leased
         };
         let count = leased.len();
         // Each attempt runs as its own task: it goes on while others are recorded.
         let mut reached: std::collections::HashMap<String, bool> = Default::default();
+        let sources: std::collections::HashSet<String> =
+            leased.iter().map(|l| l.source.clone()).collect();
         let mut running: FuturesUnordered<_> = leased
             .into_iter()
             .map(|leased| {
@@ -251,8 +271,11 @@ impl Workers {
             let done: Vec<Done> = done
                 .into_iter()
                 .filter_map(Result::ok)
-                .map(|(done, unreachable)| {
-                    *reached.entry(done.leased.source.clone()).or_insert(false) |= !unreachable;
+                .map(|(done, connection)| {
+                    // Only attempts that tried to connect say anything.
+                    if let Some(connected) = connection {
+                        *reached.entry(done.leased.source.clone()).or_insert(false) |= connected;
+                    }
                     done
                 })
                 .collect();
@@ -260,8 +283,11 @@ impl Workers {
             self.record(worker, &done, Instant::now() + self.lease_margin)
                 .await?;
         }
-        for (source, reached) in reached {
-            self.note_reach(&source, reached);
+        for source in sources {
+            match reached.get(&source) {
+                Some(&reached) => self.note_reach(&source, reached),
+                None => self.unprobe(&source),
+            }
         }
         Ok(count)
     }
@@ -270,7 +296,29 @@ impl Workers {
         let unreachable = self.unreachable.lock().expect("never poisoned");
         unreachable
             .get(source)
-            .is_some_and(|r| r.until > Instant::now())
+            .is_some_and(|r| r.probing() || r.until > Instant::now())
+    }
+
+    fn probing<'a>(&self, sources: impl Iterator<Item = &'a str>) {
+        let mut unreachable = self.unreachable.lock().expect("never poisoned");
+        for source in sources {
+            if let Some(r) = unreachable.get_mut(source) {
+                r.probing.get_or_insert_with(Instant::now);
+            }
+        }
+    }
+
+    /// A probe batch none of whose attempts tried a connection: the next
+    /// batch probes instead.
+    fn unprobe(&self, source: &str) {
+        if let Some(r) = self
+            .unreachable
+            .lock()
+            .expect("never poisoned")
+            .get_mut(source)
+        {
+            r.probing = None;
+        }
     }
 
     /// After a batch: a source none of whose attempts got a connection rests,
@@ -283,21 +331,29 @@ impl Workers {
             }
             return;
         }
+        let now = Instant::now();
         let rest = match unreachable.get(source) {
-            Some(r) => (r.rest * 2).min(self.unreachable_max),
+            // A batch leased before the rest began (batches in flight
+            // together): the rest stands.
+            Some(r) if !r.probing() => return,
+            // A probe long after its rest: an outage of its own.
+            Some(r) if now > r.until + r.rest * 2 => UNREACHABLE_FIRST,
+            Some(r) => r.rest * 2,
             None => {
                 tracing::warn!(
                     source,
                     "destination takes no connection; its events wait, tried again after a rest"
                 );
-                UNREACHABLE_FIRST.min(self.unreachable_max)
+                UNREACHABLE_FIRST
             }
-        };
+        }
+        .min(self.unreachable_max);
         unreachable.insert(
             source.to_owned(),
             Resting {
-                until: Instant::now() + rest,
+                until: now + rest,
                 rest,
+                probing: None,
             },
         );
     }
@@ -333,8 +389,9 @@ impl Workers {
         Ok(())
     }
 
-    /// One forward and where it leads, and whether no connection was made.
-    async fn attempt(self, leased: Leased) -> (Done, bool) {
+    /// One forward and where it leads, and whether it got a connection
+    /// (None: it tried none).
+    async fn attempt(self, leased: Leased) -> (Done, Option<bool>) {
         // Only this process's sources are leased (`runnable`).
         let Some(source) = self.config.sources.iter().find(|s| s.slug == leased.source) else {
             let error = format!("source {:?} is not configured here", leased.source);
@@ -347,7 +404,7 @@ impl Workers {
                 },
                 response: None,
             };
-            return (done, false);
+            return (done, None);
         };
         if leased.body.is_none() {
             // Retrying cannot bring a pruned payload back.
@@ -361,7 +418,7 @@ impl Workers {
                 record,
                 response: None,
             };
-            return (done, false);
+            return (done, None);
         }
         // A sync-mode source's later duplicates get the destination's whole answer.
         let keep = match source.mode {
@@ -378,7 +435,7 @@ impl Workers {
                 })
             })
             .flatten();
-        let unreachable = answer.unreachable;
+        let connected = !answer.unreachable;
         let (next, record) = decide(&self.policy, source.max_attempts, leased.attempt, answer);
         let done = Done {
             leased,
@@ -386,7 +443,7 @@ impl Workers {
             next,
             response,
         };
-        (done, unreachable)
+        (done, Some(connected))
     }
 }
 
