@@ -15,16 +15,21 @@ pub fn bucket(address: IpAddr) -> IpAddr {
 /// since every proxy appends the address it heard from and only the
 /// trusted ones can be believed; else `peer` itself. An entry that is not
 /// an address ends the walk at the last trusted hop.
-pub fn client(peer: IpAddr, forwarded_for: &[&str], trusted: impl Fn(IpAddr) -> bool) -> IpAddr {
+pub fn client<S: AsRef<str>>(
+    peer: IpAddr,
+    forwarded_for: impl IntoIterator<Item = S>,
+    trusted: impl Fn(IpAddr) -> bool,
+) -> IpAddr {
     let mut client = peer.to_canonical();
     if !trusted(client) {
         return client;
     }
-    let hops = forwarded_for
+    let values: Vec<S> = forwarded_for.into_iter().collect();
+    let hops: Vec<&str> = values
         .iter()
-        .flat_map(|value| value.split(','))
+        .flat_map(|value| value.as_ref().split(','))
         .map(str::trim)
-        .collect::<Vec<_>>();
+        .collect();
     for hop in hops.iter().rev() {
         let Some(address) = parse_hop(hop) else {
             break;
@@ -68,42 +73,45 @@ mod tests {
         let trusted = |a: IpAddr| a.is_loopback() || a.to_string().starts_with("10.");
         // Straight from a stranger: its own header is ignored.
         assert_eq!(
-            client(ip("192.0.2.9"), &["203.0.113.1"], trusted),
+            client(ip("192.0.2.9"), ["203.0.113.1"], trusted),
             ip("192.0.2.9")
         );
         // Through our proxy: the address it heard from.
         assert_eq!(
-            client(ip("127.0.0.1"), &["203.0.113.1"], trusted),
+            client(ip("127.0.0.1"), ["203.0.113.1"], trusted),
             ip("203.0.113.1")
         );
         // A client's forged entries to the left of the real one are skipped.
         assert_eq!(
             client(
                 ip("127.0.0.1"),
-                &["198.51.100.1, 203.0.113.1", "10.0.0.2"],
+                ["198.51.100.1, 203.0.113.1", "10.0.0.2"],
                 trusted
             ),
             ip("203.0.113.1")
         );
         // Ports and brackets as some proxies write them.
         assert_eq!(
-            client(ip("127.0.0.1"), &["[2001:db8::5]:443"], trusted),
+            client(ip("127.0.0.1"), ["[2001:db8::5]:443"], trusted),
             ip("2001:db8::5")
         );
         assert_eq!(
-            client(ip("127.0.0.1"), &["203.0.113.4:5555"], trusted),
+            client(ip("127.0.0.1"), ["203.0.113.4:5555"], trusted),
             ip("203.0.113.4")
         );
         // Garbage ends the walk at the last trusted hop.
         assert_eq!(
-            client(ip("127.0.0.1"), &["203.0.113.1, nonsense"], trusted),
+            client(ip("127.0.0.1"), ["203.0.113.1, nonsense"], trusted),
             ip("127.0.0.1")
         );
         // No header: the proxy itself.
-        assert_eq!(client(ip("127.0.0.1"), &[], trusted), ip("127.0.0.1"));
+        assert_eq!(
+            client(ip("127.0.0.1"), Vec::<&str>::new(), trusted),
+            ip("127.0.0.1")
+        );
         // Only trusted hops: the left-most of them.
         assert_eq!(
-            client(ip("127.0.0.1"), &["10.0.0.3, 10.0.0.2"], trusted),
+            client(ip("127.0.0.1"), ["10.0.0.3, 10.0.0.2"], trusted),
             ip("10.0.0.3")
         );
     }

@@ -2,9 +2,8 @@
 //! trickles its body gets 408, one that sends too much 413, and neither holds
 //! a task or memory for longer than `body_timeout`.
 
-use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Instant;
 
 use axum::body::{Body, Bytes};
@@ -15,6 +14,7 @@ use axum::response::{IntoResponse, Response};
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use super::shares::{AddressShares, Share};
 use super::AppState;
 
 /// The memory request bodies being read may take, counted in KiB, with a
@@ -23,8 +23,7 @@ use super::AppState;
 #[derive(Clone)]
 pub struct BodyBudget {
     all: Arc<Semaphore>,
-    share_kib: u32,
-    held: Arc<Mutex<HashMap<IpAddr, u32>>>,
+    per_address: AddressShares,
 }
 
 /// One address may hold this fraction of the budget (at least one body of
@@ -36,8 +35,9 @@ impl BodyBudget {
         let total = kib(bytes);
         Self {
             all: Arc::new(Semaphore::new(total as usize)),
-            share_kib: (total / ADDRESS_SHARE).max(kib(max_body_bytes)),
-            held: Default::default(),
+            per_address: AddressShares::new(
+                (total / ADDRESS_SHARE).max(kib(max_body_bytes)) as usize
+            ),
         }
     }
 
@@ -45,49 +45,19 @@ impl BodyBudget {
     /// when that client's share or the whole budget is taken.
     pub fn reserve(&self, bytes: usize, client: IpAddr) -> Option<Reserved> {
         let wanted = kib(bytes);
-        let client = crate::config::address::bucket(client);
-        {
-            let mut held = self.held.lock().expect("never poisoned");
-            let mine = held.entry(client).or_insert(0);
-            if *mine + wanted > self.share_kib {
-                if *mine == 0 {
-                    held.remove(&client);
-                }
-                return None;
-            }
-            *mine += wanted;
-        }
-        // From here the share is given back when `reserved` drops, also
-        // when the whole budget turns out to be taken.
-        let mut reserved = Reserved {
-            _permit: None,
-            client,
-            kib: wanted,
-            held: self.held.clone(),
-        };
-        reserved._permit = Some(self.all.clone().try_acquire_many_owned(wanted).ok()?);
-        Some(reserved)
+        let share = self.per_address.take(client, wanted as usize)?;
+        let permit = self.all.clone().try_acquire_many_owned(wanted).ok()?;
+        Some(Reserved {
+            _share: share,
+            _permit: permit,
+        })
     }
 }
 
 /// A body's room in the budget; given back when dropped.
 pub struct Reserved {
-    _permit: Option<OwnedSemaphorePermit>,
-    client: IpAddr,
-    kib: u32,
-    held: Arc<Mutex<HashMap<IpAddr, u32>>>,
-}
-
-impl Drop for Reserved {
-    fn drop(&mut self) {
-        let mut held = self.held.lock().expect("never poisoned");
-        if let Some(mine) = held.get_mut(&self.client) {
-            *mine = mine.saturating_sub(self.kib);
-            if *mine == 0 {
-                held.remove(&self.client);
-            }
-        }
-    }
+    _share: Share,
+    _permit: OwnedSemaphorePermit,
 }
 
 fn kib(bytes: usize) -> u32 {

@@ -4,7 +4,6 @@
 //! the limits of `HttpLimits`, under a cap on open connections in all and per
 //! address.
 
-use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::pin::pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -25,6 +24,7 @@ use tower::Service;
 
 use app::auth::ssr::ClientAddr;
 
+use super::shares::AddressShares;
 use crate::config::{address, Config};
 
 /// A connection told to close (idle, or shutting down) gets this long to
@@ -47,7 +47,7 @@ pub async fn serve(
     let limits = &config.http;
     let builder = Arc::new(builder(&config));
     let open = Arc::new(Semaphore::new(limits.max_connections));
-    let per_address = PerAddress::new(limits.max_connections_per_address);
+    let per_address = AddressShares::new(limits.max_connections_per_address);
     let mut at_cap_logged: Option<Instant> = None;
     loop {
         let permit = tokio::select! {
@@ -77,7 +77,7 @@ pub async fn serve(
         let slot = if config.is_trusted_proxy(peer.ip()) {
             None
         } else {
-            match per_address.admit(peer.ip()) {
+            match per_address.take(peer.ip(), 1) {
                 Some(slot) => Some(slot),
                 None => {
                     metrics::counter!("replaysafe_connections_refused_total", "reason" => "per_address")
@@ -165,15 +165,14 @@ pub async fn serve(
 /// The client a request comes from: its peer, or what a trusted proxy says.
 fn client_of(config: &Config, peer: SocketAddr, request: &Request<Incoming>) -> IpAddr {
     // Lossy: a client's own bytes in the header must not hide the proxy's
-    // entry after them (nginx writes both on one line).
-    let forwarded: Vec<String> = request
+    // entry after them (nginx writes both on one line). Read only behind a
+    // trusted proxy.
+    let forwarded = request
         .headers()
         .get_all("x-forwarded-for")
         .iter()
-        .map(|value| String::from_utf8_lossy(value.as_bytes()).into_owned())
-        .collect();
-    let forwarded: Vec<&str> = forwarded.iter().map(String::as_str).collect();
-    address::client(peer.ip(), &forwarded, |hop| config.is_trusted_proxy(hop))
+        .map(|value| String::from_utf8_lossy(value.as_bytes()));
+    address::client(peer.ip(), forwarded, |hop| config.is_trusted_proxy(hop))
 }
 
 fn builder(config: &Config) -> auto::Builder<TokioExecutor> {
@@ -277,54 +276,6 @@ impl Drop for OpenGauge {
     }
 }
 
-/// Open connections per client address; an IPv6 client is counted by its
-/// /64, which one subscriber usually holds whole.
-#[derive(Clone)]
-struct PerAddress {
-    max: usize,
-    open: Arc<Mutex<HashMap<IpAddr, usize>>>,
-}
-
-impl PerAddress {
-    fn new(max: usize) -> Self {
-        Self {
-            max,
-            open: Default::default(),
-        }
-    }
-
-    fn admit(&self, peer: IpAddr) -> Option<AddressSlot> {
-        let address = address::bucket(peer);
-        let mut open = self.open.lock().expect("never poisoned");
-        let count = open.entry(address).or_insert(0);
-        if *count >= self.max {
-            return None;
-        }
-        *count += 1;
-        Some(AddressSlot {
-            address,
-            open: self.open.clone(),
-        })
-    }
-}
-
-struct AddressSlot {
-    address: IpAddr,
-    open: Arc<Mutex<HashMap<IpAddr, usize>>>,
-}
-
-impl Drop for AddressSlot {
-    fn drop(&mut self) {
-        let mut open = self.open.lock().expect("never poisoned");
-        if let Some(count) = open.get_mut(&self.address) {
-            *count -= 1;
-            if *count == 0 {
-                open.remove(&self.address);
-            }
-        }
-    }
-}
-
 /// Raises the soft open-file limit to the hard one: every connection is a
 /// file, and the default soft limit (often 1024) would cap them far below
 /// `max_connections`. Returns (soft before, now).
@@ -346,21 +297,4 @@ pub fn raise_open_file_limit() -> std::io::Result<(u64, u64)> {
         }
     }
     Ok((before, limit.rlim_cur))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn an_address_gets_its_slots_back_as_connections_close() {
-        let per = PerAddress::new(2);
-        let peer: IpAddr = "192.0.2.1".parse().unwrap();
-        let first = per.admit(peer).unwrap();
-        let _second = per.admit(peer).unwrap();
-        assert!(per.admit(peer).is_none());
-        assert!(per.admit("192.0.2.2".parse().unwrap()).is_some());
-        drop(first);
-        assert!(per.admit(peer).is_some());
-    }
 }

@@ -10,6 +10,7 @@ pub mod hooks;
 pub mod listener;
 pub mod metrics;
 pub mod operations;
+pub mod shares;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
