@@ -66,17 +66,20 @@ pub async fn duplicate(
 ) -> Result<Duplicate, sqlx::Error> {
     let row = sqlx::query!(
         r#"WITH found AS (
-                 SELECT id, state, $3::text IS NOT NULL AND forwarder = 'request'
+                 SELECT id, state, attempt_count, $3::text IS NOT NULL AND forwarder = 'request'
                         AND (state IN ('queued', 'retrying')
                              OR (state = 'processing' AND lease_expires_at < now())) AS take
                  FROM events WHERE source = $1 AND idem_key = $2
                  FOR UPDATE
              ),
+             -- Its open attempt, if it began, is its last (see events::lease).
              abandoned AS (
-                 UPDATE attempts SET finished_at = now(),
-                     error = 'the request holding it went away; taken over'
-                 WHERE finished_at IS NULL
-                   AND event_id = (SELECT id FROM found WHERE take AND state = 'processing')
+                 UPDATE attempts a SET finished_at = coalesce(a.finished_at, now()),
+                     error = CASE WHEN a.finished_at IS NULL
+                                  THEN 'the request holding it went away; taken over'
+                                  ELSE a.error END
+                 WHERE (a.event_id, a.number) =
+                       (SELECT id, attempt_count FROM found WHERE take AND state = 'processing')
              )
              UPDATE events e SET receive_count = e.receive_count + 1, last_seen_at = now(),
                  state = CASE WHEN f.take THEN 'processing' ELSE e.state END,

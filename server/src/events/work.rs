@@ -158,7 +158,7 @@ pub async fn lease(
               ORDER BY state_changed_at LIMIT $2)
          ),
          locked AS (
-             SELECT id FROM events
+             SELECT id, state = 'processing' AS taken_over FROM events
              WHERE id IN (SELECT id FROM candidates)
                AND ((state IN ('queued', 'retrying') AND next_attempt_at <= now()
                      AND forwarder = 'workers')
@@ -176,14 +176,22 @@ pub async fn lease(
                  attempt_count = e.attempt_count + 1
              FROM locked, runnable r
              WHERE e.id = locked.id AND r.slug = e.source
-             RETURNING e.id, e.source, e.idem_key, e.attempt_count, e.first_delivery_id,
+             RETURNING e.id, locked.taken_over, e.source, e.idem_key, e.attempt_count,
+                       e.first_delivery_id,
                        CASE WHEN e.forced_at IS NOT NULL AND e.completed_at IS NULL
                             THEN e.forced_by END AS forced_by,
                        e.forced_at IS NOT NULL AND e.completed_at IS NULL AS forced
          ),
+         -- A taken-over event's open attempt is its last one, found by number:
+         -- a condition on finished_at would draw the planner to attempts_open,
+         -- whose dead entries (every finished attempt until vacuum) made this
+         -- the lease's dearest step.
          abandoned AS (
-             UPDATE attempts SET finished_at = now(), error = 'worker lost its lease; taken over'
-             WHERE finished_at IS NULL AND event_id IN (SELECT id FROM leased)
+             UPDATE attempts a SET finished_at = coalesce(a.finished_at, now()),
+                 error = CASE WHEN a.finished_at IS NULL THEN 'worker lost its lease; taken over'
+                              ELSE a.error END
+             WHERE (a.event_id, a.number) IN
+                   (SELECT id, attempt_count - 1 FROM leased WHERE taken_over)
          ),
          attempt AS (
              INSERT INTO attempts (event_id, number, worker, forced_by)
