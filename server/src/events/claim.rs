@@ -152,6 +152,12 @@ pub struct BatchClaim<'a> {
     pub key_sources: Vec<&'a str>,
     pub key_ids: Vec<&'a str>,
     pub key_copies: Vec<i32>,
+    /// Per key: the lease, in seconds, under which a new event goes straight
+    /// to this process's workers (`processing`, its first attempt begun);
+    /// None: it waits `queued` for a lease.
+    pub key_leases: Vec<Option<f64>>,
+    /// Who holds those leases.
+    pub lease_owner: &'a str,
     pub sources: Vec<&'a str>,
     /// The key each delivery is claimed under.
     pub idem_keys: Vec<&'a str>,
@@ -173,16 +179,21 @@ pub struct BatchClaim<'a> {
 }
 
 /// One answered delivery: its 1-based place in the batch, delivery id,
-/// event id, and `claimed` or the state of the event holding its key.
+/// event id, and `claimed` or the state of the event holding its key; for a
+/// claim handed to the workers, its attempt and the key it was claimed under.
 pub struct BatchRow {
     pub ord: i64,
     pub delivery_id: i64,
     pub event_id: i64,
     pub outcome: String,
+    pub attempt_id: Option<i64>,
+    pub claim_key: String,
 }
 
-/// Claims a batch in one statement: each key is claimed (a new `queued`
-/// event counting its copies) or its event is locked and counted
+/// Claims a batch in one statement: each key is claimed (a new event
+/// counting its copies: `queued`, or leased to this process's workers with
+/// its first attempt begun, which spares them a lease statement and a row
+/// update per event) or its event is locked and counted
 /// (`ON CONFLICT DO UPDATE` waits for a concurrent claim of the same key and
 /// then counts on it), and every delivery is recorded. A new event's receive
 /// count equals the batch's copies; a stored one already counted at least
@@ -196,13 +207,35 @@ pub async fn claim_batch(
     // `as _`: the arrays are bound borrowed (the macro checks owned types).
     sqlx::query_as!(
 BatchRow,
-r#"WITH held AS (
-             INSERT INTO events AS e (source, idem_key, state, first_delivery_id, receive_count)
-             SELECT source, idem_key, 'queued', nextval('deliveries_id_seq'), copies
-             FROM unnest($1::text[], $2::text[], $3::int[]) AS k(source, idem_key, copies)
+r#"WITH keys AS (
+             -- A source paused since the workers last read it is not handed over.
+             SELECT k.source, k.idem_key, k.copies,
+                    CASE WHEN NOT coalesce(s.paused_override, s.config_paused, false)
+                         THEN k.lease_secs END AS lease_secs
+             FROM unnest($1::text[], $2::text[], $3::int[], $17::float8[])
+                 AS k(source, idem_key, copies, lease_secs)
+             LEFT JOIN sources s ON s.slug = k.source
+         ),
+         held AS (
+             INSERT INTO events AS e (source, idem_key, state, first_delivery_id, receive_count,
+                                      lease_owner, lease_expires_at, attempt_count)
+             SELECT source, idem_key,
+                    CASE WHEN lease_secs IS NULL THEN 'queued' ELSE 'processing' END,
+                    nextval('deliveries_id_seq'), copies,
+                    CASE WHEN lease_secs IS NOT NULL THEN $18::text END,
+                    now() + make_interval(secs => lease_secs),
+                    CASE WHEN lease_secs IS NULL THEN 0 ELSE 1 END
+             FROM keys
              ON CONFLICT (source, idem_key) DO UPDATE
                  SET receive_count = e.receive_count + EXCLUDED.receive_count, last_seen_at = now()
              RETURNING e.id, e.source, e.idem_key, e.state, e.first_delivery_id, e.receive_count
+         ),
+         -- A new event counts only its own copies (see above).
+         attempt AS (
+             INSERT INTO attempts (event_id, number, worker)
+             SELECT h.id, 1, $18 FROM held h JOIN keys k USING (source, idem_key)
+             WHERE h.receive_count = k.copies AND k.lease_secs IS NOT NULL
+             RETURNING id, event_id
          ),
          placed AS (
              SELECT i.*, h.id AS event_id,
@@ -227,9 +260,10 @@ r#"WITH held AS (
                     verification, query, content_type, headers, body, body_size, remote_addr
              FROM placed
          )
-         SELECT ord AS "ord!", delivery_id AS "delivery_id!", event_id AS "event_id!",
-                outcome AS "outcome!"
-         FROM placed"#,
+         SELECT p.ord AS "ord!", p.delivery_id AS "delivery_id!", p.event_id AS "event_id!",
+                p.outcome AS "outcome!", a.id AS "attempt_id?", p.idem_key AS "claim_key!"
+         FROM placed p
+         LEFT JOIN attempt a ON a.event_id = p.event_id AND p.outcome = 'claimed'"#,
 &batch.key_sources as _,
 &batch.key_ids as _,
 &batch.key_copies as _,
@@ -245,7 +279,9 @@ r#"WITH held AS (
 &batch.sizes as _,
 &batch.remote_addrs as _,
 &batch.ack_micros as _,
-&batch.posted_keys as _
+&batch.posted_keys as _,
+&batch.key_leases as _,
+batch.lease_owner
 )
     .fetch_all(conn)
     .await

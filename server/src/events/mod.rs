@@ -46,8 +46,8 @@ pub use claim::{
 };
 pub use operator::{force, prune, Forced};
 pub use work::{
-    complete_inline, finish, finish_each, lease, release_paused, start_inline, AttemptRecord, Done,
-    Inline, Leased, Next, Runnable, REQUEST_GRACE,
+    complete_inline, finish, finish_each, lease, release_paused, release_unbegun, start_inline,
+    AttemptRecord, Done, Inline, Leased, Next, Runnable, REQUEST_GRACE,
 };
 
 /// A sync-mode destination's answer, stored with its event and returned

@@ -297,26 +297,63 @@ pub async fn release_paused(
     Ok(released.is_some())
 }
 
+/// Events leased to this process's workers at their claim whose attempt
+/// never began (their source was paused or rests, they waited too long for
+/// a worker, the process is stopping) go back to `queued` for any worker's
+/// lease, and the attempt that did not happen is removed. Only while `owner`
+/// still holds them. Returns how many went back.
+pub async fn release_unbegun(
+    pool: &PgPool,
+    owner: &str,
+    unbegun: &[Leased],
+) -> Result<u64, sqlx::Error> {
+    if unbegun.is_empty() {
+        return Ok(0);
+    }
+    let released = sqlx::query_scalar!(
+        r#"WITH released AS (
+             UPDATE events e SET state = 'queued', state_changed_at = now(),
+                 next_attempt_at = now(), lease_owner = NULL, lease_expires_at = NULL,
+                 attempt_count = e.attempt_count - 1
+             FROM unnest($2::bigint[], $3::bigint[]) AS r(event_id, attempt_id)
+             WHERE e.id = r.event_id AND e.state = 'processing' AND e.lease_owner = $1
+             RETURNING r.attempt_id
+         ),
+         removed AS (
+             DELETE FROM attempts a USING released r
+             WHERE a.id = r.attempt_id AND a.finished_at IS NULL
+         )
+         SELECT count(*) AS "released!" FROM released"#,
+        owner,
+        &unbegun.iter().map(|l| l.event_id).collect::<Vec<_>>(),
+        &unbegun.iter().map(|l| l.attempt_id).collect::<Vec<_>>()
+    )
+    .fetch_one(pool)
+    .await?;
+    Ok(released as u64)
+}
+
 /// Records the attempt and moves the event on, if `holder` still holds its
 /// lease (one that lost it must not overwrite its successor). Returns
 /// whether the event moved.
 pub async fn finish(pool: &PgPool, holder: &str, done: &Done) -> Result<bool, sqlx::Error> {
-    Ok(finish_each(pool, holder, std::slice::from_ref(done)).await? == 1)
+    Ok(finish_each(pool, &[(holder, done)]).await?.len() == 1)
 }
 
-/// `finish` for several attempts in one statement: each attempt is
-/// recorded, and each event moves on if `holder` still holds its lease.
-/// Returns how many events moved.
-pub async fn finish_each(pool: &PgPool, holder: &str, done: &[Done]) -> Result<u64, sqlx::Error> {
+/// `finish` for several attempts in one statement, each with its holder:
+/// each attempt is recorded, and each event moves on if its holder still
+/// holds its lease. Returns the ids of the events that moved.
+pub async fn finish_each(pool: &PgPool, done: &[(&str, &Done)]) -> Result<Vec<i64>, sqlx::Error> {
     if done.is_empty() {
-        return Ok(0);
+        return Ok(Vec::new());
     }
     // In key order, as claim batches lock events: the two never deadlock.
-    let mut sorted: Vec<&Done> = done.iter().collect();
-    sorted.sort_by(|a, b| {
+    let mut sorted: Vec<(&str, &Done)> = done.to_vec();
+    sorted.sort_by(|(_, a), (_, b)| {
         (&a.leased.source, &a.leased.idem_key).cmp(&(&b.leased.source, &b.leased.idem_key))
     });
-    let done = sorted;
+    let holders: Vec<&str> = sorted.iter().map(|(holder, _)| *holder).collect();
+    let done: Vec<&Done> = sorted.into_iter().map(|(_, d)| d).collect();
     let mut states = Vec::with_capacity(done.len());
     let mut delays = Vec::with_capacity(done.len());
     let mut reasons = Vec::with_capacity(done.len());
@@ -329,13 +366,13 @@ pub async fn finish_each(pool: &PgPool, holder: &str, done: &[Done]) -> Result<u
     fn kept<'a>(d: &&'a Done) -> Option<&'a StoredResponse> {
         d.response.as_ref().filter(|_| d.next == Next::Completed)
     }
-    let moved = sqlx::query!(
+    let moved = sqlx::query_scalar!(
 "WITH input AS (
-             SELECT * FROM unnest($2::bigint[], $3::bigint[], $4::int[], $5::int[], $6::text[],
-                                  $7::text[], $8::float8[], $9::text[], $10::text[],
+             SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::int[], $5::int[],
+                                  $6::text[], $7::text[], $8::float8[], $9::text[], $10::text[],
                                   $11::int[], $12::text[], $13::bytea[])
-                 AS t(event_id, attempt_id, status, latency_ms, excerpt, error, delay, state,
-                      reason, response_status, response_content_type, response_body)
+                 AS t(holder, event_id, attempt_id, status, latency_ms, excerpt, error, delay,
+                      state, reason, response_status, response_content_type, response_body)
          ),
          recorded AS (
              UPDATE attempts a SET finished_at = now(), status = i.status, latency_ms = i.latency_ms,
@@ -357,8 +394,9 @@ pub async fn finish_each(pool: &PgPool, holder: &str, done: &[Done]) -> Result<u
                                           ELSE i.response_content_type END,
              response_body = coalesce(i.response_body, e.response_body)
          FROM input i
-         WHERE e.id = i.event_id AND e.state = 'processing' AND e.lease_owner = $1",
-holder,
+         WHERE e.id = i.event_id AND e.state = 'processing' AND e.lease_owner = i.holder
+         RETURNING e.id",
+&holders as _,
 done.iter().map(|d| d.leased.event_id).collect::<Vec<_>>() as _,
 done.iter().map(|d| d.leased.attempt_id).collect::<Vec<_>>() as _,
 done.iter().map(|d| d.record.status.map(i32::from)).collect::<Vec<_>>() as _,
@@ -372,9 +410,8 @@ done.iter().map(|d| kept(d).map(|r| i32::from(r.status))).collect::<Vec<_>>() as
 done.iter().map(|d| kept(d).and_then(|r| r.content_type.as_deref())).collect::<Vec<_>>() as _,
 done.iter().map(|d| kept(d).map(|r| r.body.as_slice())).collect::<Vec<_>>() as _,
 )
-    .execute(pool)
-    .await?
-    .rows_affected();
+    .fetch_all(pool)
+    .await?;
     Ok(moved)
 }
 

@@ -3,7 +3,10 @@
 //! retry, complete or dead-letter them, and sync mode's inline forwarding.
 
 pub mod forward;
+pub mod handoff;
 pub mod intake;
+pub mod recorder;
+pub mod rests;
 pub mod retry;
 pub mod sync;
 pub mod wake;
@@ -17,6 +20,8 @@ use sqlx::PgPool;
 use crate::config::Config;
 use crate::receiver::batch::ClaimBatcher;
 use crate::receiver::rejections::Rejections;
+use handoff::Inbox;
+use rests::Rests;
 use retry::RetryPolicy;
 use wake::Wake;
 
@@ -40,6 +45,12 @@ pub struct Services {
     pub claims: ClaimBatcher,
     /// How much of strangers' rejected requests is recorded, and the counts of the rest.
     pub rejections: Arc<Rejections>,
+    /// New events handed from their claim to this process's workers.
+    pub inbox: Arc<Inbox>,
+    /// Sources whose destination takes no connection, resting.
+    pub rests: Arc<Rests>,
+    /// Records the workers' finished attempts, all together.
+    pub recorder: recorder::Recorder,
 }
 
 impl Services {
@@ -54,8 +65,13 @@ impl Services {
         wake: Arc<Wake>,
         policy: RetryPolicy,
     ) -> Self {
+        let rests = Arc::new(Rests::default());
+        let inbox = Arc::new(Inbox::new(config.clone(), wake.clone(), rests.clone()));
         Self {
-            claims: ClaimBatcher::start(pool.clone(), CLAIM_COMMITTERS),
+            claims: ClaimBatcher::with_handoff(pool.clone(), CLAIM_COMMITTERS, inbox.clone()),
+            inbox,
+            rests,
+            recorder: recorder::Recorder::start(pool.clone()),
             rejections: Arc::new(Rejections::new(config.rejections)),
             pool,
             config,

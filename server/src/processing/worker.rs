@@ -14,6 +14,9 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use super::handoff::Inbox;
+use super::recorder::Recorder;
+use super::rests::{Rests, UNREACHABLE_MAX};
 use super::retry::{classify, RetryPolicy, Verdict};
 use super::wake::Wake;
 use super::{forward, Services};
@@ -31,39 +34,10 @@ pub const LEASE_BATCH: i64 = 32;
 /// How often the pool reads which sources are paused.
 const PAUSES_READ_EVERY: Duration = Duration::from_secs(1);
 
-/// A source whose destination took no connection in a whole batch is left
-/// out of this pool's leases for this long, doubling after each probe that
-/// finds it still down, up to `Workers::unreachable_max`; when a rest ends,
-/// one batch (only one, until it reports) probes it. Its events wait,
-/// counting no attempt, instead of being leased, tried and recorded again
-/// and again (which took the database from the receiver).
-const UNREACHABLE_FIRST: Duration = Duration::from_millis(250);
-pub const UNREACHABLE_MAX: Duration = Duration::from_secs(30);
-
 /// How long finished attempts wait for their batchmates before they are
 /// recorded together: one statement per attempt cost forwarding most of its
 /// throughput (bench/README, "Why the tuning constants are what they are").
 const RECORD_WINDOW: Duration = Duration::from_millis(20);
-
-/// A source left out of leases while its destination is down.
-#[derive(Clone, Copy, Debug)]
-struct Resting {
-    until: Instant,
-    rest: Duration,
-    /// Since when a batch leased after the rest ended is out trying it. A
-    /// probe that never reports (its batch failed to record) stops counting
-    /// after `PROBE_STALE`.
-    probing: Option<Instant>,
-}
-
-const PROBE_STALE: Duration = Duration::from_secs(120);
-
-impl Resting {
-    fn probing(&self) -> bool {
-        self.probing
-            .is_some_and(|since| since.elapsed() < PROBE_STALE)
-    }
-}
 
 #[derive(Clone)]
 pub struct Workers {
@@ -80,7 +54,11 @@ pub struct Workers {
     /// How often idle workers lease without being woken (`POLL_INTERVAL`).
     pub poll: Duration,
     /// Sources whose destination is down, and until when they rest.
-    unreachable: Arc<std::sync::Mutex<std::collections::HashMap<String, Resting>>>,
+    rests: Arc<Rests>,
+    /// New events this process claimed, leased to the workers at their claim.
+    inbox: Arc<Inbox>,
+    /// Records every worker's finished attempts together.
+    recorder: Recorder,
     /// The longest rest of an unreachable destination (`UNREACHABLE_MAX`).
     pub unreachable_max: Duration,
     /// How long a lease outlives its source's attempt timeout.
@@ -100,7 +78,9 @@ impl Workers {
             wake: services.wake.clone(),
             leasing: Default::default(),
             poll: POLL_INTERVAL,
-            unreachable: Default::default(),
+            rests: services.rests.clone(),
+            inbox: services.inbox.clone(),
+            recorder: services.recorder.clone(),
             unreachable_max: UNREACHABLE_MAX,
             lease_margin: LEASE_MARGIN,
             request_grace: events::REQUEST_GRACE,
@@ -108,12 +88,14 @@ impl Workers {
     }
 
     /// Starts `count` workers; they stop, finishing any attempt in flight, when
-    /// `shutdown` is cancelled.
+    /// `shutdown` is cancelled. With any, this process's new events are
+    /// handed to them at their claim.
     pub fn spawn(&self, count: usize, shutdown: CancellationToken) -> JoinSet<()> {
         let process = format!("{}:{}", hostname(), std::process::id());
         let mut set = JoinSet::new();
         if count > 0 {
             set.spawn(self.clone().follow_pauses(shutdown.clone()));
+            set.spawn(self.clone().close_inbox_at(shutdown.clone()));
         }
         for n in 0..count {
             let worker = self.clone();
@@ -135,8 +117,27 @@ impl Workers {
 
     async fn run(self, id: String, shutdown: CancellationToken) {
         let mut lease = true;
+        // Polls keep their pace whatever else wakes the worker: retries
+        // come due, and other processes queue work, unannounced.
+        let mut next_poll = Instant::now();
         while !shutdown.is_cancelled() {
+            // Events handed over at their claim first: they are leased already.
+            let (handed, unbegun) = self.inbox.take(LEASE_BATCH as usize);
+            let released = self.release_unbegun(unbegun).await;
+            if !handed.is_empty() {
+                let holder = self.inbox.owner_name().to_owned();
+                if let Err(e) = self.forward_batch(&holder, handed).await {
+                    tracing::warn!(worker = %id, error = %e, "worker: database error; retrying");
+                }
+                // Under a steady stream of claims a lease still runs when
+                // due: the inbox must not starve retries and queued work.
+                if !(lease || Instant::now() >= next_poll || self.wake.take()) {
+                    continue;
+                }
+                lease = true;
+            }
             if lease {
+                next_poll = Instant::now() + self.poll;
                 match self.run_batch(&id, Some(&shutdown)).await {
                     // Some were due: more may be (another process's lease
                     // may have skipped rows this one locked).
@@ -152,8 +153,50 @@ impl Workers {
             lease = tokio::select! {
                 _ = shutdown.cancelled() => break,
                 _ = self.wake.notified() => self.wake.take(),
-                _ = tokio::time::sleep(self.poll) => true,
+                _ = self.inbox.arrived(), if released => false,
+                _ = tokio::time::sleep_until(next_poll) => true,
             };
+        }
+    }
+
+    /// Handed-over events no attempt will begin for go back to `queued`,
+    /// for a lease once their source can take them. Those that failed to go
+    /// back wait in the inbox for the next try; returns false then.
+    async fn release_unbegun(&self, unbegun: Vec<Leased>) -> bool {
+        if unbegun.is_empty() {
+            return true;
+        }
+        match events::release_unbegun(&self.pool, self.inbox.owner_name(), &unbegun).await {
+            Ok(_) => {
+                self.wake.work();
+                true
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, events = unbegun.len(), "could not release events not begun; will retry");
+                self.inbox.put_back(unbegun);
+                false
+            }
+        }
+    }
+
+    /// At shutdown: no more claims are handed over, and those waiting go
+    /// back to `queued` once the claims on their way arrived.
+    async fn close_inbox_at(self, shutdown: CancellationToken) {
+        shutdown.cancelled().await;
+        self.inbox.close();
+        // Claims on their way end within the batcher's wait for an outcome.
+        let settled_by =
+            Instant::now() + crate::receiver::batch::OUTCOME_WAIT + Duration::from_secs(1);
+        while self.inbox.reserved() > 0 && Instant::now() < settled_by {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // A database that is down now gets a few tries; what is left is
+        // taken over when its lease expires.
+        for pause in [0, 100, 500, 1000, 2000] {
+            tokio::time::sleep(Duration::from_millis(pause)).await;
+            if self.release_unbegun(self.inbox.drain()).await {
+                return;
+            }
         }
     }
 
@@ -162,7 +205,13 @@ impl Workers {
     async fn follow_pauses(self, shutdown: CancellationToken) {
         loop {
             match crate::db::sources::paused(&self.pool).await {
-                Ok(paused) => self.wake.set_paused_sources(paused),
+                Ok(paused) => {
+                    self.wake.set_paused_sources(paused);
+                    // Claims are handed over once the pauses are known.
+                    if !shutdown.is_cancelled() {
+                        self.inbox.open(self.lease_margin);
+                    }
+                }
                 Err(e) => tracing::warn!(error = %e, "reading paused sources failed; will retry"),
             }
             tokio::select! {
@@ -185,7 +234,7 @@ impl Workers {
                 .filter(|s| {
                     s.destination.is_some()
                         && !self.wake.is_paused(&s.slug)
-                        && !self.resting(&s.slug)
+                        && !self.rests.resting(&s.slug)
                 })
                 .map(|s| (s.slug.as_str(), Duration::from_secs(s.attempt_timeout_secs))),
             self.lease_margin,
@@ -236,10 +285,19 @@ impl Workers {
             let leased = leased?;
             // Leased under the gate: a resting source's first batch after its
             // rest is its probe, and the next lease leaves the source out.
-            self.probing(leased.iter().map(|l| l.source.as_str()));
+            self.rests.probing(leased.iter().map(|l| l.source.as_str()));
             leased
         };
         let count = leased.len();
+        self.forward_batch(worker, leased).await?;
+        Ok(count)
+    }
+
+    /// Forwards leased events concurrently and records each attempt as soon
+    /// as it ends (those that end together in one statement) as `holder`,
+    /// so a quick destination's success is never held back by a slow one
+    /// past its own lease.
+    async fn forward_batch(&self, holder: &str, leased: Vec<Leased>) -> Result<(), sqlx::Error> {
         // Each attempt runs as its own task: it goes on while others are recorded.
         let mut reached: std::collections::HashMap<String, bool> = Default::default();
         let sources: std::collections::HashSet<String> =
@@ -279,91 +337,35 @@ impl Workers {
                     done
                 })
                 .collect();
-            // An attempt ends within its timeout, so its lease has the margin left.
-            self.record(worker, &done, Instant::now() + self.lease_margin)
-                .await?;
+            // An attempt ends within its timeout, so its lease has at least
+            // half the margin left (a handed-over event begins within the
+            // other half).
+            if let Err(e) = self
+                .record(holder, done, Instant::now() + self.lease_margin / 2)
+                .await
+            {
+                // Their leases expire and their successors decide.
+                return Err(sqlx::Error::Protocol(format!("recording attempts: {e}")));
+            }
         }
         for source in sources {
             match reached.get(&source) {
-                Some(&reached) => self.note_reach(&source, reached),
-                None => self.unprobe(&source),
+                Some(&reached) => self
+                    .rests
+                    .note_reach(&source, reached, self.unreachable_max),
+                None => self.rests.unprobe(&source),
             }
         }
-        Ok(count)
-    }
-
-    fn resting(&self, source: &str) -> bool {
-        let unreachable = self.unreachable.lock().expect("never poisoned");
-        unreachable
-            .get(source)
-            .is_some_and(|r| r.probing() || r.until > Instant::now())
-    }
-
-    fn probing<'a>(&self, sources: impl Iterator<Item = &'a str>) {
-        let mut unreachable = self.unreachable.lock().expect("never poisoned");
-        for source in sources {
-            if let Some(r) = unreachable.get_mut(source) {
-                r.probing.get_or_insert_with(Instant::now);
-            }
-        }
-    }
-
-    /// A probe batch none of whose attempts tried a connection: the next
-    /// batch probes instead.
-    fn unprobe(&self, source: &str) {
-        if let Some(r) = self
-            .unreachable
-            .lock()
-            .expect("never poisoned")
-            .get_mut(source)
-        {
-            r.probing = None;
-        }
-    }
-
-    /// After a batch: a source none of whose attempts got a connection rests,
-    /// longer each time; one that got any is back at once.
-    fn note_reach(&self, source: &str, reached: bool) {
-        let mut unreachable = self.unreachable.lock().expect("never poisoned");
-        if reached {
-            if unreachable.remove(source).is_some() {
-                tracing::info!(source, "destination reachable again");
-            }
-            return;
-        }
-        let now = Instant::now();
-        let rest = match unreachable.get(source) {
-            // A batch leased before the rest began (batches in flight
-            // together): the rest stands.
-            Some(r) if !r.probing() => return,
-            // A probe long after its rest: an outage of its own.
-            Some(r) if now > r.until + r.rest * 2 => UNREACHABLE_FIRST,
-            Some(r) => r.rest * 2,
-            None => {
-                tracing::warn!(
-                    source,
-                    "destination takes no connection; its events wait, tried again after a rest"
-                );
-                UNREACHABLE_FIRST
-            }
-        }
-        .min(self.unreachable_max);
-        unreachable.insert(
-            source.to_owned(),
-            Resting {
-                until: now + rest,
-                rest,
-                probing: None,
-            },
-        );
+        Ok(())
     }
 
     /// Records finished attempts, retrying a failed write while their leases
     /// last: an answer the destination gave must not be lost to a blip.
-    async fn record(&self, worker: &str, done: &[Done], until: Instant) -> Result<(), sqlx::Error> {
+    async fn record(&self, holder: &str, done: Vec<Done>, until: Instant) -> Result<(), String> {
+        let done: Arc<[Done]> = done.into();
         let mut pause = Duration::from_millis(50);
         let moved = loop {
-            match events::finish_each(&self.pool, worker, done).await {
+            match self.recorder.record(holder, done.clone()).await {
                 Ok(moved) => break moved,
                 Err(e) if Instant::now() + pause < until => {
                     tracing::warn!(error = %e, "recording attempts failed; retrying");
@@ -373,16 +375,16 @@ impl Workers {
                 Err(e) => return Err(e),
             }
         };
-        for d in done {
+        for d in done.iter() {
             crate::telemetry::metrics::attempt(
                 &d.leased.source,
                 d.next.as_str(),
                 d.record.latency_ms,
             );
         }
-        if moved < done.len() as u64 {
+        if moved < done.len() {
             tracing::warn!(
-                lost = done.len() as u64 - moved,
+                lost = done.len() - moved,
                 "leases lost before their attempts finished; their successors decide"
             );
         }
@@ -483,7 +485,7 @@ fn describe(record: &AttemptRecord) -> String {
 
 /// The client for destinations: pooled connections, no redirects followed
 /// (a redirect is the application's answer, not a new destination).
-fn hostname() -> String {
+pub(crate) fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_owned())
         .unwrap_or_else(|_| "host".into())

@@ -15,7 +15,7 @@ use sqlx::{Connection, PgPool};
 use tokio::sync::{mpsc, oneshot, Mutex, Notify};
 
 use super::claim::{Claimed, Outcome};
-use crate::events::{self, BatchClaim, State};
+use crate::events::{self, BatchClaim, Leased, State};
 
 /// Most claims in one transaction: bigger batches add latency, not throughput.
 pub const MAX_BATCH: usize = 64;
@@ -36,6 +36,29 @@ const GATHER_WAIT: Duration = Duration::from_millis(10);
 /// answered 503 (the provider retries): connecting plus this stays under the
 /// spec's 5 s for an unreachable database.
 const STATEMENT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How long a batch that handed claims to the workers waits for its
+/// statement's outcome after answering 503 at `STATEMENT_TIMEOUT`: if it
+/// committed, its events are leased to this process and must reach the
+/// workers, not wait for their lease to expire.
+pub const OUTCOME_WAIT: Duration = Duration::from_secs(10);
+
+/// Where a new ack-mode event may go straight to this process's workers,
+/// leased at its claim (`processing::handoff`): no lease statement to find
+/// it, no row update to take it.
+pub trait Handoff: Send + Sync {
+    /// Who holds the leases such claims write.
+    fn owner(&self) -> &str;
+    /// Room for one new event of `source`: the lease, in seconds, it is
+    /// claimed under; None: it is claimed `queued`.
+    fn reserve(&self, source: &str) -> Option<f64>;
+    /// Reservations that took no event: the key was held, or the batch failed.
+    fn unreserve(&self, count: usize);
+    /// A committed claim leased to `owner`, in place of its reservation.
+    fn deliver(&self, leased: Leased);
+    /// A committed claim of `source` left `queued`.
+    fn queued(&self, source: &str);
+}
 
 /// A verified delivery waiting for its batch, owning what it records.
 pub struct PendingClaim {
@@ -98,6 +121,15 @@ impl ClaimBatcher {
     /// Starts `committers` tasks, each with its own transaction at a time, on
     /// its own connection to `pool`'s database.
     pub fn start(pool: PgPool, committers: usize) -> Self {
+        Self::start_with(pool, committers, None)
+    }
+
+    /// `start`, new events handed to `handoff` where it has room.
+    pub fn with_handoff(pool: PgPool, committers: usize, handoff: Arc<dyn Handoff>) -> Self {
+        Self::start_with(pool, committers, Some(handoff))
+    }
+
+    fn start_with(pool: PgPool, committers: usize, handoff: Option<Arc<dyn Handoff>>) -> Self {
         // The batch statement touches tables only through the events_claim
         // arbiter and inserts: its plan does not depend on the arrays or on
         // the tables' sizes, and planning it anew for each batch cost more
@@ -117,6 +149,7 @@ impl ClaimBatcher {
             recent: RecentBatches::default(),
             breakages: AtomicU64::new(0),
             finished: Notify::new(),
+            handoff,
         });
         for _ in 0..committers.max(1) {
             tokio::spawn(commit_loop(options.clone(), shared.clone()));
@@ -158,6 +191,7 @@ struct Shared {
     /// Bumped when a committer's connection broke: the database went away,
     /// so the others' connections are checked before their next batch.
     breakages: AtomicU64,
+    handoff: Option<Arc<dyn Handoff>>,
 }
 
 /// A moving average of batch sizes (each new batch weighs 1/16), kept in
@@ -376,11 +410,13 @@ impl Committer {
 async fn claim_all(
     conn: &mut PgConnection,
     pending: &[PendingClaim],
+    handoff: &Reserving<'_>,
 ) -> Result<Vec<events::BatchRow>, sqlx::Error> {
     if pending.iter().all(|p| p.replay_digest.is_none()) {
         let claim_keys: Vec<&str> = pending.iter().map(|p| p.idem_key.as_str()).collect();
         let notes = vec![None; pending.len()];
-        return events::claim_batch(conn, &batch_claim(pending, &claim_keys, &notes)).await;
+        let batch = batch_claim(pending, &claim_keys, &notes, handoff);
+        return events::claim_batch(conn, &batch).await;
     }
     let mut tx = conn.begin().await?;
     // Distinct digests in one order; the first delivery bringing one proposes its key.
@@ -417,7 +453,8 @@ async fn claim_all(
             (key != p.idem_key).then(|| format!("{}; {}", p.verification, replay_note(key)))
         })
         .collect();
-    let rows = events::claim_batch(&mut tx, &batch_claim(pending, &claim_keys, &notes)).await?;
+    let batch = batch_claim(pending, &claim_keys, &notes, handoff);
+    let rows = events::claim_batch(&mut tx, &batch).await?;
     tx.commit().await?;
     Ok(rows)
 }
@@ -434,6 +471,7 @@ fn batch_claim<'a>(
     pending: &'a [PendingClaim],
     claim_keys: &[&'a str],
     notes: &'a [Option<String>],
+    handoff: &'a Reserving<'_>,
 ) -> BatchClaim<'a> {
     let n = pending.len();
     // The batch's distinct keys in one fixed order: every batch locks its
@@ -462,6 +500,8 @@ fn batch_claim<'a>(
     }
     let copies: Vec<i32> = key_at.iter().map(|&k| key_copies[k]).collect();
     let mut batch = BatchClaim {
+        key_leases: keys.iter().map(|k| handoff.reserve(k.0)).collect(),
+        lease_owner: handoff.owner(),
         key_sources: keys.iter().map(|k| k.0).collect(),
         key_ids: keys.iter().map(|k| k.1).collect(),
         key_copies,
@@ -500,6 +540,46 @@ fn batch_claim<'a>(
     batch
 }
 
+/// A batch's reservations with the hand-off, counted so that every one
+/// the claims did not use is returned.
+struct Reserving<'a> {
+    handoff: Option<&'a dyn Handoff>,
+    reserved: AtomicUsize,
+}
+
+impl<'a> Reserving<'a> {
+    fn new(handoff: Option<&'a dyn Handoff>) -> Self {
+        Self {
+            handoff,
+            reserved: AtomicUsize::new(0),
+        }
+    }
+
+    fn owner(&self) -> &'a str {
+        self.handoff.map_or("", |h| h.owner())
+    }
+
+    fn any(&self) -> bool {
+        self.reserved.load(Ordering::Relaxed) > 0
+    }
+
+    fn reserve(&self, source: &str) -> Option<f64> {
+        let lease = self.handoff?.reserve(source)?;
+        self.reserved.fetch_add(1, Ordering::Relaxed);
+        Some(lease)
+    }
+
+    /// Returns the reservations beyond the `used` ones.
+    fn settle(&self, used: usize) {
+        let reserved = self.reserved.swap(0, Ordering::Relaxed);
+        if let Some(handoff) = self.handoff {
+            if reserved > used {
+                handoff.unreserve(reserved - used);
+            }
+        }
+    }
+}
+
 /// One batch in one statement, its own transaction. The first copy of each
 /// key in the batch claims it (a new event holding as many receipts as the
 /// batch has copies) or, when the key is stored already, the event is locked
@@ -510,15 +590,28 @@ fn batch_claim<'a>(
 /// fails, every delivery of the batch gets the error (503) and nothing of them
 /// was stored.
 async fn commit_batch(connection: &mut Committer, shared: &Shared, batch: Vec<Job>) {
-    let (pending, replies): (Vec<PendingClaim>, Vec<_>) =
+    let (mut pending, replies): (Vec<PendingClaim>, Vec<_>) =
         batch.into_iter().map(|job| (job.claim, job.reply)).unzip();
     let n = pending.len();
     metrics::histogram!("replaysafe_claim_batch_size").record(n as f64);
     let sent = Instant::now();
+    let reserving = Reserving::new(shared.handoff.as_deref());
+    let mut replies: Vec<_> = replies.into_iter().map(Some).collect();
     let answered = match connection.ready(shared).await {
         Ok(conn) => {
-            match tokio::time::timeout(STATEMENT_TIMEOUT, claim_all(conn, &pending)).await {
+            let claimed = claim_all(conn, &pending, &reserving);
+            tokio::pin!(claimed);
+            match tokio::time::timeout(STATEMENT_TIMEOUT, &mut claimed).await {
                 Ok(rows) => rows.map_err(ClaimError::from),
+                Err(_) if reserving.any() => {
+                    for reply in replies.iter_mut().filter_map(Option::take) {
+                        let _ = reply.send(Err(ClaimError::TimedOut(STATEMENT_TIMEOUT)));
+                    }
+                    match tokio::time::timeout(OUTCOME_WAIT - STATEMENT_TIMEOUT, claimed).await {
+                        Ok(rows) => rows.map_err(ClaimError::from),
+                        Err(_) => Err(ClaimError::TimedOut(OUTCOME_WAIT)),
+                    }
+                }
                 Err(_) => Err(ClaimError::TimedOut(STATEMENT_TIMEOUT)),
             }
         }
@@ -536,8 +629,8 @@ async fn commit_batch(connection: &mut Committer, shared: &Shared, batch: Vec<Jo
         _ => connection.used = Instant::now(),
     }
     metrics::histogram!("replaysafe_claim_commit_seconds").record(sent.elapsed());
-    let mut replies: Vec<_> = replies.into_iter().map(Some).collect();
     let mut failure = None;
+    let mut handed = 0;
     match answered {
         Ok(rows) => {
             for events::BatchRow {
@@ -545,19 +638,40 @@ async fn commit_batch(connection: &mut Committer, shared: &Shared, batch: Vec<Jo
                 delivery_id,
                 event_id,
                 outcome,
+                attempt_id,
+                claim_key,
             } in rows
             {
+                let at = usize::try_from(ord - 1).ok().filter(|&at| at < n);
+                if let (Some(handoff), Some(at)) = (&shared.handoff, at) {
+                    if outcome == "claimed" {
+                        let claim = &mut pending[at];
+                        match attempt_id {
+                            Some(attempt_id) => {
+                                handed += 1;
+                                handoff.deliver(Leased {
+                                    event_id,
+                                    attempt_id,
+                                    source: claim.source.clone(),
+                                    idem_key: claim_key,
+                                    attempt: 1,
+                                    body: Some(std::mem::take(&mut claim.body)),
+                                    content_type: claim.content_type.take(),
+                                    headers: Some(claim.headers.take()),
+                                    forced: false,
+                                });
+                            }
+                            None => handoff.queued(&claim.source),
+                        }
+                    }
+                }
                 let outcome = match outcome.as_str() {
                     "claimed" => Outcome::Claimed,
                     state => {
                         Outcome::of_event_state(State::parse(state).unwrap_or(State::Processing))
                     }
                 };
-                if let Some(reply) = usize::try_from(ord - 1)
-                    .ok()
-                    .and_then(|at| replies.get_mut(at))
-                    .and_then(Option::take)
-                {
+                if let Some(reply) = at.and_then(|at| replies.get_mut(at)).and_then(Option::take) {
                     let _ = reply.send(Ok(Claimed {
                         outcome,
                         event_id,
@@ -572,6 +686,7 @@ async fn commit_batch(connection: &mut Committer, shared: &Shared, batch: Vec<Jo
             failure = Some(e.to_string());
         }
     }
+    reserving.settle(handed);
     // Only a failed statement leaves a delivery unanswered: none of it was stored.
     let failure = failure.unwrap_or_else(|| "a delivery came back unanswered".into());
     for reply in replies.into_iter().flatten() {

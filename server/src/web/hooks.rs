@@ -13,7 +13,6 @@ use axum::Extension;
 use super::body::{self, BodyError};
 use super::AppState;
 use crate::processing::intake;
-use crate::receiver::claim::Outcome;
 use crate::receiver::{Inbound, Receipt, Reply};
 
 pub async fn hook(
@@ -81,11 +80,8 @@ pub async fn hook(
             return (StatusCode::BAD_REQUEST, "request body could not be read").into_response()
         }
     }
-    let reply = intake::receive(services, source, &inbound, receipt).await;
-    if reply.outcome == Outcome::Claimed {
-        services.wake.claimed(source);
-    }
-    into_response(reply)
+    // A claim's workers were told of it as it committed (`processing::handoff`).
+    into_response(intake::receive(services, source, &inbound, receipt).await)
 }
 
 fn into_response(reply: Reply) -> Response {

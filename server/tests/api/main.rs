@@ -7,6 +7,7 @@ mod dashboard;
 mod edge;
 mod embedded;
 mod exactly_once;
+mod handoff;
 mod health;
 mod helpers;
 mod hostile;
