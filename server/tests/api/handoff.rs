@@ -12,7 +12,7 @@ use replaysafe::processing::worker::Workers;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
-use crate::helpers::{spawn_app, test_config, Destination, TestApp};
+use crate::helpers::{lease_statements, spawn_app, test_config, Destination, TestApp};
 
 fn config(destination: &str) -> replaysafe::config::Config {
     test_config(
@@ -69,13 +69,7 @@ async fn events(pool: &PgPool) -> Vec<(String, i32, i64, i64)> {
 
 /// Every key the destination received, each as often as it came.
 fn received_keys(destination: &Destination) -> Vec<String> {
-    let mut keys: Vec<String> = destination
-        .received
-        .lock()
-        .unwrap()
-        .iter()
-        .map(|c| c.headers["idempotency-key"].to_str().unwrap().to_owned())
-        .collect();
+    let mut keys = destination.keys();
     keys.sort();
     keys
 }
@@ -101,24 +95,14 @@ async fn claims_reach_the_workers_with_no_lease_statement(pool: PgPool) {
     let shutdown = CancellationToken::new();
     let _running = workers.spawn(8, shutdown.clone());
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let leases = || async {
-        sqlx::query_scalar::<_, i64>(
-            "SELECT coalesce(sum(calls), 0)::bigint FROM pg_stat_statements
-             WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
-               AND query LIKE 'WITH runnable AS%'",
-        )
-        .fetch_one(&pool)
-        .await
-        .unwrap()
-    };
-    let before = leases().await;
+    let before = lease_statements(&pool).await;
     for round in 0..4 {
         send(&app, round * 50, 50).await;
     }
     wait_for(&destination, 200).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(
-        leases().await - before,
+        lease_statements(&pool).await - before,
         0,
         "lease statements for handed-over claims"
     );

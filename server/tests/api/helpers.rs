@@ -160,6 +160,28 @@ impl Destination {
     pub fn count(&self) -> usize {
         self.received.lock().unwrap().len()
     }
+
+    /// The `Idempotency-Key` of every request received, in arrival order.
+    pub fn keys(&self) -> Vec<String> {
+        self.received
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|c| c.headers["idempotency-key"].to_str().unwrap().to_owned())
+            .collect()
+    }
+}
+
+/// Lease statements run on this test's database so far (pg_stat_statements).
+pub async fn lease_statements(pool: &PgPool) -> i64 {
+    sqlx::query_scalar(
+        "SELECT coalesce(sum(calls), 0)::bigint FROM pg_stat_statements
+         WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+           AND query LIKE 'WITH runnable AS%'",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap()
 }
 
 impl Drop for TestApp {

@@ -9,21 +9,9 @@ use replaysafe::processing::worker::{Workers, POLL_INTERVAL};
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
-use crate::helpers::{spawn_app, test_config, Destination, Scripted, TestApp};
+use crate::helpers::{lease_statements, spawn_app, test_config, Destination, Scripted, TestApp};
 
 const WORKERS: usize = 8;
-
-/// Lease statements run on this test's database so far.
-async fn leases(pool: &PgPool) -> i64 {
-    sqlx::query_scalar(
-        "SELECT coalesce(sum(calls), 0)::bigint FROM pg_stat_statements
-         WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
-           AND query LIKE 'WITH runnable AS%'",
-    )
-    .fetch_one(pool)
-    .await
-    .unwrap()
-}
 
 /// Sends `n` deliveries of `slug`, 50 at a time; returns how long it took.
 async fn burst(app: &TestApp, slug: &str, n: usize) -> Duration {
@@ -77,9 +65,9 @@ destination = "{0}"
     tokio::time::sleep(Duration::from_millis(300)).await;
 
     // A paused source's claims wake nobody: only the polls lease.
-    let before = leases(&pool).await;
+    let before = lease_statements(&pool).await;
     let took = burst(&app, "held", 400).await;
-    let held = leases(&pool).await - before;
+    let held = lease_statements(&pool).await - before;
     println!(
         "400 paused claims in {took:?}: {held} leases (polls allow {})",
         polls(took)
@@ -90,7 +78,7 @@ destination = "{0}"
     );
 
     // A live source's burst is leased in batches, and all of it forwarded.
-    let before = leases(&pool).await;
+    let before = lease_statements(&pool).await;
     let took = burst(&app, "live", 400).await;
     let deadline = Instant::now() + Duration::from_secs(60);
     while destination.count() < 400 {
@@ -101,7 +89,7 @@ destination = "{0}"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let live = leases(&pool).await - before;
+    let live = lease_statements(&pool).await - before;
     println!("400 live claims in {took:?}: {live} leases");
     assert!(
         live <= 400 / 4 + polls(took),
