@@ -13,14 +13,14 @@ pub mod operations;
 pub mod shares;
 
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use axum::extract::FromRef;
 use axum::routing::{get, post};
 use axum::Router;
 use leptos::config::LeptosOptions;
 use leptos::prelude::provide_context;
-use leptos_axum::{generate_route_list, LeptosRoutes};
+use leptos_axum::{generate_route_list, AxumRouteListing, LeptosRoutes};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tower_sessions_sqlx_store::PostgresStore;
@@ -73,6 +73,13 @@ fn leptos_options(addr: SocketAddr) -> LeptosOptions {
         .build()
 }
 
+/// The dashboard's routes, listed once per process: listing them runs the
+/// app with every resource's loading suppressed by a process-wide flag
+/// (leptos_server's `SuppressResourceLoad`), and a page whose resource first
+/// polls meanwhile would wait forever (leptos issue 4773).
+static DASHBOARD_ROUTES: LazyLock<Vec<AxumRouteListing>> =
+    LazyLock::new(|| generate_route_list(app::App));
+
 pub fn router(state: AppState, role: Role) -> Router {
     if role == Role::WorkerOnly {
         let mut router = Router::new()
@@ -85,7 +92,7 @@ pub fn router(state: AppState, role: Role) -> Router {
             .with_state(state)
             .layer(axum::middleware::map_response(security_headers));
     }
-    let routes = generate_route_list(app::App);
+    let routes = DASHBOARD_ROUTES.clone();
     let pool = state.services.pool.clone();
     // Checked at start: public_url is an http(s) URL.
     let public_url = app::auth::ssr::PublicUrl(

@@ -97,3 +97,58 @@ async fn unknown_pages_are_404(pool: PgPool) {
     let page = app.page(Some(&viewer), "/no-such-page").await;
     assert_eq!(page.status(), 404);
 }
+
+/// Building the dashboard's router runs the app once with every resource's
+/// loading suppressed by a process-wide flag (leptos_server's
+/// `SuppressResourceLoad`): a page whose resource first polled meanwhile
+/// waited forever. Another application built in the same process (a test's,
+/// a second listener's) must never stall a page being rendered.
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn building_another_application_never_stalls_a_page(pool: PgPool) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    let app = spawn_app(pool, test_config(TWO_SOURCES, &[("STRIPE_SECRET", "s")])).await;
+    let viewer = app.session("viewer").await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let builder = std::thread::spawn({
+        let (stop, services) = (stop.clone(), app.services.clone());
+        move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            let mut built = 0u32;
+            while !stop.load(Ordering::Relaxed) {
+                runtime.block_on(async {
+                    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+                    replaysafe::web::Application::on(
+                        listener,
+                        services.clone(),
+                        replaysafe::web::Role::Full,
+                    )
+                    .unwrap();
+                });
+                built += 1;
+            }
+            built
+        }
+    });
+    for round in 0..100 {
+        let page = async {
+            let page = app.page(Some(&viewer), "/sources").await;
+            assert_eq!(page.status(), 200);
+            page.text().await.unwrap()
+        };
+        let html = tokio::time::timeout(Duration::from_secs(10), page)
+            .await
+            .unwrap_or_else(|_| panic!("page {round} stalled while another application was built"));
+        assert!(html.contains(r#"data-slug="stripe""#), "{html}");
+    }
+    stop.store(true, Ordering::Relaxed);
+    assert!(
+        builder.join().unwrap() > 0,
+        "no application was built meanwhile"
+    );
+}
