@@ -1,12 +1,15 @@
-//! Accounts (spec section 7): who is signed in, with which role, and the
-//! server functions to sign in and out. Every other server function starts
-//! with `ssr::require(role)`, which answers 401 or 403 on the server.
+//! Accounts (spec section 7): who is calling (a signed-in person or an API
+//! token), with which role, and the server functions to sign in and out.
+//! Every operation starts with `api::ssr::Cx::require(role)`, which answers
+//! 401 or 403 on the server through `ssr::authorize`, the one role check.
 
 use leptos::prelude::*;
 use serde::{Deserialize, Serialize};
 
 /// Roles, each including the ones before it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
+#[serde(rename_all = "lowercase")]
 pub enum Role {
     /// On-call: reads everything.
     Viewer,
@@ -34,22 +37,74 @@ impl Role {
     }
 }
 
+/// Who acts: a person signed in to the dashboard, or an API token. Both
+/// hold a role, and every operation checks it in one place
+/// (`api::ssr::Cx::require`), whichever way the call came.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CurrentUser {
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
+pub struct Caller {
+    /// The user's id, or the token's (see `via`).
     pub id: i64,
+    /// The username, or the token's name.
     pub username: String,
     pub role: Role,
+    pub via: Via,
 }
 
-impl CurrentUser {
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
+#[serde(rename_all = "lowercase")]
+pub enum Via {
+    Session,
+    Token,
+}
+
+impl Caller {
     pub fn can(&self, role: Role) -> bool {
         self.role >= role
+    }
+
+    pub fn user_id(&self) -> Option<i64> {
+        (self.via == Via::Session).then_some(self.id)
+    }
+
+    pub fn token_id(&self) -> Option<i64> {
+        (self.via == Via::Token).then_some(self.id)
+    }
+
+    /// How the audit log names this caller.
+    pub fn who(&self) -> Who<'_> {
+        Who {
+            user_id: self.user_id(),
+            token_id: self.token_id(),
+            name: &self.username,
+        }
+    }
+}
+
+/// Who an audit entry is by: a user, a token, or neither (the command line,
+/// an unknown name at sign-in), always with a name.
+#[derive(Clone, Copy, Debug)]
+pub struct Who<'a> {
+    pub user_id: Option<i64>,
+    pub token_id: Option<i64>,
+    pub name: &'a str,
+}
+
+impl<'a> Who<'a> {
+    /// Neither a user nor a token: `cli:$USER`, an unknown name.
+    pub fn named(name: &'a str) -> Self {
+        Who {
+            user_id: None,
+            token_id: None,
+            name,
+        }
     }
 }
 
 /// Who is signed in; None when no one is (this alone needs no session).
 #[server(endpoint = "me")]
-pub async fn who_am_i() -> Result<Option<CurrentUser>, ServerFnError> {
+pub async fn who_am_i() -> Result<Option<Caller>, ServerFnError> {
     ssr::session_user().await
 }
 
@@ -77,7 +132,7 @@ pub mod ssr {
     use leptos::prelude::*;
     use tower_sessions::Session;
 
-    use super::{CurrentUser, Role};
+    use super::{Caller, Role, Who};
     use crate::api::ssr::pool;
     use crate::error::AppError;
 
@@ -129,7 +184,7 @@ pub mod ssr {
     pub async fn user_of(
         pool: &sqlx::PgPool,
         session: &Session,
-    ) -> Result<Option<CurrentUser>, sqlx::Error> {
+    ) -> Result<Option<Caller>, sqlx::Error> {
         let Ok(Some(id)) = session.get::<i64>(USER_KEY).await else {
             return Ok(None);
         };
@@ -140,18 +195,19 @@ pub mod ssr {
         .fetch_optional(pool)
         .await?;
         Ok(row.and_then(|r| {
-            Role::parse(&r.role).map(|role| CurrentUser {
+            Role::parse(&r.role).map(|role| Caller {
                 id: r.id,
                 username: r.username,
                 role,
+                via: super::Via::Session,
             })
         }))
     }
 
-    pub async fn session_user() -> Result<Option<CurrentUser>, ServerFnError> {
+    pub async fn session_user() -> Result<Option<Caller>, ServerFnError> {
         // The gate already looked the user up for this request.
         let checked = use_context::<http::request::Parts>()
-            .and_then(|parts| parts.extensions.get::<CurrentUser>().cloned());
+            .and_then(|parts| parts.extensions.get::<Caller>().cloned());
         if let Some(user) = checked {
             return Ok(Some(user));
         }
@@ -162,45 +218,76 @@ pub mod ssr {
             .map_err(|e| AppError::database(e).into())
     }
 
-    /// The signed-in user if they hold `role`; otherwise 401 (no session)
-    /// or 403 (a role too low), set on the response.
-    pub async fn require(role: Role) -> Result<CurrentUser, ServerFnError> {
-        match session_user().await? {
-            None => Err(AppError::Unauthorized("sign in first".into()).into()),
-            Some(user) if !user.can(role) => Err(AppError::Forbidden(format!(
+    /// The one role check, whoever calls (a session or a token): 401
+    /// without a caller, 403 with too low a role.
+    pub fn authorize(caller: Option<&Caller>, role: Role) -> Result<&Caller, AppError> {
+        match caller {
+            None => Err(AppError::Unauthorized("sign in first".into())),
+            Some(caller) if !caller.can(role) => Err(AppError::Forbidden(format!(
                 "this needs the {} role; you are {}",
                 role.as_str(),
-                user.role.as_str()
-            ))
-            .into()),
-            Some(user) => Ok(user),
+                caller.role.as_str()
+            ))),
+            Some(caller) => Ok(caller),
         }
     }
 
-    /// Appends to the audit log. `detail` is JSON; never secret material.
+    /// One line of the audit log.
+    pub struct Entry<'a> {
+        pub who: Who<'a>,
+        pub action: &'a str,
+        pub target: Option<&'a str>,
+        pub outcome: &'a str,
+        /// JSON; never secret material.
+        pub detail: Option<serde_json::Value>,
+        pub remote_addr: Option<&'a str>,
+    }
+
+    /// Appends to the audit log: the one statement every writer uses.
+    pub async fn record(
+        executor: impl sqlx::PgExecutor<'_>,
+        entry: Entry<'_>,
+    ) -> Result<(), sqlx::Error> {
+        sqlx::query!(
+            "INSERT INTO audit_log (user_id, token_id, username, action, target, outcome, detail, remote_addr)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+            entry.who.user_id,
+            entry.who.token_id,
+            entry.who.name,
+            entry.action,
+            entry.target,
+            entry.outcome,
+            entry.detail,
+            entry.remote_addr
+        )
+        .execute(executor)
+        .await?;
+        Ok(())
+    }
+
+    /// Appends to the audit log from a server function, with the request's
+    /// address.
     pub async fn audit(
         pool: &sqlx::PgPool,
-        user: Option<&CurrentUser>,
-        username: &str,
+        who: Who<'_>,
         action: &str,
         target: Option<&str>,
         outcome: &str,
         detail: serde_json::Value,
     ) -> Result<(), sqlx::Error> {
-        sqlx::query!(
-"INSERT INTO audit_log (user_id, username, action, target, outcome, detail, remote_addr)
-             VALUES ($1, $2, $3, $4, $5, $6, $7)",
-user.map(|u| u.id),
-username,
-action,
-target,
-outcome,
-detail,
-remote_addr().await
-)
-        .execute(pool)
-        .await?;
-        Ok(())
+        let address = remote_addr().await;
+        record(
+            pool,
+            Entry {
+                who,
+                action,
+                target,
+                outcome,
+                detail: Some(detail),
+                remote_addr: address.as_deref(),
+            },
+        )
+        .await
     }
 
     /// The dashboard's public URL, provided by the server to every server
@@ -511,13 +598,12 @@ remote_addr().await
         .await
         .unwrap_or(false);
         let user = match row {
-            Some((id, name, role, _, false)) if verified => {
-                Role::parse(&role).map(|role| CurrentUser {
-                    id,
-                    username: name,
-                    role,
-                })
-            }
+            Some((id, name, role, _, false)) if verified => Role::parse(&role).map(|role| Caller {
+                id,
+                username: name,
+                role,
+                via: super::Via::Session,
+            }),
             _ => None,
         };
         let Some(user) = user else {
@@ -568,8 +654,7 @@ remote_addr().await
         if let Some(user) = user_of(&pool, &session).await.map_err(AppError::database)? {
             audit(
                 &pool,
-                Some(&user),
-                &user.username,
+                user.who(),
                 "logout",
                 None,
                 "succeeded",

@@ -37,6 +37,20 @@ impl AppError {
         }
     }
 
+    /// The API's stable name for it (`{"code", "detail"}`).
+    pub fn code(&self) -> &'static str {
+        match self {
+            AppError::Unauthorized(_) => "unauthorized",
+            AppError::Forbidden(_) => "forbidden",
+            AppError::NotFound(_) => "not_found",
+            AppError::Conflict(_) => "conflict",
+            AppError::BadRequest(_) => "bad_request",
+            AppError::TooManyRequests(_) => "rate_limited",
+            AppError::Unavailable(_) => "unavailable",
+            AppError::Misconfigured(_) => "internal",
+        }
+    }
+
     pub fn message(&self) -> &str {
         match self {
             AppError::Unauthorized(m)

@@ -16,7 +16,7 @@ use leptos_router::components::{Redirect, Route, Router, Routes, A};
 use leptos_router::hooks::use_location;
 use leptos_router::{ParamSegment, SsrMode, StaticSegment};
 
-use crate::auth::{who_am_i, CurrentUser, Logout};
+use crate::auth::{who_am_i, Caller, Logout};
 use crate::pages::audit::AuditPage;
 use crate::pages::dead::DeadLettersPage;
 use crate::pages::deliveries::DeliveriesPage;
@@ -24,6 +24,7 @@ use crate::pages::event::{DeliveryPage, EventPage};
 use crate::pages::login::LoginPage;
 use crate::pages::overview::OverviewPage;
 use crate::pages::sources::SourcesPage;
+use crate::pages::tokens::TokensPage;
 
 /// The Content Security Policy of a dashboard page: its own scripts, the
 /// inline ones Leptos streams only with this response's nonce, wasm, its own
@@ -86,7 +87,7 @@ pub fn App() -> impl IntoView {
 
 /// Who is signed in, re-read on every navigation; pages read it as context
 /// to show only the controls the role allows (the server checks anyway).
-pub type Me = Resource<Result<Option<CurrentUser>, ServerFnError>>;
+pub type Me = Resource<Result<Option<Caller>, ServerFnError>>;
 
 #[component]
 fn Layout() -> impl IntoView {
@@ -108,6 +109,7 @@ fn Layout() -> impl IntoView {
                     <Route path=StaticSegment("sources") ssr=SsrMode::Async view=SourcesPage/>
                     <Route path=StaticSegment("login") ssr=SsrMode::Async view=LoginPage/>
                     <Route path=StaticSegment("audit") ssr=SsrMode::Async view=AuditPage/>
+                    <Route path=StaticSegment("tokens") ssr=SsrMode::Async view=TokensPage/>
                 </Routes>
             </main>
     }
@@ -129,6 +131,7 @@ fn TopBar(me: Me) -> impl IntoView {
                                 <A href="/dead">"Dead letters"</A>
                                 <A href="/sources">"Sources"</A>
                                 <A href="/audit">"Audit log"</A>
+                                {user.can(crate::auth::Role::Admin).then(|| view! { <A href="/tokens">"Tokens"</A> })}
                             </nav>
                             <div class="whoami">
                                 <span data-testid="whoami">{user.username.clone()} " · " {user.role.as_str()}</span>

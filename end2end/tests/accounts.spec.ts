@@ -1,6 +1,10 @@
 import { test, expect, Browser } from '@playwright/test';
 import { openHydrated, sendSigned, eventId, signIn, received, Role } from './helpers';
-import { accounts } from '../playwright.config';
+import { execFileSync } from 'node:child_process';
+import { join } from 'node:path';
+import { accounts, configPath, databaseUrl } from '../playwright.config';
+
+const binary = process.env.E2E_BINARY ?? './target/debug/replaysafe';
 
 /** Sends an event the test destination refuses once: it ends dead-lettered. */
 async function deadEvent(request: any, page: any) {
@@ -217,4 +221,36 @@ test('an operator pauses and resumes a source; bulk re-delivery shows progress a
   await page.getByRole('link', { name: 'Audit log' }).click();
   await expect(page.getByTestId('audit-table').locator('tr[data-action="redeliver.bulk"]').first()).toBeVisible();
   await expect(page.getByTestId('audit-table').locator('tr[data-action="source.pause"]').first()).toContainText('e2e-operator');
+});
+
+test('an admin revokes a token made on the command line, and the API refuses it at once', async ({ page, browser, request }) => {
+  const name = eventId('e2e-token');
+  const token = execFileSync(binary, ['token', 'create', '--config', configPath, '--name', name, '--role', 'viewer'], {
+    cwd: join(__dirname, '..', '..'),
+    env: { ...process.env, DATABASE_URL: databaseUrl, E2E_GITHUB_SECRET: 'unused', RUST_LOG: 'warn' },
+  }).toString().trim();
+  const bearer = { authorization: `Bearer ${token}` };
+  expect((await request.get('/api/v1/sources', { headers: bearer })).status()).toBe(200);
+
+  // A viewer sees no Tokens page in the menu.
+  const viewer = await browser.newPage();
+  await signIn(viewer, 'viewer');
+  await expect(viewer.getByRole('link', { name: 'Tokens' })).toHaveCount(0);
+  await viewer.close();
+
+  await signIn(page, 'admin');
+  await page.getByRole('link', { name: 'Tokens' }).click();
+  const row = page.getByTestId('tokens-table').locator(`tr[data-token="${name}"]`);
+  await expect(row).toHaveAttribute('data-state', 'live');
+  await expect(row).toContainText(token.slice(0, 11));
+  await expect(page.locator('body')).not.toContainText(token);
+  await row.getByRole('button', { name: `Revoke ${name}` }).click();
+  await expect(page.getByRole('status')).toContainText(`Token ${name} revoked.`);
+  await expect(row).toHaveAttribute('data-state', 'revoked');
+
+  const refused = await request.get('/api/v1/sources', { headers: bearer });
+  expect(refused.status()).toBe(401);
+  expect(await refused.json()).toEqual({ code: 'unauthorized', detail: 'this token was revoked' });
+  await page.getByRole('link', { name: 'Audit log' }).click();
+  await expect(page.getByTestId('audit-table').locator('tr[data-action="token.revoke"]').first()).toContainText(name);
 });

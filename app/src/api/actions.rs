@@ -5,11 +5,9 @@
 use leptos::prelude::*;
 use serde::{Deserialize, Serialize};
 
-#[cfg(feature = "ssr")]
-use crate::error::AppError;
-
 /// What the dedup layer did with a re-delivery, in the words shown.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct RedeliveryResult {
     /// The stored delivery that was fed back.
     pub redelivered: i64,
@@ -29,11 +27,7 @@ pub struct RedeliveryResult {
 
 #[server(endpoint = "source-paused")]
 pub async fn set_source_paused(slug: String, paused: bool) -> Result<(), ServerFnError> {
-    let user = crate::auth::ssr::require(crate::auth::Role::Operator).await?;
-    ssr::operations()?
-        .set_paused(slug, paused, user)
-        .await
-        .map_err(ServerFnError::from)
+    Ok(ssr::set_paused(&crate::api::ssr::cx().await?, slug, paused).await?)
 }
 
 /// Re-delivers one stored delivery through the receiver pipeline. A
@@ -44,43 +38,13 @@ pub async fn redeliver(
     delivery_id: i64,
     #[server(default)] past_window_reason: String,
 ) -> Result<RedeliveryResult, ServerFnError> {
-    let user = crate::auth::ssr::require(crate::auth::Role::Operator).await?;
-    let reason = Some(past_window_reason.trim().to_owned()).filter(|r| !r.is_empty());
-    let result = ssr::operations()?
-        .redeliver(delivery_id, user.clone(), reason.clone())
-        .await;
-    let past_window = matches!(&result, Ok(r) if r.past_window);
-    let (outcome, detail) = match &result {
-        Ok(r) => (
-            r.message.clone(),
-            serde_json::json!({"event": r.event_id, "new_delivery": r.delivery_id, "outcome": r.outcome, "reason": reason}),
-        ),
-        Err(refusal) => (
-            format!("refused: {}", refusal.message()),
-            serde_json::json!({ "reason": reason }),
-        ),
-    };
-    let pool = super::ssr::pool()?;
-    crate::auth::ssr::audit(
-        &pool,
-        Some(&user),
-        &user.username,
-        if past_window {
-            "redeliver.past_window"
-        } else {
-            "redeliver"
-        },
-        Some(&format!("delivery {delivery_id}")),
-        &outcome,
-        detail,
-    )
-    .await
-    .map_err(AppError::database)?;
-    result.map_err(ServerFnError::from)
+    let cx = crate::api::ssr::cx().await?;
+    Ok(ssr::redeliver(&cx, delivery_id, past_window_reason).await?)
 }
 
 /// Which dead events a bulk re-delivery takes. Empty means any.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct DeadFilter {
     #[serde(default)]
     pub source: String,
@@ -95,6 +59,7 @@ pub struct DeadFilter {
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct BulkStep {
     pub results: Vec<RedeliveryResult>,
     /// Pass as `after` for the next step; None when done.
@@ -113,8 +78,8 @@ pub async fn redeliver_dead(
     #[server(default)] filter: DeadFilter,
     after: Option<i64>,
 ) -> Result<BulkStep, ServerFnError> {
-    let user = crate::auth::ssr::require(crate::auth::Role::Operator).await?;
-    ssr::bulk(&filter, after.unwrap_or(0), user).await
+    let cx = crate::api::ssr::cx().await?;
+    Ok(ssr::bulk(&cx, &filter, after.unwrap_or(0)).await?)
 }
 
 /// An admin runs a completed event again: the same Idempotency-Key, a header
@@ -125,11 +90,12 @@ pub async fn force_reexecution(
     confirm_key: String,
     reason: String,
 ) -> Result<String, ServerFnError> {
-    let user = crate::auth::ssr::require(crate::auth::Role::Admin).await?;
-    ssr::force(event_id, confirm_key, reason, user).await
+    let cx = crate::api::ssr::cx().await?;
+    Ok(ssr::force(&cx, event_id, confirm_key, reason).await?)
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct AuditEntry {
     pub id: i64,
     pub at: String,
@@ -139,9 +105,12 @@ pub struct AuditEntry {
     pub outcome: String,
     pub detail: Option<String>,
     pub remote_addr: Option<String>,
+    /// `username` is an API token's name.
+    pub by_token: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct AuditPage {
     pub rows: Vec<AuditEntry>,
     pub older: Option<i64>,
@@ -151,27 +120,7 @@ pub const AUDIT_PAGE: i64 = 100;
 
 #[server(endpoint = "audit")]
 pub async fn list_audit(before: Option<i64>) -> Result<AuditPage, ServerFnError> {
-    crate::auth::ssr::require(crate::auth::Role::Viewer).await?;
-    let pool = super::ssr::pool()?;
-    let mut rows = sqlx::query_as!(
-        AuditEntry,
-        r#"SELECT id, to_char(at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') AS "at!", username,
-                  action, target, outcome, detail::text AS detail, remote_addr
-           FROM audit_log WHERE ($1::bigint IS NULL OR id < $1)
-           ORDER BY id DESC LIMIT $2"#,
-        before,
-        AUDIT_PAGE + 1
-    )
-    .fetch_all(&pool)
-    .await
-    .map_err(AppError::database)?;
-    let older = if rows.len() as i64 > AUDIT_PAGE {
-        rows.truncate(AUDIT_PAGE as usize);
-        rows.last().map(|r| r.id)
-    } else {
-        None
-    };
-    Ok(AuditPage { rows, older })
+    Ok(ssr::audit_log(&crate::api::ssr::cx().await?, before).await?)
 }
 
 #[cfg(feature = "ssr")]
@@ -183,9 +132,8 @@ pub mod ssr {
     use leptos::prelude::*;
 
     use super::*;
-    use crate::api::ssr::pool;
-    use crate::auth::ssr::audit;
-    use crate::auth::CurrentUser;
+    use crate::api::ssr::Cx;
+    use crate::auth::{Caller, Role};
     pub use crate::error::AppError;
 
     pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -198,14 +146,14 @@ pub mod ssr {
         fn redeliver(
             &self,
             delivery_id: i64,
-            by: CurrentUser,
+            by: Caller,
             past_window_reason: Option<String>,
         ) -> BoxFuture<'_, Result<RedeliveryResult, AppError>>;
         fn set_paused(
             &self,
             slug: String,
             paused: bool,
-            by: CurrentUser,
+            by: Caller,
         ) -> BoxFuture<'_, Result<(), AppError>>;
         /// An admin's forced re-execution of a completed event, queued for
         /// the workers; refused with the reason otherwise.
@@ -213,7 +161,7 @@ pub mod ssr {
             &self,
             event_id: i64,
             reason: String,
-            by: CurrentUser,
+            by: Caller,
         ) -> BoxFuture<'_, Result<(), AppError>>;
         /// Where a source's provider puts credentials, to mask them on screen.
         fn credentials(&self, source: &str) -> crate::api::mask::Credentials;
@@ -224,37 +172,129 @@ pub mod ssr {
             .ok_or_else(|| ServerFnError::new("server misconfigured: no operations"))
     }
 
-    fn time_bound(field: &str, value: &str) -> Result<Option<String>, ServerFnError> {
+    fn time_bound(field: &str, value: &str) -> Result<Option<String>, AppError> {
         match value.trim() {
             "" => Ok(None),
             value => crate::api::ssr::utc_time(field, value)
                 .map(Some)
-                .map_err(|message| AppError::BadRequest(message).into()),
+                .map_err(AppError::BadRequest),
         }
     }
 
-    pub async fn bulk(
-        filter: &DeadFilter,
-        after: i64,
-        user: CurrentUser,
-    ) -> Result<BulkStep, ServerFnError> {
-        let pool = pool()?;
-        let ops = operations()?;
+    /// Pauses or resumes a source (operator).
+    pub async fn set_paused(cx: &Cx, slug: String, paused: bool) -> Result<(), AppError> {
+        let caller = cx.require(Role::Operator)?;
+        cx.operations.set_paused(slug, paused, caller.clone()).await
+    }
+
+    /// Re-delivers one stored delivery through the dedup layer (operator;
+    /// past its timestamp window, an admin with a reason), audit-logged
+    /// with the dedup layer's answer.
+    pub async fn redeliver(
+        cx: &Cx,
+        delivery_id: i64,
+        past_window_reason: String,
+    ) -> Result<RedeliveryResult, AppError> {
+        let caller = cx.require(Role::Operator)?;
+        let reason = Some(past_window_reason.trim().to_owned()).filter(|r| !r.is_empty());
+        let result = cx
+            .operations
+            .redeliver(delivery_id, caller.clone(), reason.clone())
+            .await;
+        let past_window = matches!(&result, Ok(r) if r.past_window);
+        let (outcome, detail) = match &result {
+            Ok(r) => (
+                r.message.clone(),
+                serde_json::json!({"event": r.event_id, "new_delivery": r.delivery_id, "outcome": r.outcome, "reason": reason}),
+            ),
+            Err(refusal) => (
+                format!("refused: {}", refusal.message()),
+                serde_json::json!({ "reason": reason }),
+            ),
+        };
+        let action = if past_window {
+            "redeliver.past_window"
+        } else {
+            "redeliver"
+        };
+        let target = format!("delivery {delivery_id}");
+        cx.audit(caller, action, Some(&target), &outcome, detail)
+            .await?;
+        result
+    }
+
+    /// The stored delivery a re-delivery of `event_id` feeds back: its first
+    /// delivery, or its newest one still holding the payload. None: no such
+    /// event; Some(None): retention removed every copy of its payload.
+    async fn delivery_of(
+        pool: &sqlx::PgPool,
+        event_id: i64,
+    ) -> Result<Option<Option<i64>>, AppError> {
+        sqlx::query_scalar!(
+            "SELECT coalesce((SELECT d.id FROM deliveries d
+                              WHERE d.id = e.first_delivery_id AND d.body IS NOT NULL),
+                             (SELECT d.id FROM deliveries d
+                              WHERE d.event_id = e.id AND d.body IS NOT NULL
+                                AND d.idem_key = e.idem_key
+                              ORDER BY d.id DESC LIMIT 1))
+             FROM events e WHERE e.id = $1",
+            event_id
+        )
+        .fetch_optional(pool)
+        .await
+        .map_err(AppError::database)
+    }
+
+    /// Re-delivers an event: its stored delivery (`delivery_of`) through
+    /// the same guard and audit as `redeliver`.
+    pub async fn redeliver_event(
+        cx: &Cx,
+        event_id: i64,
+        past_window_reason: String,
+    ) -> Result<RedeliveryResult, AppError> {
+        cx.require(Role::Operator)?;
+        match delivery_of(&cx.pool, event_id).await? {
+            None => Err(AppError::not_found("event")),
+            Some(None) => Err(AppError::Conflict(
+                "retention removed every stored copy of its payload: there is nothing to re-deliver".into(),
+            )),
+            Some(Some(delivery_id)) => redeliver(cx, delivery_id, past_window_reason).await,
+        }
+    }
+
+    /// The audit log, newest first; `before`: the next page's cursor.
+    pub async fn audit_log(cx: &Cx, before: Option<i64>) -> Result<AuditPage, AppError> {
+        cx.require(Role::Viewer)?;
+        let rows = sqlx::query_as!(
+            AuditEntry,
+            r#"SELECT id, to_char(at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') AS "at!", username,
+                      action, target, outcome, detail::text AS detail, remote_addr,
+                      token_id IS NOT NULL AS "by_token!"
+               FROM audit_log WHERE ($1::bigint IS NULL OR id < $1)
+               ORDER BY id DESC LIMIT $2"#,
+            before,
+            AUDIT_PAGE + 1
+        )
+        .fetch_all(&cx.pool)
+        .await
+        .map_err(AppError::database)?;
+        let (rows, older) = crate::api::ssr::page(rows, AUDIT_PAGE, |r| r.id);
+        Ok(AuditPage { rows, older })
+    }
+
+    /// Re-delivers the next `BULK_STEP` dead events matching `filter` (by
+    /// event id, after `after`), each through the same guard as a single
+    /// one (operator); audit-logged with each event's outcome.
+    pub async fn bulk(cx: &Cx, filter: &DeadFilter, after: i64) -> Result<BulkStep, AppError> {
+        let user = cx.require(Role::Operator)?;
+        let (pool, ops) = (&cx.pool, &cx.operations);
         let from = time_bound("from", &filter.from)?;
         let to = time_bound("to", &filter.to)?;
         let source = Some(filter.source.trim()).filter(|s| !s.is_empty());
         let reason = Some(filter.reason.trim()).filter(|s| !s.is_empty());
         // The filter is written out in both statements below: they must match the same events.
-        let chosen: Vec<(i64, Option<i64>, String)> = sqlx::query!(
-            // Each event's first delivery, or its newest one still holding the payload.
-            "SELECT id,
-                    coalesce((SELECT d.id FROM deliveries d
-                              WHERE d.id = events.first_delivery_id AND d.body IS NOT NULL),
-                             (SELECT d.id FROM deliveries d
-                              WHERE d.event_id = events.id AND d.body IS NOT NULL
-                                AND d.idem_key = events.idem_key
-                              ORDER BY d.id DESC LIMIT 1)) AS delivery_id,
-                    idem_key
+        let chosen: Vec<(i64, String)> = sqlx::query!(
+            "SELECT id, idem_key
              FROM events
              WHERE state = 'dead' AND id > $1
                AND ($2::text IS NULL OR source = $2)
@@ -269,19 +309,19 @@ pub mod ssr {
             reason,
             BULK_STEP
         )
-        .fetch_all(&pool)
+        .fetch_all(pool)
         .await
         .map_err(AppError::database)?
         .into_iter()
-        .map(|r| (r.id, r.delivery_id, r.idem_key))
+        .map(|r| (r.id, r.idem_key))
         .collect();
         let mut results = Vec::with_capacity(chosen.len());
-        for (event_id, first_delivery, key) in &chosen {
-            let result = match first_delivery {
-                Some(delivery_id) => match ops.redeliver(*delivery_id, user.clone(), None).await {
+        for (event_id, key) in &chosen {
+            let result = match delivery_of(pool, *event_id).await?.flatten() {
+                Some(delivery_id) => match ops.redeliver(delivery_id, user.clone(), None).await {
                     Ok(result) => result,
                     Err(refusal) => RedeliveryResult {
-                        redelivered: *delivery_id,
+                        redelivered: delivery_id,
                         delivery_id: None,
                         event_id: Some(*event_id),
                         idem_key: Some(key.clone()),
@@ -322,15 +362,13 @@ pub mod ssr {
                 to.as_deref(),
                 reason
             )
-            .fetch_one(&pool)
+            .fetch_one(pool)
             .await
             .map_err(AppError::database)?,
         };
         let requeued = results.iter().filter(|r| r.requeued).count();
-        audit(
-            &pool,
-            Some(&user),
-            &user.username,
+        cx.audit(
+            user,
             "redeliver.bulk",
             Some(&format!("{} dead events", results.len())),
             &format!("{requeued} queued again"),
@@ -339,8 +377,7 @@ pub mod ssr {
                 "events": results.iter().map(|r| serde_json::json!({"event": r.event_id, "outcome": r.outcome})).collect::<Vec<_>>(),
             }),
         )
-        .await
-        .map_err(AppError::database)?;
+        .await?;
         Ok(BulkStep {
             results,
             next_after,
@@ -348,54 +385,54 @@ pub mod ssr {
         })
     }
 
+    /// An admin's forced re-execution of a completed event, confirmed by
+    /// typing its key, with a reason; audit-logged either way.
     pub async fn force(
+        cx: &Cx,
         event_id: i64,
         confirm_key: String,
         reason: String,
-        user: CurrentUser,
-    ) -> Result<String, ServerFnError> {
-        let pool = pool()?;
+    ) -> Result<String, AppError> {
+        let user = cx.require(Role::Admin)?;
         let reason = reason.trim();
         if reason.is_empty() {
-            return Err(
-                AppError::BadRequest("give a reason: it goes into the audit log".into()).into(),
-            );
+            return Err(AppError::BadRequest(
+                "give a reason: it goes into the audit log".into(),
+            ));
         }
         let found = sqlx::query!(
             "SELECT source, idem_key FROM events WHERE id = $1",
             event_id
         )
-        .fetch_optional(&pool)
+        .fetch_optional(&cx.pool)
         .await
         .map_err(AppError::database)?
         .map(|r| (r.source, r.idem_key));
         let Some((source, key)) = found else {
-            return Err(AppError::not_found("event").into());
+            return Err(AppError::not_found("event"));
         };
         if confirm_key.trim() != key {
-            return Err(
-                AppError::BadRequest("to confirm, type the event's key exactly".into()).into(),
-            );
+            return Err(AppError::BadRequest(
+                "to confirm, type the event's key exactly".into(),
+            ));
         }
         // The server's event owner forces only a completed event, once per completion.
-        let forced = operations()?
+        let forced = cx
+            .operations
             .force(event_id, reason.to_owned(), user.clone())
             .await;
         let outcome = match &forced {
             Ok(()) => "forced".to_owned(),
             Err(refusal) => format!("refused: {}", refusal.message()),
         };
-        audit(
-            &pool,
-            Some(&user),
-            &user.username,
+        cx.audit(
+            user,
             "force",
             Some(&format!("event {event_id} ({key})")),
             &outcome,
             serde_json::json!({ "reason": reason }),
         )
-        .await
-        .map_err(AppError::database)?;
+        .await?;
         forced.map_err(|r| {
             let message = format!("refused: {}", r.message());
             r.with_message(message)

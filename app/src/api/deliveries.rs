@@ -11,6 +11,7 @@ pub const OUTCOMES: &[&str] = &["claimed", "completed", "in_progress", "dead", "
 
 /// Filters, as they appear in the page's query string. Empty means any.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct DeliveryFilter {
     #[serde(default)]
     pub source: String,
@@ -38,6 +39,7 @@ impl DeliveryFilter {
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ssr", derive(sqlx::FromRow))]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct DeliveryRow {
     pub id: i64,
     /// UTC, to the millisecond.
@@ -103,6 +105,7 @@ pub fn outcome_class(outcome: &str) -> &'static str {
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct DeliveryPage {
     pub rows: Vec<DeliveryRow>,
     /// Pass as `before` for the next (older) page; None on the last page.
@@ -115,6 +118,7 @@ pub struct DeliveryPage {
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct Unrecorded {
     pub count: i64,
     /// The addresses that sent most, with their counts.
@@ -132,34 +136,51 @@ pub async fn list_deliveries(
     before: Option<i64>,
     after: Option<i64>,
 ) -> Result<DeliveryPage, ServerFnError> {
-    use super::ssr::*;
-    crate::auth::ssr::require(crate::auth::Role::Viewer).await?;
-    let pool = pool()?;
-    match server::query(&pool, &filter, before, after).await {
-        Ok(mut page) => {
-            let shows_rejections = filter.outcome.is_empty() || filter.outcome == "rejected";
-            if before.is_none() && after.is_none() && shows_rejections {
-                page.unrecorded = server::unrecorded(&pool, &filter.source)
-                    .await
-                    .map_err(AppError::database)?;
-            }
-            Ok(page)
-        }
-        Err(server::QueryError::Filter(message)) => Ok(DeliveryPage {
+    let cx = super::ssr::cx().await?;
+    match server::deliveries(&cx, &filter, before, after).await {
+        // The page shows a filter it cannot read beside the form.
+        Err(crate::error::AppError::BadRequest(message)) => Ok(DeliveryPage {
             rows: Vec::new(),
             older: None,
             filter_error: Some(message),
             unrecorded: None,
         }),
-        Err(server::QueryError::Db(e)) => Err(AppError::database(e).into()),
+        page => Ok(page?),
     }
 }
 
 #[cfg(feature = "ssr")]
-pub(crate) mod server {
+pub mod server {
     use sqlx::{PgPool, Postgres, QueryBuilder};
 
     use super::*;
+    use crate::api::ssr::Cx;
+    use crate::auth::Role;
+    use crate::error::AppError;
+
+    /// A page of deliveries, newest first, by the dashboard's filters;
+    /// a filter that cannot be read is `BadRequest`. The first page also counts
+    /// the rejections not recorded one by one, when it shows rejections.
+    pub async fn deliveries(
+        cx: &Cx,
+        filter: &DeliveryFilter,
+        before: Option<i64>,
+        after: Option<i64>,
+    ) -> Result<DeliveryPage, AppError> {
+        cx.require(Role::Viewer)?;
+        let mut page = match query(&cx.pool, filter, before, after).await {
+            Ok(page) => page,
+            Err(QueryError::Filter(message)) => return Err(AppError::BadRequest(message)),
+            Err(QueryError::Db(e)) => return Err(AppError::database(e)),
+        };
+        let shows_rejections = filter.outcome.is_empty() || filter.outcome == "rejected";
+        if before.is_none() && after.is_none() && shows_rejections {
+            page.unrecorded = unrecorded(&cx.pool, &filter.source)
+                .await
+                .map_err(AppError::database)?;
+        }
+        Ok(page)
+    }
 
     pub enum QueryError {
         Filter(String),
@@ -342,13 +363,8 @@ pub(crate) mod server {
         }
         q.push(" ORDER BY d.id DESC LIMIT ")
             .push_bind(PAGE_SIZE + 1);
-        let mut rows: Vec<DeliveryRow> = q.build_query_as().fetch_all(pool).await?;
-        let older = if rows.len() as i64 > PAGE_SIZE {
-            rows.truncate(PAGE_SIZE as usize);
-            rows.last().map(|r| r.id)
-        } else {
-            None
-        };
+        let rows: Vec<DeliveryRow> = q.build_query_as().fetch_all(pool).await?;
+        let (rows, older) = crate::api::ssr::page(rows, PAGE_SIZE, |r| r.id);
         Ok(DeliveryPage {
             rows,
             older,

@@ -8,6 +8,7 @@ use super::deliveries::DeliveryRow;
 
 /// A stored body as the page shows it: always as text, never as markup.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub enum Payload {
     /// JSON, re-indented for reading.
     Json(String),
@@ -61,6 +62,7 @@ impl Payload {
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct AttemptRow {
     pub id: i64,
     pub number: i32,
@@ -76,6 +78,7 @@ pub struct AttemptRow {
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct EventSummary {
     pub id: i64,
     pub source: String,
@@ -94,6 +97,7 @@ pub struct EventSummary {
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct DeliveryDetail {
     pub row: DeliveryRow,
     pub verified: bool,
@@ -114,20 +118,53 @@ pub struct DeliveryDetail {
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct Excerpt {
     pub kept: usize,
     /// Of the whole body as received, in hex; None when it was never read.
     pub sha256: Option<String>,
 }
 
+/// Which events a list shows; empty means any.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
+pub struct EventFilter {
+    #[serde(default)]
+    pub source: String,
+    /// `dead`, `completed`, `in_progress` or an event state.
+    #[serde(default)]
+    pub outcome: String,
+    #[serde(default)]
+    pub key: String,
+    /// UTC, `2026-11-30T14:05`: first received at or after.
+    #[serde(default)]
+    pub since: String,
+    #[serde(default)]
+    pub until: String,
+}
+
+/// An event's states (spec section 5).
+pub const EVENT_STATES: &[&str] = &["queued", "processing", "retrying", "completed", "dead"];
+pub const EVENT_PAGE_SIZE: i64 = 50;
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
+pub struct EventPage {
+    pub rows: Vec<EventSummary>,
+    /// Pass as `before` for the next page.
+    pub older: Option<i64>,
+}
+
 /// What happened to an event, oldest first.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub enum TimelineEntry {
     Delivery(DeliveryRow),
     Attempt(AttemptRow),
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct EventDetail {
     pub event: EventSummary,
     pub timeline: Vec<TimelineEntry>,
@@ -147,16 +184,7 @@ pub async fn get_event(
     id: i64,
     #[server(default)] reveal: bool,
 ) -> Result<EventDetail, ServerFnError> {
-    use super::ssr::*;
-    crate::auth::ssr::require(crate::auth::Role::Viewer).await?;
-    let pool = pool()?;
-    let ops = crate::api::actions::ssr::operations()?;
-    let credentials = |source: &str| ops.credentials(source);
-    let masking = server::masking(&pool, "event", id, reveal, &credentials).await?;
-    server::event(&pool, id, masking)
-        .await
-        .map_err(AppError::database)?
-        .ok_or_else(|| AppError::not_found("event").into())
+    Ok(server::event_detail(&super::ssr::cx().await?, id, reveal).await?)
 }
 
 /// `reveal`: as for `get_event`.
@@ -165,19 +193,11 @@ pub async fn get_delivery(
     id: i64,
     #[server(default)] reveal: bool,
 ) -> Result<DeliveryDetail, ServerFnError> {
-    use super::ssr::*;
-    crate::auth::ssr::require(crate::auth::Role::Viewer).await?;
-    let pool = pool()?;
-    let ops = crate::api::actions::ssr::operations()?;
-    let credentials = |source: &str| ops.credentials(source);
-    let masking = server::masking(&pool, "delivery", id, reveal, &credentials).await?;
-    server::delivery(&pool, id, masking)
-        .await
-        .map_err(AppError::database)?
-        .ok_or_else(|| AppError::not_found("delivery").into())
+    Ok(server::delivery_detail(&super::ssr::cx().await?, id, reveal).await?)
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct DeadLetter {
     pub id: i64,
     pub source: String,
@@ -193,6 +213,7 @@ pub struct DeadLetter {
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct DeadLetterPage {
     pub rows: Vec<DeadLetter>,
     /// Pass as `before` (with `before_id`) for the next page.
@@ -208,21 +229,59 @@ pub async fn list_dead(
     before: Option<i64>,
     before_id: Option<i64>,
 ) -> Result<DeadLetterPage, ServerFnError> {
-    use super::ssr::*;
-    crate::auth::ssr::require(crate::auth::Role::Viewer).await?;
-    let pool = pool()?;
-    let source = source.filter(|s| !s.is_empty());
-    server::dead(&pool, source, before.zip(before_id))
-        .await
-        .map_err(|e| AppError::database(e).into())
+    let cx = super::ssr::cx().await?;
+    Ok(server::dead_letters(&cx, source, before.zip(before_id)).await?)
 }
 
 #[cfg(feature = "ssr")]
-mod server {
+pub mod server {
     use sqlx::PgPool;
 
     use super::*;
     use crate::api::mask::Credentials;
+    use crate::api::ssr::Cx;
+    use crate::auth::Role;
+    use crate::error::AppError;
+
+    /// An event with its timeline; credentials masked unless an admin
+    /// asks to `reveal` them (audit-logged).
+    pub async fn event_detail(cx: &Cx, id: i64, reveal: bool) -> Result<EventDetail, AppError> {
+        cx.require(Role::Viewer)?;
+        let credentials = |source: &str| cx.operations.credentials(source);
+        let masking = masking(cx, "event", id, reveal, &credentials).await?;
+        event(&cx.pool, id, masking)
+            .await
+            .map_err(AppError::database)?
+            .ok_or_else(|| AppError::not_found("event"))
+    }
+
+    /// One stored delivery, payload and headers as the page shows them.
+    pub async fn delivery_detail(
+        cx: &Cx,
+        id: i64,
+        reveal: bool,
+    ) -> Result<DeliveryDetail, AppError> {
+        cx.require(Role::Viewer)?;
+        let credentials = |source: &str| cx.operations.credentials(source);
+        let masking = masking(cx, "delivery", id, reveal, &credentials).await?;
+        delivery(&cx.pool, id, masking)
+            .await
+            .map_err(AppError::database)?
+            .ok_or_else(|| AppError::not_found("delivery"))
+    }
+
+    /// Dead letters, most recently dead first; `before`: the keyset cursor.
+    pub async fn dead_letters(
+        cx: &Cx,
+        source: Option<String>,
+        before: Option<(i64, i64)>,
+    ) -> Result<DeadLetterPage, AppError> {
+        cx.require(Role::Viewer)?;
+        let source = source.filter(|s| !s.is_empty());
+        dead(&cx.pool, source, before)
+            .await
+            .map_err(AppError::database)
+    }
 
     /// Stored headers are `[[name, value], ...]`.
     fn header_pairs(value: serde_json::Value) -> Vec<(String, String)> {
@@ -254,32 +313,29 @@ mod server {
 
     /// How a stored request is shown: masked, or whole to an admin who
     /// asked to reveal it (checked and audit-logged here).
-    pub async fn masking<'a>(
-        pool: &PgPool,
+    async fn masking<'a>(
+        cx: &Cx,
         kind: &str,
         id: i64,
         reveal: bool,
         credentials: CredentialsOf<'a>,
-    ) -> Result<Option<CredentialsOf<'a>>, ServerFnError> {
+    ) -> Result<Option<CredentialsOf<'a>>, AppError> {
         if !reveal {
             return Ok(Some(credentials));
         }
-        let admin = crate::auth::ssr::require(crate::auth::Role::Admin).await?;
-        crate::auth::ssr::audit(
-            pool,
-            Some(&admin),
-            &admin.username,
+        let admin = cx.require(Role::Admin)?;
+        cx.audit(
+            admin,
             &format!("{kind}.reveal"),
             Some(&id.to_string()),
             "succeeded",
             serde_json::json!({}),
         )
-        .await
-        .map_err(crate::error::AppError::database)?;
+        .await?;
         Ok(None)
     }
 
-    pub async fn delivery(
+    async fn delivery(
         pool: &PgPool,
         id: i64,
         masking: Option<CredentialsOf<'_>>,
@@ -348,28 +404,12 @@ mod server {
         }))
     }
 
-    pub async fn event(
+    async fn event(
         pool: &PgPool,
         id: i64,
         masking: Option<CredentialsOf<'_>>,
     ) -> Result<Option<EventDetail>, sqlx::Error> {
-        let event = sqlx::query_as!(
-            EventSummary,
-            r#"SELECT id, source, idem_key, state,
-                      to_char(state_changed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.MS') AS "state_changed_at!",
-                      to_char(first_seen_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.MS') AS "first_seen_at!",
-                      to_char(last_seen_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.MS') AS "last_seen_at!",
-                      receive_count, attempt_count,
-                      to_char(next_attempt_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.MS') AS "next_attempt_at!",
-                      last_error, dead_reason,
-                      to_char(completed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.MS') AS completed_at,
-                      first_delivery_id
-               FROM events WHERE id = $1"#,
-            id
-        )
-        .fetch_optional(pool)
-        .await?;
-        let Some(event) = event else {
+        let Some(event) = summaries(pool, &EventQuery::one(id)).await?.pop() else {
             return Ok(None);
         };
         let deliveries = sqlx::query_as!(
@@ -430,12 +470,124 @@ mod server {
         }))
     }
 
-    pub async fn dead(
+    /// Which events `summaries` reads: one by id, or a page by filter.
+    #[derive(Default)]
+    struct EventQuery<'a> {
+        id: Option<i64>,
+        source: Option<&'a str>,
+        states: Option<Vec<String>>,
+        key: Option<&'a str>,
+        since: Option<&'a str>,
+        until: Option<&'a str>,
+        before: Option<i64>,
+        limit: i64,
+    }
+
+    impl EventQuery<'_> {
+        fn one(id: i64) -> Self {
+            EventQuery {
+                id: Some(id),
+                limit: 1,
+                ..Default::default()
+            }
+        }
+    }
+
+    /// Events newest first (by id), as lists and the event page show them.
+    async fn summaries(
+        pool: &PgPool,
+        q: &EventQuery<'_>,
+    ) -> Result<Vec<EventSummary>, sqlx::Error> {
+        sqlx::query_as!(
+            EventSummary,
+            r#"SELECT id, source, idem_key, state,
+                      to_char(state_changed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.MS') AS "state_changed_at!",
+                      to_char(first_seen_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.MS') AS "first_seen_at!",
+                      to_char(last_seen_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.MS') AS "last_seen_at!",
+                      receive_count, attempt_count,
+                      to_char(next_attempt_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.MS') AS "next_attempt_at!",
+                      last_error, dead_reason,
+                      to_char(completed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.MS') AS completed_at,
+                      first_delivery_id
+               FROM events
+               WHERE ($1::bigint IS NULL OR id = $1)
+                 AND ($2::text IS NULL OR source = $2)
+                 AND ($3::text[] IS NULL OR state = ANY ($3))
+                 AND ($4::text IS NULL OR idem_key = $4)
+                 AND ($5::text IS NULL OR first_seen_at >= $5::text::timestamptz)
+                 AND ($6::text IS NULL OR first_seen_at < $6::text::timestamptz)
+                 AND ($7::bigint IS NULL OR id < $7)
+               ORDER BY id DESC LIMIT $8"#,
+            q.id,
+            q.source,
+            q.states.as_deref(),
+            q.key,
+            q.since,
+            q.until,
+            q.before,
+            q.limit
+        )
+        .fetch_all(pool)
+        .await
+    }
+
+    /// A page of events, newest first. `outcome`: `dead`, `completed`,
+    /// `in_progress` (queued, processing or retrying) or one of those
+    /// states; `since`/`until`: first received, UTC.
+    pub async fn events(
+        cx: &Cx,
+        filter: &EventFilter,
+        before: Option<i64>,
+    ) -> Result<EventPage, AppError> {
+        cx.require(Role::Viewer)?;
+        let text = |v: &str| Some(v.trim().to_owned()).filter(|v| !v.is_empty());
+        let time = |field: &str, v: &str| {
+            text(v)
+                .map(|v| crate::api::ssr::utc_time(field, &v).map_err(AppError::BadRequest))
+                .transpose()
+        };
+        let states = match filter.outcome.trim() {
+            "" => None,
+            "in_progress" => Some(vec![
+                "queued".into(),
+                "processing".into(),
+                "retrying".into(),
+            ]),
+            s if EVENT_STATES.contains(&s) => Some(vec![s.to_owned()]),
+            other => {
+                return Err(AppError::BadRequest(format!(
+                    "outcome: expected in_progress or one of {}, got {other:?}",
+                    EVENT_STATES.join(", ")
+                )))
+            }
+        };
+        let (source, key) = (text(&filter.source), text(&filter.key));
+        let (since, until) = (time("since", &filter.since)?, time("until", &filter.until)?);
+        let rows = summaries(
+            &cx.pool,
+            &EventQuery {
+                id: None,
+                source: source.as_deref(),
+                states,
+                key: key.as_deref(),
+                since: since.as_deref(),
+                until: until.as_deref(),
+                before,
+                limit: EVENT_PAGE_SIZE + 1,
+            },
+        )
+        .await
+        .map_err(AppError::database)?;
+        let (rows, older) = crate::api::ssr::page(rows, EVENT_PAGE_SIZE, |r| r.id);
+        Ok(EventPage { rows, older })
+    }
+
+    async fn dead(
         pool: &PgPool,
         source: Option<String>,
         before: Option<(i64, i64)>,
     ) -> Result<DeadLetterPage, sqlx::Error> {
-        let mut rows = sqlx::query_as!(
+        let rows = sqlx::query_as!(
             DeadLetter,
             r#"SELECT id, source, idem_key, dead_reason, attempt_count, receive_count,
                       to_char(first_seen_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.MS') AS "first_seen_at!",
@@ -455,12 +607,7 @@ mod server {
         )
         .fetch_all(pool)
         .await?;
-        let older = if rows.len() as i64 > DEAD_PAGE_SIZE {
-            rows.truncate(DEAD_PAGE_SIZE as usize);
-            rows.last().map(|r| (r.died_micros, r.id))
-        } else {
-            None
-        };
+        let (rows, older) = crate::api::ssr::page(rows, DEAD_PAGE_SIZE, |r| (r.died_micros, r.id));
         Ok(DeadLetterPage { rows, older })
     }
 }

@@ -6,6 +6,7 @@ pub mod deliveries;
 pub mod events;
 pub mod mask;
 pub mod overview;
+pub mod tokens;
 
 use leptos::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -64,6 +65,7 @@ pub fn quantile_ms(histogram: &[i64], q: f64) -> Option<f64> {
 
 /// A configured source as the Sources page shows it. Secrets never leave the server.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct SourceSummary {
     pub slug: String,
     pub provider: String,
@@ -81,21 +83,7 @@ pub struct SourceSummary {
 
 #[server(endpoint = "sources")]
 pub async fn list_sources() -> Result<Vec<SourceSummary>, ServerFnError> {
-    use ssr::*;
-    crate::auth::ssr::require(crate::auth::Role::Viewer).await?;
-    let pool = pool()?;
-    sqlx::query_as!(
-SourceSummary,
-r#"SELECT slug, provider, mode, destination,
-                coalesce(paused_override, config_paused) AS "paused!",
-                paused_override IS NOT NULL AS "paused_by_operator!",
-                in_config, attempt_timeout_secs,
-                to_char(paused_changed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') AS paused_changed_at
-         FROM sources ORDER BY in_config DESC, slug"#
-)
-    .fetch_all(&pool)
-    .await
-    .map_err(|e| AppError::database(e).into())
+    Ok(ssr::sources(&ssr::cx().await?).await?)
 }
 
 #[cfg(feature = "ssr")]
@@ -104,10 +92,124 @@ pub mod ssr {
     use leptos::prelude::*;
     pub use sqlx::PgPool;
 
+    use std::sync::Arc;
+
+    use super::SourceSummary;
+    use crate::api::actions::ssr::Operations;
+    use crate::auth::{Caller, Role};
+
     /// The pool the server provides as context to every render and server function.
     pub fn pool() -> Result<PgPool, ServerFnError> {
         use_context::<PgPool>()
             .ok_or_else(|| AppError::Misconfigured("server misconfigured: no pool".into()).into())
+    }
+
+    /// What every operation is handed, whoever asks (a server function of
+    /// the dashboard, the API, the CLI through the API): the database, the
+    /// server's operations, the caller and where the call came from. Each
+    /// operation starts with `require`, so the role is checked in one place.
+    #[derive(Clone)]
+    pub struct Cx {
+        pub pool: PgPool,
+        pub operations: Arc<dyn Operations>,
+        /// None: no one signed in.
+        pub caller: Option<Caller>,
+        pub remote_addr: Option<String>,
+    }
+
+    impl Cx {
+        /// The caller if they hold `role`; else 401 or 403.
+        pub fn require(&self, role: Role) -> Result<&Caller, AppError> {
+            crate::auth::ssr::authorize(self.caller.as_ref(), role)
+        }
+
+        /// Appends to the audit log as `caller`, from this call's address.
+        pub async fn audit(
+            &self,
+            caller: &Caller,
+            action: &str,
+            target: Option<&str>,
+            outcome: &str,
+            detail: serde_json::Value,
+        ) -> Result<(), AppError> {
+            crate::auth::ssr::record(
+                &self.pool,
+                crate::auth::ssr::Entry {
+                    who: caller.who(),
+                    action,
+                    target,
+                    outcome,
+                    detail: Some(detail),
+                    remote_addr: self.remote_addr.as_deref(),
+                },
+            )
+            .await
+            .map_err(AppError::database)
+        }
+    }
+
+    /// A server function's `Cx`: from the context the server provides and
+    /// the request's session.
+    pub async fn cx() -> Result<Cx, ServerFnError> {
+        Ok(Cx {
+            pool: pool()?,
+            operations: crate::api::actions::ssr::operations()?,
+            caller: crate::auth::ssr::session_user().await?,
+            remote_addr: crate::auth::ssr::remote_addr().await,
+        })
+    }
+
+    /// Every configured source (and removed ones with history), no secrets.
+    pub async fn sources(cx: &Cx) -> Result<Vec<SourceSummary>, AppError> {
+        cx.require(Role::Viewer)?;
+        source_rows(&cx.pool, None).await
+    }
+
+    /// One source, or 404.
+    pub async fn source(cx: &Cx, slug: &str) -> Result<SourceSummary, AppError> {
+        cx.require(Role::Viewer)?;
+        source_rows(&cx.pool, Some(slug))
+            .await?
+            .pop()
+            .ok_or_else(|| AppError::NotFound(format!("no source {slug:?}")))
+    }
+
+    async fn source_rows(
+        pool: &PgPool,
+        slug: Option<&str>,
+    ) -> Result<Vec<SourceSummary>, AppError> {
+        sqlx::query_as!(
+            SourceSummary,
+            r#"SELECT slug, provider, mode, destination,
+                      coalesce(paused_override, config_paused) AS "paused!",
+                      paused_override IS NOT NULL AS "paused_by_operator!",
+                      in_config, attempt_timeout_secs,
+                      to_char(paused_changed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') AS paused_changed_at
+               FROM sources WHERE ($1::text IS NULL OR slug = $1)
+               ORDER BY in_config DESC, slug"#,
+            slug
+        )
+        .fetch_all(pool)
+        .await
+        .map_err(AppError::database)
+    }
+
+    /// Cuts rows fetched with one row beyond `size` (`LIMIT size + 1`) to a
+    /// page, and gives the next page's cursor: `cursor` of the last row kept,
+    /// when there is a next page.
+    pub fn page<T, C>(
+        mut rows: Vec<T>,
+        size: i64,
+        cursor: impl Fn(&T) -> C,
+    ) -> (Vec<T>, Option<C>) {
+        let size = usize::try_from(size).unwrap_or(0);
+        if rows.len() > size {
+            rows.truncate(size);
+            let next = rows.last().map(cursor);
+            (rows, next)
+        } else {
+            (rows, None)
+        }
     }
 
     /// A filter's time as a `datetime-local` input gives it

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 pub const COUNT_CAP: i64 = 100_000;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub enum Window {
     Hour,
     Day,
@@ -56,6 +57,7 @@ impl Window {
 
 /// Totals over a window, for one source or all.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct Figures {
     pub deliveries: i64,
     pub claimed: i64,
@@ -92,6 +94,7 @@ impl Figures {
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct Backlog {
     /// Queued or retrying events (capped at `COUNT_CAP`).
     pub waiting: i64,
@@ -104,6 +107,7 @@ pub struct Backlog {
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct SourceFigures {
     pub slug: String,
     pub provider: String,
@@ -114,6 +118,7 @@ pub struct SourceFigures {
 
 /// One chart bar.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct Point {
     /// Start of the bar, Unix milliseconds.
     pub at_ms: i64,
@@ -126,6 +131,7 @@ pub struct Point {
 
 /// Why the banner is up.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub enum Alert {
     /// The last 10 minutes' duplicate rate is over twice the 24-hour baseline.
     DuplicateStorm {
@@ -139,6 +145,7 @@ pub enum Alert {
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct Overview {
     pub window: Window,
     /// The source the figures are for; None: all sources.
@@ -168,23 +175,33 @@ pub async fn load_overview(
     source: Option<String>,
     window: String,
 ) -> Result<Overview, ServerFnError> {
-    use super::ssr::*;
-    crate::auth::ssr::require(crate::auth::Role::Viewer).await?;
-    let pool = pool()?;
-    let window = Window::parse(&window);
-    let source = source.filter(|s| !s.is_empty());
-    server::load(&pool, source, window)
-        .await
-        .map_err(|e| AppError::database(e).into())
+    let cx = super::ssr::cx().await?;
+    Ok(server::overview(&cx, source, Window::parse(&window)).await?)
 }
 
 #[cfg(feature = "ssr")]
-mod server {
+pub mod server {
     use std::collections::BTreeMap;
 
     use sqlx::PgPool;
 
     use super::*;
+    use crate::api::ssr::Cx;
+    use crate::auth::Role;
+    use crate::error::AppError;
+
+    /// The figures of `window`, for one source or (None) all of them.
+    pub async fn overview(
+        cx: &Cx,
+        source: Option<String>,
+        window: Window,
+    ) -> Result<Overview, AppError> {
+        cx.require(Role::Viewer)?;
+        let source = source.filter(|s| !s.is_empty());
+        load(&cx.pool, source, window)
+            .await
+            .map_err(AppError::database)
+    }
 
     struct MinuteRow {
         source: String,
@@ -251,7 +268,7 @@ mod server {
         baseline_duplicates: i64,
     }
 
-    pub async fn load(
+    async fn load(
         pool: &PgPool,
         source: Option<String>,
         window: Window,

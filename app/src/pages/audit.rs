@@ -51,7 +51,10 @@ fn AuditTable(page: Page) -> impl IntoView {
                     view! {
                     <tr data-action=action>
                         <td>{e.at}</td>
-                        <td>{e.username.unwrap_or_default()}<div class="muted small">{e.remote_addr.unwrap_or_default()}</div></td>
+                        <td>
+                            {e.by_token.then_some("token ")}{e.username.unwrap_or_default()}
+                            <div class="muted small">{e.remote_addr.unwrap_or_default()}</div>
+                        </td>
                         <td><code>{e.action}</code></td>
                         <td>{e.target.unwrap_or_default()}</td>
                         <td>{e.outcome}</td>

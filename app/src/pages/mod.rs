@@ -5,3 +5,4 @@ pub mod event;
 pub mod login;
 pub mod overview;
 pub mod sources;
+pub mod tokens;

@@ -2,10 +2,12 @@
 //! honours `$REPLAYSAFE_CONFIG` and `$DATABASE_URL`.
 
 pub mod migrate;
+pub mod remote;
 pub mod seed;
 pub mod send;
 pub mod serve;
 pub mod source;
+pub mod token;
 pub mod user;
 
 use std::path::PathBuf;
@@ -69,6 +71,33 @@ pub enum Command {
         #[command(subcommand)]
         action: SourceAction,
     },
+    /// Manage API tokens for /api/v1 and the CLI: create (printed once), list, revoke
+    Token {
+        #[command(subcommand)]
+        action: token::TokenAction,
+    },
+    /// Events on a running server (over its API; REPLAYSAFE_URL, REPLAYSAFE_TOKEN):
+    /// list, show, redeliver, force
+    Events {
+        #[command(flatten)]
+        target: remote::Target,
+        #[command(subcommand)]
+        action: remote::EventsAction,
+    },
+    /// Deliveries on a running server (over its API): list, show, tail
+    Deliveries {
+        #[command(flatten)]
+        target: remote::Target,
+        #[command(subcommand)]
+        action: remote::DeliveriesAction,
+    },
+    /// Sources on a running server (over its API): list, pause, resume
+    Sources {
+        #[command(flatten)]
+        target: remote::Target,
+        #[command(subcommand)]
+        action: remote::SourcesAction,
+    },
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -90,23 +119,43 @@ pub enum CliError {
     Seed(#[from] seed::SeedError),
     #[error(transparent)]
     User(#[from] crate::db::users::UserError),
+    #[error(transparent)]
+    Token(#[from] app::api::tokens::ssr::TokenError),
+    #[error(transparent)]
+    Remote(#[from] remote::RemoteError),
     #[error("server error: {0}")]
     Serve(std::io::Error),
 }
 
 pub async fn run(cli: Cli) -> Result<(), CliError> {
-    let config = config::load(cli.config.as_deref())?;
+    // The remote commands talk to a server: they read no config file.
+    let load = || config::load(cli.config.as_deref());
     match cli.command.unwrap_or(Command::Serve(ServeArgs::default())) {
-        Command::Serve(args) => serve::run(config, args).await,
-        Command::Migrate => migrate::run(config).await,
-        Command::Send(args) => Ok(send::run(&config, args).await?),
-        Command::Source { action } => source::run(config, action).await,
-        Command::Seed(args) => seed::command(config, args).await,
+        Command::Serve(args) => serve::run(load()?, args).await,
+        Command::Migrate => migrate::run(load()?).await,
+        Command::Send(args) => Ok(send::run(&load()?, args).await?),
+        Command::Source { action } => source::run(load()?, action).await,
+        Command::Seed(args) => seed::command(load()?, args).await,
         Command::User { action } => {
-            let (_database, pool) = open_migrated(&config).await?;
+            let (_database, pool) = open_migrated(&load()?).await?;
             let result = user::run(&pool, action).await;
             pool.close().await;
             Ok(result?)
+        }
+        Command::Token { action } => {
+            let (_database, pool) = open_migrated(&load()?).await?;
+            let result = token::run(&pool, action).await;
+            pool.close().await;
+            Ok(result?)
+        }
+        Command::Events { target, action } => {
+            Ok(remote::run(target, remote::Command::Events(action)).await?)
+        }
+        Command::Deliveries { target, action } => {
+            Ok(remote::run(target, remote::Command::Deliveries(action)).await?)
+        }
+        Command::Sources { target, action } => {
+            Ok(remote::run(target, remote::Command::Sources(action)).await?)
         }
     }
 }

@@ -5,7 +5,7 @@ use clap::Subcommand;
 
 use super::{open_migrated, CliError};
 use crate::config::Config;
-use crate::db::audit::cli_actor;
+use crate::db::audit::{cli_actor, Who};
 
 #[derive(Subcommand, Debug)]
 pub enum SourceAction {
@@ -21,7 +21,8 @@ pub async fn run(config: Config, action: SourceAction) -> Result<(), CliError> {
         SourceAction::Pause { slug } => (slug, true),
         SourceAction::Resume { slug } => (slug, false),
     };
-    crate::db::sources::set_paused(&pool, slug, paused, &cli_actor(), None).await?;
+    let actor = cli_actor();
+    crate::db::sources::set_paused(&pool, slug, paused, Who::named(&actor)).await?;
     pool.close().await;
     println!(
         "source {slug} {}",

@@ -89,8 +89,13 @@ pub struct Config {
     /// Peers whose `X-Forwarded-For` names the client, and whose own
     /// address is exempt from the per-address connection cap.
     pub trusted_proxies: Vec<ipnet::IpNet>,
+    /// `/api/v1` requests one token may make per second and process (twice
+    /// that in a burst); beyond, 429 with `Retry-After`.
+    pub api_requests_per_second: u32,
     pub sources: Vec<SourceConfig>,
 }
+
+pub const DEFAULT_API_REQUESTS_PER_SECOND: u32 = 20;
 
 /// How much of the rejected requests is recorded.
 #[derive(Debug, Clone, Copy)]
@@ -181,6 +186,7 @@ struct RawConfig {
     max_connections: Option<usize>,
     max_connections_per_address: Option<usize>,
     trusted_proxies: Option<Vec<String>>,
+    api_requests_per_second: Option<u32>,
     #[serde(default)]
     source: Vec<RawSource>,
 }
@@ -385,6 +391,15 @@ pub fn parse_and_validate(
             .max_connections_per_address
             .unwrap_or(d.max_connections_per_address),
     };
+    let api_requests_per_second = raw
+        .api_requests_per_second
+        .unwrap_or(DEFAULT_API_REQUESTS_PER_SECOND);
+    if api_requests_per_second == 0 {
+        return Err(invalid(
+            "api_requests_per_second",
+            "must be at least 1".into(),
+        ));
+    }
     for (key, value) in [
         ("max_connections", http.max_connections),
         (
@@ -524,6 +539,7 @@ pub fn parse_and_validate(
         public_url_given,
         http,
         trusted_proxies,
+        api_requests_per_second,
         sources,
     })
 }

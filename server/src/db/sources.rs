@@ -4,7 +4,7 @@
 
 use sqlx::PgPool;
 
-use super::audit::{self, Entry};
+use super::audit::{self, Entry, Who};
 use crate::config::Config;
 
 #[derive(Debug, thiserror::Error)]
@@ -15,14 +15,13 @@ pub enum SourceError {
     Db(#[from] sqlx::Error),
 }
 
-/// Pauses or resumes a source; `actor` is recorded in the audit log.
+/// Pauses or resumes a source; `who` is recorded in the audit log.
 /// A paused source still receives, verifies and claims, and forwards nothing.
 pub async fn set_paused(
     pool: &PgPool,
     slug: &str,
     paused: bool,
-    actor: &str,
-    user_id: Option<i64>,
+    who: Who<'_>,
 ) -> Result<(), SourceError> {
     let mut tx = pool.begin().await?;
     let updated = sqlx::query!(
@@ -30,7 +29,7 @@ pub async fn set_paused(
          WHERE slug = $1 AND in_config",
         slug,
         paused,
-        user_id
+        who.user_id
     )
     .execute(&mut *tx)
     .await?
@@ -46,12 +45,12 @@ pub async fn set_paused(
     audit::record(
         &mut *tx,
         Entry {
-            user_id,
-            username: actor,
+            who,
             action,
             target: Some(slug),
             outcome: "succeeded",
             detail: None,
+            remote_addr: None,
         },
     )
     .await?;

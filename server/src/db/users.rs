@@ -42,12 +42,12 @@ async fn audit(
     audit::record(
         pool,
         audit::Entry {
-            user_id: None,
-            username: &actor,
+            who: audit::Who::named(&actor),
             action,
             target: Some(target),
             outcome: "succeeded",
             detail: Some(detail),
+            remote_addr: None,
         },
     )
     .await
@@ -144,16 +144,17 @@ pub async fn unlock(
         .map(|u| format!("user:{}", u.to_lowercase()))
         .into_iter()
         .chain(address.map(|a| format!("address:{a}")));
+    let actor = audit::cli_actor();
     for target in targets {
-        crate::db::audit::record(
+        audit::record(
             pool,
-            crate::db::audit::Entry {
-                user_id: None,
-                username: &crate::db::audit::cli_actor(),
+            audit::Entry {
+                who: audit::Who::named(&actor),
                 action: "login.unlock",
                 target: Some(&target),
                 outcome: "succeeded",
                 detail: None,
+                remote_addr: None,
             },
         )
         .await?;

@@ -27,7 +27,7 @@ pub enum Forced {
 pub async fn force(
     pool: &PgPool,
     event_id: i64,
-    by: i64,
+    by: Option<i64>,
     reason: &str,
 ) -> Result<Forced, sqlx::Error> {
     let forced: Option<i64> = sqlx::query_scalar!(

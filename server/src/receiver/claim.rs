@@ -94,8 +94,8 @@ pub struct NewDelivery<'a> {
 pub struct Redelivery {
     /// The stored delivery re-delivered.
     pub of: i64,
-    /// The operator's user id.
-    pub by: i64,
+    /// The operator's user id (None: an API token's, named in the audit log).
+    pub by: Option<i64>,
 }
 
 impl NewDelivery<'_> {
@@ -307,7 +307,7 @@ async fn insert_delivery(
         d.body_size(),
         d.remote_addr,
         d.redelivery.map(|r| r.of),
-        d.redelivery.map(|r| r.by),
+        d.redelivery.and_then(|r| r.by),
         id,
         d.reject_kind,
         d.truncated,

@@ -1,7 +1,7 @@
 //! The dashboard's front door: sessions (tower-sessions, stored in
 //! PostgreSQL), the sign-in requirement for every page and server function,
 //! and the cross-site request check for every state-changing request. Each
-//! server function still checks its role itself (`app::auth::ssr::require`).
+//! server function still checks its role itself (`app::api::ssr::Cx::require`).
 
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, Method, StatusCode};

@@ -2,6 +2,7 @@
 //! the gate, `/hooks/{slug}`, probes and metrics), and the bound server.
 //! The only module that knows axum; everything below it is handed plain values.
 
+pub mod api;
 pub mod body;
 pub mod demo;
 pub mod gate;
@@ -103,6 +104,7 @@ pub fn router(state: AppState, role: Role) -> Router {
         Arc::new(operations::ServerOperations {
             services: state.services.clone(),
         });
+    let api = api::router(&state, operations.clone());
     let options = state.leptos_options.clone();
     let config = state.services.config.clone();
     // The dashboard: pages and server functions, behind sessions and the gate.
@@ -142,7 +144,10 @@ pub fn router(state: AppState, role: Role) -> Router {
         router = router.route("/metrics", get(metrics::handler));
     }
     let state_for_demo = state.clone();
-    let router = router.merge(dashboard).with_state(state);
+    let router = router
+        .merge(dashboard)
+        .with_state(state)
+        .nest("/api/v1", api);
     let router = if config.demo_destination {
         router.merge(demo::router().layer(axum::middleware::from_fn_with_state(
             state_for_demo,

@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use app::api::actions::ssr::{BoxFuture, Operations};
 use app::api::actions::RedeliveryResult;
-use app::auth::{CurrentUser, Role};
+use app::auth::{Caller, Role, Via};
 use app::error::AppError;
 
 use crate::events::Forced;
@@ -43,7 +43,7 @@ impl ServerOperations {
     async fn redeliver_now(
         &self,
         delivery_id: i64,
-        by: CurrentUser,
+        by: Caller,
         past_window_reason: Option<String>,
     ) -> Result<RedeliveryResult, AppError> {
         let stored = sqlx::query_as!(
@@ -97,7 +97,10 @@ impl ServerOperations {
             query: stored.query,
             headers,
             body,
-            remote_addr: Some(format!("re-delivery by {}", by.username)),
+            remote_addr: Some(match by.via {
+                Via::Session => format!("re-delivery by {}", by.username),
+                Via::Token => format!("re-delivery by token {}", by.username),
+            }),
         };
         // The timestamp window exists to stop captured replays: feeding back a
         // delivery that was rejected only for its timestamp undoes it, so it
@@ -132,7 +135,7 @@ impl ServerOperations {
             waive_timestamp: true,
             redelivery: Some(Redelivery {
                 of: delivery_id,
-                by: by.id,
+                by: by.user_id(),
             }),
         };
         let reply = intake::receive(&self.services, source, &inbound, receipt).await;
@@ -229,7 +232,7 @@ impl Operations for ServerOperations {
     fn redeliver(
         &self,
         delivery_id: i64,
-        by: CurrentUser,
+        by: Caller,
         past_window_reason: Option<String>,
     ) -> BoxFuture<'_, Result<RedeliveryResult, AppError>> {
         Box::pin(self.redeliver_now(delivery_id, by, past_window_reason))
@@ -239,17 +242,10 @@ impl Operations for ServerOperations {
         &self,
         slug: String,
         paused: bool,
-        by: CurrentUser,
+        by: Caller,
     ) -> BoxFuture<'_, Result<(), AppError>> {
         Box::pin(async move {
-            match crate::db::sources::set_paused(
-                &self.services.pool,
-                &slug,
-                paused,
-                &by.username,
-                Some(by.id),
-            )
-            .await
+            match crate::db::sources::set_paused(&self.services.pool, &slug, paused, by.who()).await
             {
                 Ok(()) => {
                     self.services.wake.set_paused(&slug, paused);
@@ -270,10 +266,10 @@ impl Operations for ServerOperations {
         &self,
         event_id: i64,
         reason: String,
-        by: CurrentUser,
+        by: Caller,
     ) -> BoxFuture<'_, Result<(), AppError>> {
         Box::pin(async move {
-            match crate::events::force(&self.services.pool, event_id, by.id, &reason).await {
+            match crate::events::force(&self.services.pool, event_id, by.user_id(), &reason).await {
                 Ok(Forced::Queued { .. }) => {
                     self.services.wake.work();
                     Ok(())

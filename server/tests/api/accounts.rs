@@ -52,6 +52,16 @@ async fn every_page_and_server_function_checks_session_and_role(pool: PgPool) {
     deliver(&app, "m-1", b"gh-secret").await;
     app.drain().await;
     let (event, delivery) = first_delivery(&pool, "m-1").await;
+    let (_, victim) = app::api::tokens::ssr::create(
+        &pool,
+        "victim",
+        app::auth::Role::Viewer,
+        None,
+        app::auth::Who::named("test"),
+    )
+    .await
+    .unwrap();
+    let victim = victim.id;
     let sessions = [
         ("anonymous", None),
         ("viewer", Some(app.session("viewer").await)),
@@ -73,6 +83,7 @@ async fn every_page_and_server_function_checks_session_and_role(pool: PgPool) {
         "/dead".to_owned(),
         "/sources".to_owned(),
         "/audit".to_owned(),
+        "/tokens".to_owned(),
     ];
     for (who, cookie) in &sessions {
         for path in &pages {
@@ -81,6 +92,9 @@ async fn every_page_and_server_function_checks_session_and_role(pool: PgPool) {
                 assert_eq!(page.status(), 303, "{who} {path}");
                 let location = page.headers()["location"].to_str().unwrap();
                 assert!(location.starts_with("/login?next=%2F"), "{location}");
+            } else if path == "/tokens" && *who != "admin" {
+                // Tokens are an admin's: the page says so, with the status.
+                assert_eq!(page.status(), 403, "{who} {path}");
             } else {
                 assert_eq!(page.status(), 200, "{who} {path}");
             }
@@ -113,6 +127,8 @@ async fn every_page_and_server_function_checks_session_and_role(pool: PgPool) {
             format!("event_id={event}&confirm_key=wrong&reason=test"),
             "admin",
         ),
+        ("tokens", String::new(), "admin"),
+        ("token-revoke", format!("id={victim}"), "admin"),
     ];
     for (who, cookie) in &sessions {
         for (endpoint, form, least) in &calls {

@@ -205,6 +205,25 @@ pub fn test_config(text: &str, vars: &[(&str, &str)]) -> Config {
     config
 }
 
+/// One GitHub source `gh` (secret `gh-secret`) forwarding to `destination`
+/// with a single attempt, so a refusal dead-letters at once; `top`: more
+/// top-level settings.
+pub fn gh_config(destination: &str, top: &str) -> Config {
+    test_config(
+        &format!(
+            r#"{top}
+[[source]]
+slug = "gh"
+provider = "github"
+secrets = ["gh-secret"]
+destination = "{destination}"
+max_attempts = 1
+"#
+        ),
+        &[],
+    )
+}
+
 /// The public URL of a test config until the server is bound: then it is
 /// the server's own address, unless the test set another.
 const UNBOUND_PUBLIC_URL: &str = "http://127.0.0.1:0";

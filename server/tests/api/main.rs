@@ -16,6 +16,8 @@ mod outage;
 mod processes;
 mod processing;
 mod receiver;
+mod remote_cli;
+mod rest;
 mod sdk;
 mod sources;
 mod wakeups;

@@ -136,7 +136,7 @@ struct World {
     app: TestApp,
     slugs: [String; 3],
     ops: Arc<replaysafe::web::operations::ServerOperations>,
-    admin: app::auth::CurrentUser,
+    admin: app::auth::Caller,
     /// Successful forces per event id.
     forces: Mutex<HashMap<i64, u32>>,
     stop: AtomicBool,
@@ -257,9 +257,14 @@ impl World {
     async fn toggle_pause(&self, rng: &mut StdRng) {
         let slug = &self.slugs[rng.gen_range(0..3)];
         let paused = rng.gen_bool(0.5);
-        replaysafe::db::sources::set_paused(&self.app.pool, slug, paused, "model", None)
-            .await
-            .unwrap();
+        replaysafe::db::sources::set_paused(
+            &self.app.pool,
+            slug,
+            paused,
+            app::auth::Who::named("model"),
+        )
+        .await
+        .unwrap();
     }
 
     fn running(&self) -> bool {
@@ -309,10 +314,11 @@ async fn run_seed(pool: &PgPool, seed: u64) -> Result<String, String> {
         seed,
         slugs,
         ops,
-        admin: app::auth::CurrentUser {
+        admin: app::auth::Caller {
             id: admin_id,
             username: "model-admin".into(),
             role: app::auth::Role::Admin,
+            via: app::auth::Via::Session,
         },
         forces: Default::default(),
         stop: AtomicBool::new(false),
@@ -418,7 +424,7 @@ async fn run_seed(pool: &PgPool, seed: u64) -> Result<String, String> {
     // the provider retries what its own sync requests still hold.
     behaviour.settle.store(true, Ordering::SeqCst);
     for slug in &world.slugs {
-        replaysafe::db::sources::set_paused(pool, slug, false, "model", None)
+        replaysafe::db::sources::set_paused(pool, slug, false, app::auth::Who::named("model"))
             .await
             .unwrap();
     }

@@ -270,7 +270,7 @@ async fn a_dead_workers_lease_is_taken_over(pool: PgPool) {
 async fn pause_holds_and_resume_drains(pool: PgPool) {
     let destination = Destination::start(vec![]).await;
     let app = spawn_app(pool.clone(), config(&destination.url, 8)).await;
-    replaysafe::db::sources::set_paused(&pool, "gh", true, "test", None)
+    replaysafe::db::sources::set_paused(&pool, "gh", true, app::auth::Who::named("test"))
         .await
         .unwrap();
 
@@ -282,7 +282,7 @@ async fn pause_holds_and_resume_drains(pool: PgPool) {
     assert_eq!(destination.count(), 0);
     assert_eq!(event_state(&pool, "d-paused").await.0, "queued");
 
-    replaysafe::db::sources::set_paused(&pool, "gh", false, "test", None)
+    replaysafe::db::sources::set_paused(&pool, "gh", false, app::auth::Who::named("test"))
         .await
         .unwrap();
     assert_eq!(app.drain().await, 1);
@@ -292,11 +292,14 @@ async fn pause_holds_and_resume_drains(pool: PgPool) {
         .await
         .unwrap();
     assert_eq!(audit, ["source.pause", "source.resume"]);
-    assert!(
-        replaysafe::db::sources::set_paused(&pool, "nope", true, "test", None)
-            .await
-            .is_err()
-    );
+    assert!(replaysafe::db::sources::set_paused(
+        &pool,
+        "nope",
+        true,
+        app::auth::Who::named("test")
+    )
+    .await
+    .is_err());
 }
 
 #[sqlx::test(migrator = "MIGRATOR")]

@@ -1,0 +1,176 @@
+//! The HTTP side of the remote commands: one client, bearer token, JSON in
+//! and out, and the server's `{"code", "detail"}` refusals as errors.
+
+use reqwest::{Method, StatusCode};
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use super::Target;
+
+pub struct Remote {
+    base: url::Url,
+    token: String,
+    http: reqwest::Client,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RemoteError {
+    #[error("set REPLAYSAFE_TOKEN (or --token) to an API token: `replaysafe token create --name N --role R` makes one")]
+    NoToken,
+    #[error("--url: {0}")]
+    BadUrl(String),
+    #[error("cannot reach {url}: {reason}")]
+    Unreachable { url: String, reason: String },
+    /// The server answered with a refusal (`code` and `detail` from its body).
+    #[error("{detail} ({status} {code})")]
+    Refused {
+        status: u16,
+        code: String,
+        detail: String,
+        body: Value,
+    },
+    #[error("unexpected answer from the server: {0}")]
+    Decode(String),
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    /// Some of several actions were refused; each was reported already.
+    #[error("{refused} of {of} refused")]
+    SomeRefused { refused: usize, of: usize },
+}
+
+impl Remote {
+    pub fn new(target: &Target) -> Result<Self, RemoteError> {
+        let token = target
+            .token
+            .clone()
+            .filter(|t| !t.trim().is_empty())
+            .ok_or(RemoteError::NoToken)?;
+        let text = target
+            .url
+            .clone()
+            .unwrap_or_else(|| "http://127.0.0.1:3000".into());
+        let mut base =
+            url::Url::parse(&text).map_err(|e| RemoteError::BadUrl(format!("{text:?}: {e}")))?;
+        if !matches!(base.scheme(), "http" | "https") {
+            return Err(RemoteError::BadUrl(format!(
+                "{text:?} is not an http(s) URL"
+            )));
+        }
+        // So that joining "api/v1/..." keeps a path prefix (behind a proxy).
+        if !base.path().ends_with('/') {
+            base.set_path(&format!("{}/", base.path()));
+        }
+        let http = reqwest::Client::builder()
+            .timeout(std::time::Duration::from_secs(60))
+            .user_agent(concat!("replaysafe-cli/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| RemoteError::BadUrl(e.to_string()))?;
+        Ok(Self {
+            base,
+            token: token.trim().to_owned(),
+            http,
+        })
+    }
+
+    fn url(&self, path: &str) -> Result<url::Url, RemoteError> {
+        self.base
+            .join(&format!("api/v1/{}", path.trim_start_matches('/')))
+            .map_err(|e| RemoteError::BadUrl(e.to_string()))
+    }
+
+    pub async fn get<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        query: &[(&str, String)],
+    ) -> Result<T, RemoteError> {
+        let mut url = self.url(path)?;
+        {
+            let mut pairs = url.query_pairs_mut();
+            for (k, v) in query.iter().filter(|(_, v)| !v.is_empty()) {
+                pairs.append_pair(k, v);
+            }
+        }
+        self.send(Method::GET, url, None).await
+    }
+
+    /// Up to `limit` rows of a list, following its `older` cursor as
+    /// `before`; `split` takes a page apart into its rows and cursor.
+    pub async fn collect<P: DeserializeOwned, R>(
+        &self,
+        path: &str,
+        mut query: Vec<(&str, String)>,
+        limit: usize,
+        split: impl Fn(P) -> (Vec<R>, Option<i64>),
+    ) -> Result<Vec<R>, RemoteError> {
+        let mut rows = Vec::new();
+        loop {
+            let (page, older) = split(self.get(path, &query).await?);
+            rows.extend(page);
+            match older {
+                Some(before) if rows.len() < limit => {
+                    query.retain(|(k, _)| *k != "before");
+                    query.push(("before", before.to_string()));
+                }
+                _ => break,
+            }
+        }
+        rows.truncate(limit);
+        Ok(rows)
+    }
+
+    pub async fn post<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: Value,
+    ) -> Result<T, RemoteError> {
+        let url = self.url(path)?;
+        self.send(Method::POST, url, Some(body)).await
+    }
+
+    async fn send<T: DeserializeOwned>(
+        &self,
+        method: Method,
+        url: url::Url,
+        body: Option<Value>,
+    ) -> Result<T, RemoteError> {
+        let shown = url.to_string();
+        let mut request = self.http.request(method, url).bearer_auth(&self.token);
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let response = request.send().await.map_err(|e| RemoteError::Unreachable {
+            url: shown.clone(),
+            reason: e.to_string(),
+        })?;
+        let status = response.status();
+        let text = response
+            .text()
+            .await
+            .map_err(|e| RemoteError::Unreachable {
+                url: shown,
+                reason: e.to_string(),
+            })?;
+        if status.is_success() {
+            return serde_json::from_str(&text).map_err(|e| RemoteError::Decode(e.to_string()));
+        }
+        let body: Value = serde_json::from_str(&text).unwrap_or(Value::String(text.clone()));
+        let code = body["code"].as_str().unwrap_or("error").to_owned();
+        let detail = body["detail"]
+            .as_str()
+            .map(str::to_owned)
+            .unwrap_or_else(|| {
+                let reason = status.canonical_reason().unwrap_or("error");
+                if status == StatusCode::NOT_FOUND {
+                    "not found: is this a replaysafe server of this version?".into()
+                } else {
+                    reason.to_owned()
+                }
+            });
+        Err(RemoteError::Refused {
+            status: status.as_u16(),
+            code,
+            detail,
+            body,
+        })
+    }
+}

@@ -1,0 +1,265 @@
+//! `replaysafe events list|show|redeliver|force` over the API.
+
+use std::io::IsTerminal;
+
+use app::api::actions::{BulkStep, RedeliveryResult};
+use app::api::events::{EventDetail, EventPage, EventSummary, TimelineEntry};
+use serde_json::{json, Value};
+
+use super::client::{Remote, RemoteError};
+use super::output::{self, or_dash, table, Paint};
+use super::{when, EventsAction, ListFilter};
+
+#[derive(clap::Args, Debug)]
+#[command(group(clap::ArgGroup::new("which").required(true).args(["ids", "dead"])))]
+pub struct RedeliverArgs {
+    /// Event ids
+    ids: Vec<i64>,
+    /// Every dead event matching --source, --since, --until and --reason
+    #[arg(long, conflicts_with = "ids")]
+    dead: bool,
+    #[arg(long, requires = "dead")]
+    source: Option<String>,
+    /// Dead-lettered since: `2h` ago, or a UTC time (RFC 3339)
+    #[arg(long, requires = "dead")]
+    since: Option<String>,
+    /// Dead-lettered before
+    #[arg(long, requires = "dead")]
+    until: Option<String>,
+    /// Words the dead-letter reason contains
+    #[arg(long, requires = "dead")]
+    reason: Option<String>,
+}
+
+pub async fn run(remote: &Remote, action: EventsAction, as_json: bool) -> Result<(), RemoteError> {
+    match action {
+        EventsAction::List(args) => list(remote, args, as_json).await,
+        EventsAction::Show { id } => {
+            let detail: Value = remote.get(&format!("events/{id}"), &[]).await?;
+            if as_json {
+                output::json(&detail);
+            } else {
+                show(
+                    serde_json::from_value(detail)
+                        .map_err(|e| RemoteError::Decode(e.to_string()))?,
+                );
+            }
+            Ok(())
+        }
+        EventsAction::Redeliver(args) if args.dead => bulk(remote, args, as_json).await,
+        EventsAction::Redeliver(args) => redeliver(remote, &args.ids, as_json).await,
+        EventsAction::Force { id, key, reason } => {
+            let forced: Value = remote
+                .post(
+                    &format!("events/{id}/force"),
+                    json!({"key": key, "reason": reason}),
+                )
+                .await?;
+            if as_json {
+                output::json(&forced);
+            } else {
+                println!("{}", forced["message"].as_str().unwrap_or_default());
+            }
+            Ok(())
+        }
+    }
+}
+
+async fn list(remote: &Remote, filter: ListFilter, as_json: bool) -> Result<(), RemoteError> {
+    let (query, limit) = filter.query();
+    let events: Vec<EventSummary> = remote
+        .collect("events", query, limit, |page: EventPage| {
+            (page.rows, page.older)
+        })
+        .await?;
+    if as_json {
+        output::json(&events);
+        return Ok(());
+    }
+    let rows: Vec<Vec<String>> = events
+        .into_iter()
+        .map(|e| {
+            vec![
+                e.id.to_string(),
+                e.source,
+                e.idem_key,
+                e.state,
+                e.attempt_count.to_string(),
+                e.receive_count.to_string(),
+                e.first_seen_at,
+                e.dead_reason.or(e.last_error).unwrap_or_default(),
+            ]
+        })
+        .collect();
+    table(
+        &[
+            "ID",
+            "SOURCE",
+            "KEY",
+            "STATE",
+            "ATTEMPTS",
+            "DELIVERIES",
+            "FIRST SEEN (UTC)",
+            "LAST ERROR",
+        ],
+        &rows,
+    );
+    Ok(())
+}
+
+fn show(detail: EventDetail) {
+    let e = detail.event;
+    println!("event {} · {} · {}", e.id, e.source, e.idem_key);
+    println!(
+        "state        {} (since {} UTC)",
+        e.state, e.state_changed_at
+    );
+    println!(
+        "first seen   {} UTC, {} deliveries",
+        e.first_seen_at, e.receive_count
+    );
+    println!("attempts     {}", e.attempt_count);
+    if let Some(reason) = e.dead_reason.or(e.last_error) {
+        println!("last error   {reason}");
+    }
+    println!();
+    let paint = Paint::stdout();
+    for entry in detail.timeline {
+        match entry {
+            TimelineEntry::Delivery(d) => println!(
+                "{}  delivery {:<8} {} {}{}",
+                d.received_at,
+                d.id,
+                paint.outcome(&d.outcome),
+                d.http_status,
+                d.redelivery_of
+                    .map(|of| format!(" (re-delivery of {of})"))
+                    .unwrap_or_default()
+            ),
+            TimelineEntry::Attempt(a) => println!(
+                "{}  attempt  #{:<7} {} {}{}",
+                a.started_at,
+                a.number,
+                or_dash(a.result),
+                or_dash(a.status),
+                a.error.map(|e| format!(" {e}")).unwrap_or_default()
+            ),
+        }
+    }
+    if detail.deliveries_total > detail.deliveries_shown as i64 {
+        println!(
+            "({} of {} deliveries shown)",
+            detail.deliveries_shown, detail.deliveries_total
+        );
+    }
+}
+
+/// One line per event; refusals go to the count that sets the exit code.
+async fn redeliver(remote: &Remote, ids: &[i64], as_json: bool) -> Result<(), RemoteError> {
+    let mut answers = Vec::with_capacity(ids.len());
+    let mut refused = 0;
+    for id in ids {
+        let answer = match remote
+            .post::<RedeliveryResult>(&format!("events/{id}/redeliver"), json!({}))
+            .await
+        {
+            Ok(result) => json!({"event": id, "ok": true, "outcome": result.outcome,
+                                 "requeued": result.requeued, "message": result.message,
+                                 "delivery_id": result.delivery_id}),
+            Err(RemoteError::Refused {
+                status,
+                code,
+                detail,
+                body,
+            }) => {
+                refused += 1;
+                json!({"event": id, "ok": false, "status": status, "code": code,
+                       "outcome": body["result"]["outcome"], "message": detail})
+            }
+            Err(other) => return Err(other),
+        };
+        if !as_json {
+            println!(
+                "{id:<10} {:<12} {}",
+                answer["outcome"]
+                    .as_str()
+                    .unwrap_or(answer["code"].as_str().unwrap_or("")),
+                answer["message"].as_str().unwrap_or_default()
+            );
+        }
+        answers.push(answer);
+    }
+    if as_json {
+        output::json(&answers);
+    }
+    match refused {
+        0 => Ok(()),
+        refused => Err(RemoteError::SomeRefused {
+            refused,
+            of: ids.len(),
+        }),
+    }
+}
+
+/// Every dead event matching the filter, a step of the server's at a time,
+/// with a progress bar when stderr is a terminal and a summary line.
+async fn bulk(remote: &Remote, args: RedeliverArgs, as_json: bool) -> Result<(), RemoteError> {
+    let mut body = json!({
+        "source": args.source.unwrap_or_default(),
+        "since": args.since.as_deref().map(when),
+        "until": args.until.as_deref().map(when),
+        "reason": args.reason.unwrap_or_default(),
+    });
+    let bar = std::io::stderr().is_terminal().then(|| {
+        let bar = indicatif::ProgressBar::new(0);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{bar:40} {pos}/{len} dead events re-delivered ({elapsed})",
+            )
+            .expect("a valid template"),
+        );
+        bar
+    });
+    let mut results: Vec<RedeliveryResult> = Vec::new();
+    loop {
+        let step: BulkStep = remote.post("dead-letters/redeliver", body.clone()).await?;
+        let done = results.len() + step.results.len();
+        if let Some(bar) = &bar {
+            bar.set_length((done as u64) + step.remaining.max(0) as u64);
+            bar.set_position(done as u64);
+        }
+        results.extend(step.results);
+        match step.next_after {
+            Some(after) => body["after"] = json!(after),
+            None => break,
+        }
+    }
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
+    let requeued = results.iter().filter(|r| r.requeued).count();
+    let refused = results.len() - requeued;
+    if as_json {
+        output::json(&json!({"requeued": requeued, "refused": refused, "results": results}));
+    } else {
+        for r in &results {
+            println!(
+                "{:<10} {:<32} {}",
+                or_dash(r.event_id),
+                r.idem_key.clone().unwrap_or_default(),
+                r.message
+            );
+        }
+        println!(
+            "{} dead events: {requeued} queued again, {refused} refused",
+            results.len()
+        );
+    }
+    match refused {
+        0 => Ok(()),
+        refused => Err(RemoteError::SomeRefused {
+            refused,
+            of: results.len(),
+        }),
+    }
+}

@@ -1,0 +1,146 @@
+//! `replaysafe events|deliveries|sources ...`: the CLI over a running
+//! replaysafe's `/api/v1` (issue 16, spec section 9), in the habits of the
+//! Stripe and GitHub CLIs: tables for people, `--json` for scripts (one JSON
+//! document, or JSON lines for `tail`), and a non-zero exit when the server
+//! refused. `--url` / `$REPLAYSAFE_URL` and `--token` / `$REPLAYSAFE_TOKEN`
+//! say where and as whom; no config file and no database are needed.
+
+mod client;
+mod deliveries;
+mod events;
+mod output;
+mod sources;
+
+use clap::{Args, Subcommand};
+
+use client::Remote;
+pub use client::RemoteError;
+
+/// Where the server is and the token to call it with.
+#[derive(Args, Debug, Clone)]
+pub struct Target {
+    /// The replaysafe server [default: http://127.0.0.1:3000]
+    #[arg(long, global = true, env = "REPLAYSAFE_URL", value_name = "URL")]
+    pub url: Option<String>,
+    /// An API token (`replaysafe token create`); prefer the environment
+    /// variable, which stays out of the shell history and `ps`
+    #[arg(
+        long,
+        global = true,
+        env = "REPLAYSAFE_TOKEN",
+        hide_env_values = true,
+        value_name = "TOKEN"
+    )]
+    pub token: Option<String>,
+    /// Print JSON (one document; JSON lines for `tail`) instead of tables
+    #[arg(long, global = true)]
+    pub json: bool,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum EventsAction {
+    /// Events, newest first
+    List(ListFilter),
+    /// An event with its timeline of deliveries and attempts
+    Show { id: i64 },
+    /// Re-deliver events through the dedup layer: by id, or every dead one
+    /// matching --dead and its filters (a dead event is queued again exactly
+    /// once; completed and in-progress ones are refused)
+    Redeliver(events::RedeliverArgs),
+    /// Run a completed event again (admin): same Idempotency-Key, audit-logged
+    Force {
+        id: i64,
+        /// The event's idempotency key, typed out to confirm
+        #[arg(long)]
+        key: String,
+        /// Why: it goes into the audit log
+        #[arg(long)]
+        reason: String,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum DeliveriesAction {
+    /// Deliveries, newest first, with the dashboard's filters
+    List(deliveries::ListArgs),
+    /// One delivery: outcome, headers and payload as the dashboard shows them
+    Show { id: i64 },
+    /// Follow new deliveries as they arrive, one line each
+    Tail {
+        #[arg(long)]
+        source: Option<String>,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum SourcesAction {
+    /// Every source, paused or not
+    List,
+    /// Keep receiving, verifying and claiming, but forward nothing (operator)
+    Pause { slug: String },
+    /// Forward again (operator)
+    Resume { slug: String },
+}
+
+pub enum Command {
+    Events(EventsAction),
+    Deliveries(DeliveriesAction),
+    Sources(SourcesAction),
+}
+
+pub async fn run(target: Target, command: Command) -> Result<(), RemoteError> {
+    let remote = Remote::new(&target)?;
+    let json = target.json;
+    match command {
+        Command::Events(action) => events::run(&remote, action, json).await,
+        Command::Deliveries(action) => deliveries::run(&remote, action, json).await,
+        Command::Sources(action) => sources::run(&remote, action, json).await,
+    }
+}
+
+/// What `events list` and `deliveries list` filter by.
+#[derive(clap::Args, Debug)]
+pub struct ListFilter {
+    #[arg(long)]
+    source: Option<String>,
+    /// Events: dead, completed, in_progress (queued, processing or
+    /// retrying) or a state. Deliveries: claimed, completed, in_progress,
+    /// dead, rejected or unavailable
+    #[arg(long)]
+    outcome: Option<String>,
+    #[arg(long)]
+    key: Option<String>,
+    /// First received since: `2h`, `30m` ago, or a UTC time (RFC 3339)
+    #[arg(long)]
+    since: Option<String>,
+    #[arg(long)]
+    until: Option<String>,
+    /// At most this many (pages of 50 are followed)
+    #[arg(long, default_value_t = 50)]
+    limit: usize,
+}
+
+impl ListFilter {
+    /// The API's query parameters, and the limit.
+    fn query(self) -> (Vec<(&'static str, String)>, usize) {
+        let query = vec![
+            ("source", self.source.unwrap_or_default()),
+            ("outcome", self.outcome.unwrap_or_default()),
+            ("key", self.key.unwrap_or_default()),
+            ("since", self.since.as_deref().map(when).unwrap_or_default()),
+            ("until", self.until.as_deref().map(when).unwrap_or_default()),
+        ];
+        (query, self.limit)
+    }
+}
+
+/// A `--since`/`--until` value as the API takes it: `2h` (ago), or a time
+/// passed through (RFC 3339, or `2026-11-30T14:05` in UTC).
+fn when(value: &str) -> String {
+    match humantime::parse_duration(value.trim()) {
+        Ok(ago) => (chrono::Utc::now()
+            - chrono::Duration::from_std(ago).unwrap_or(chrono::Duration::MAX))
+        .to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        Err(_) => value.trim().to_owned(),
+    }
+}

@@ -1,0 +1,48 @@
+//! `replaysafe sources list|pause|resume` over the API.
+
+use app::api::SourceSummary;
+
+use super::client::{Remote, RemoteError};
+use super::output::{json, or_dash, table};
+use super::SourcesAction;
+
+pub async fn run(remote: &Remote, action: SourcesAction, as_json: bool) -> Result<(), RemoteError> {
+    let shown: Vec<SourceSummary> = match action {
+        SourcesAction::List => remote.get("sources", &[]).await?,
+        SourcesAction::Pause { slug } => {
+            vec![
+                remote
+                    .post(&format!("sources/{slug}/pause"), serde_json::json!({}))
+                    .await?,
+            ]
+        }
+        SourcesAction::Resume { slug } => {
+            vec![
+                remote
+                    .post(&format!("sources/{slug}/resume"), serde_json::json!({}))
+                    .await?,
+            ]
+        }
+    };
+    if as_json {
+        json(&shown);
+        return Ok(());
+    }
+    let rows: Vec<Vec<String>> = shown
+        .into_iter()
+        .map(|s| {
+            let state = match (s.in_config, s.paused, s.paused_by_operator) {
+                (false, _, _) => "removed".to_owned(),
+                (true, true, true) => "paused by an operator".to_owned(),
+                (true, true, false) => "paused (config)".to_owned(),
+                (true, false, _) => "forwarding".to_owned(),
+            };
+            vec![s.slug, s.provider, s.mode, or_dash(s.destination), state]
+        })
+        .collect();
+    table(
+        &["SOURCE", "PROVIDER", "MODE", "DESTINATION", "STATE"],
+        &rows,
+    );
+    Ok(())
+}

@@ -1,0 +1,86 @@
+//! `replaysafe token create|list|revoke`: API tokens, on the database
+//! directly (like `user`), so the first one needs no token. A token is
+//! printed once, at creation; only its SHA-256 is stored.
+
+use std::time::Duration;
+
+use app::api::tokens::ssr::{self as tokens, Target, TokenError};
+use app::auth::{Role, Who};
+use sqlx::PgPool;
+
+use crate::db::audit::cli_actor;
+
+#[derive(Debug, clap::Subcommand)]
+pub enum TokenAction {
+    /// Create a token and print it (once) for REPLAYSAFE_TOKEN
+    Create {
+        /// What the token is for; the audit log names its actions so
+        #[arg(long)]
+        name: String,
+        /// viewer (reads), operator (re-delivers, pauses), admin (forces)
+        #[arg(long, value_parser = ["viewer", "operator", "admin"])]
+        role: String,
+        /// Expire after this long (90d, 12h); never when left out
+        #[arg(long, value_parser = humantime::parse_duration)]
+        expires: Option<Duration>,
+    },
+    /// List tokens: name, role, prefix, created, last used, expires, state
+    List,
+    /// Revoke a live token by name; it is refused from its next use on
+    Revoke {
+        #[arg(long)]
+        name: String,
+    },
+}
+
+pub async fn run(pool: &PgPool, action: TokenAction) -> Result<(), TokenError> {
+    let actor = cli_actor();
+    match action {
+        TokenAction::Create {
+            name,
+            role,
+            expires,
+        } => {
+            let role = Role::parse(&role).expect("clap checked the role");
+            let secs = expires.map(|d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+            let (token, row) = tokens::create(pool, &name, role, secs, Who::named(&actor)).await?;
+            eprintln!(
+                "token {} ({}) created{}; it is shown this once:",
+                row.name,
+                row.role,
+                row.expires_at
+                    .map(|at| format!(", expires {at} UTC"))
+                    .unwrap_or_default()
+            );
+            println!("{token}");
+        }
+        TokenAction::List => {
+            let rows = tokens::list(pool).await?;
+            println!(
+                "{:<24} {:<9} {:<12} {:<20} {:<20} {:<20} state",
+                "name", "role", "prefix", "created (UTC)", "last used", "expires"
+            );
+            for t in rows {
+                println!(
+                    "{:<24} {:<9} {:<12} {:<20} {:<20} {:<20} {}",
+                    t.name,
+                    t.role,
+                    t.prefix,
+                    t.created_at,
+                    t.last_used_at.unwrap_or_else(|| "never".into()),
+                    t.expires_at.unwrap_or_else(|| "never".into()),
+                    t.state
+                );
+            }
+        }
+        TokenAction::Revoke { name } => {
+            let row =
+                tokens::revoke_where(pool, Target::Name(&name), Who::named(&actor), None).await?;
+            println!(
+                "token {} ({}) revoked; it is refused from now on",
+                row.name, row.prefix
+            );
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,400 @@
+//! The API's handlers: each reads its parameters, calls the operation the
+//! dashboard calls, and answers JSON. Times in parameters are UTC, RFC 3339
+//! (`2026-11-30T14:05:00Z`, or with an offset) or as the dashboard's filters
+//! take them (`2026-11-30T14:05`).
+
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use app::api::actions::{self, AuditPage, BulkStep, DeadFilter, RedeliveryResult};
+use app::api::deliveries::{self, DeliveryFilter, DeliveryPage};
+use app::api::events::{self, DeadLetterPage, DeliveryDetail, EventDetail, EventFilter, EventPage};
+use app::api::overview::{self, Overview, Window};
+use app::api::tokens::{self, TokenRow};
+use app::api::SourceSummary;
+use app::auth::{Caller, Role};
+
+use super::{ApiCx, ApiError, ApiJson, ApiPath, ApiQuery, ApiResult, ApiState};
+use axum::Json;
+
+pub fn router() -> OpenApiRouter<ApiState> {
+    OpenApiRouter::new()
+        .routes(routes!(me))
+        .routes(routes!(list_sources))
+        .routes(routes!(show_source))
+        .routes(routes!(pause_source))
+        .routes(routes!(resume_source))
+        .routes(routes!(list_deliveries))
+        .routes(routes!(show_delivery))
+        .routes(routes!(redeliver_delivery))
+        .routes(routes!(list_events))
+        .routes(routes!(show_event))
+        .routes(routes!(redeliver_event))
+        .routes(routes!(force_event))
+        .routes(routes!(list_dead_letters))
+        .routes(routes!(redeliver_dead_letters))
+        .routes(routes!(list_audit))
+        .routes(routes!(list_tokens))
+        .routes(routes!(revoke_token))
+}
+
+/// A time parameter as the operations take it: UTC, `YYYY-MM-DDTHH:MM:SS`.
+fn utc(value: Option<String>) -> String {
+    match value {
+        None => String::new(),
+        Some(v) => match chrono::DateTime::parse_from_rfc3339(v.trim()) {
+            Ok(t) => t
+                .with_timezone(&chrono::Utc)
+                .format("%Y-%m-%dT%H:%M:%S")
+                .to_string(),
+            // The dashboard's form (checked by the operation).
+            Err(_) => v,
+        },
+    }
+}
+
+/// Who this token is.
+#[utoipa::path(get, path = "/me", tag = "tokens", responses((status = 200, body = Caller)))]
+async fn me(ApiCx(cx): ApiCx) -> ApiResult<Caller> {
+    Ok(Json(cx.require(Role::Viewer)?.clone()))
+}
+
+/// Every source (removed ones with history too), without secrets.
+#[utoipa::path(get, path = "/sources", tag = "sources",
+    responses((status = 200, body = Vec<SourceSummary>)))]
+async fn list_sources(ApiCx(cx): ApiCx) -> ApiResult<Vec<SourceSummary>> {
+    Ok(Json(app::api::ssr::sources(&cx).await?))
+}
+
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+struct WindowParams {
+    /// hour (default), day or week.
+    window: Option<String>,
+}
+
+#[derive(Serialize, ToSchema)]
+struct SourceDetail {
+    source: SourceSummary,
+    /// The source's figures over the window.
+    figures: Overview,
+}
+
+/// A source with its figures over a window.
+#[utoipa::path(get, path = "/sources/{slug}", tag = "sources",
+    params(("slug" = String, Path), WindowParams),
+    responses((status = 200, body = SourceDetail), (status = 404, body = super::ErrorBody)))]
+async fn show_source(
+    ApiCx(cx): ApiCx,
+    ApiPath(slug): ApiPath<String>,
+    ApiQuery(params): ApiQuery<WindowParams>,
+) -> ApiResult<SourceDetail> {
+    let source = app::api::ssr::source(&cx, &slug).await?;
+    let window = Window::parse(params.window.as_deref().unwrap_or("hour"));
+    let figures = overview::server::overview(&cx, Some(slug), window).await?;
+    Ok(Json(SourceDetail { source, figures }))
+}
+
+async fn set_paused(
+    cx: &app::api::ssr::Cx,
+    slug: String,
+    paused: bool,
+) -> ApiResult<SourceSummary> {
+    actions::ssr::set_paused(cx, slug.clone(), paused).await?;
+    Ok(Json(app::api::ssr::source(cx, &slug).await?))
+}
+
+/// Pauses a source: it keeps receiving, verifying and claiming, and
+/// forwards nothing until resumed (operator; audit-logged).
+#[utoipa::path(post, path = "/sources/{slug}/pause", tag = "sources",
+    params(("slug" = String, Path)),
+    responses((status = 200, body = SourceSummary), (status = 404, body = super::ErrorBody)))]
+async fn pause_source(
+    ApiCx(cx): ApiCx,
+    ApiPath(slug): ApiPath<String>,
+) -> ApiResult<SourceSummary> {
+    set_paused(&cx, slug, true).await
+}
+
+/// Resumes a paused source (operator; audit-logged).
+#[utoipa::path(post, path = "/sources/{slug}/resume", tag = "sources",
+    params(("slug" = String, Path)),
+    responses((status = 200, body = SourceSummary), (status = 404, body = super::ErrorBody)))]
+async fn resume_source(
+    ApiCx(cx): ApiCx,
+    ApiPath(slug): ApiPath<String>,
+) -> ApiResult<SourceSummary> {
+    set_paused(&cx, slug, false).await
+}
+
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+struct DeliveriesParams {
+    source: Option<String>,
+    /// claimed, completed, in_progress, dead, rejected or unavailable.
+    outcome: Option<String>,
+    /// The HTTP status answered: a code (409) or a class (4xx).
+    status: Option<String>,
+    /// The idempotency key.
+    key: Option<String>,
+    /// Received at or after (UTC).
+    since: Option<String>,
+    /// Received before (UTC).
+    until: Option<String>,
+    /// The next page: deliveries older than this id (the page's `older`).
+    before: Option<i64>,
+    /// Only deliveries newer than this id (to follow new ones).
+    after: Option<i64>,
+}
+
+/// Deliveries, newest first, 50 a page, with every dashboard filter.
+#[utoipa::path(get, path = "/deliveries", tag = "deliveries", params(DeliveriesParams),
+    responses((status = 200, body = DeliveryPage)))]
+async fn list_deliveries(
+    ApiCx(cx): ApiCx,
+    ApiQuery(p): ApiQuery<DeliveriesParams>,
+) -> ApiResult<DeliveryPage> {
+    let filter = DeliveryFilter {
+        source: p.source.unwrap_or_default(),
+        outcome: p.outcome.unwrap_or_default(),
+        status: p.status.unwrap_or_default(),
+        key: p.key.unwrap_or_default(),
+        from: utc(p.since),
+        to: utc(p.until),
+    };
+    Ok(Json(
+        deliveries::server::deliveries(&cx, &filter, p.before, p.after).await?,
+    ))
+}
+
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+struct RevealParams {
+    /// Show the stored request's credentials unmasked (admin; audit-logged).
+    #[serde(default)]
+    reveal: bool,
+}
+
+/// One delivery: payload and headers as the dashboard shows them.
+#[utoipa::path(get, path = "/deliveries/{id}", tag = "deliveries",
+    params(("id" = i64, Path), RevealParams),
+    responses((status = 200, body = DeliveryDetail), (status = 404, body = super::ErrorBody)))]
+async fn show_delivery(
+    ApiCx(cx): ApiCx,
+    ApiPath(id): ApiPath<i64>,
+    ApiQuery(p): ApiQuery<RevealParams>,
+) -> ApiResult<DeliveryDetail> {
+    Ok(Json(
+        events::server::delivery_detail(&cx, id, p.reveal).await?,
+    ))
+}
+
+#[derive(Deserialize, ToSchema, Default)]
+struct RedeliverBody {
+    /// Only for a delivery rejected for its timestamp: an admin's reason to
+    /// re-deliver it anyway (the window stops captured replays).
+    #[serde(default)]
+    past_window_reason: String,
+}
+
+/// 200 when the dedup layer claimed it (a dead event queued again exactly
+/// once); 409 with its answer when it refused.
+fn answered(result: RedeliveryResult) -> ApiResult<RedeliveryResult> {
+    if result.outcome == "claimed" {
+        Ok(Json(result))
+    } else {
+        Err(ApiError::Refused(result))
+    }
+}
+
+/// Re-delivers a stored delivery through the receiver and the dedup layer
+/// (operator; audit-logged): a dead event is queued again exactly once; a
+/// completed or in-progress one is refused (409, with the answer).
+#[utoipa::path(post, path = "/deliveries/{id}/redeliver", tag = "deliveries",
+    params(("id" = i64, Path)), request_body(content = RedeliverBody),
+    responses((status = 200, body = RedeliveryResult),
+              (status = 404, body = super::ErrorBody),
+              (status = 409, description = "Refused by the dedup layer", body = super::ErrorBody)))]
+async fn redeliver_delivery(
+    ApiCx(cx): ApiCx,
+    ApiPath(id): ApiPath<i64>,
+    ApiJson(body): ApiJson<RedeliverBody>,
+) -> ApiResult<RedeliveryResult> {
+    answered(actions::ssr::redeliver(&cx, id, body.past_window_reason).await?)
+}
+
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+struct EventsParams {
+    source: Option<String>,
+    /// dead, completed, in_progress (queued, processing or retrying), or a state.
+    outcome: Option<String>,
+    key: Option<String>,
+    /// First received at or after (UTC).
+    since: Option<String>,
+    until: Option<String>,
+    /// The next page: events older than this id (the page's `older`).
+    before: Option<i64>,
+}
+
+/// Events, newest first, 50 a page.
+#[utoipa::path(get, path = "/events", tag = "events", params(EventsParams),
+    responses((status = 200, body = EventPage)))]
+async fn list_events(
+    ApiCx(cx): ApiCx,
+    ApiQuery(p): ApiQuery<EventsParams>,
+) -> ApiResult<EventPage> {
+    let filter = EventFilter {
+        source: p.source.unwrap_or_default(),
+        outcome: p.outcome.unwrap_or_default(),
+        key: p.key.unwrap_or_default(),
+        since: utc(p.since),
+        until: utc(p.until),
+    };
+    Ok(Json(events::server::events(&cx, &filter, p.before).await?))
+}
+
+/// An event with its timeline of deliveries and attempts.
+#[utoipa::path(get, path = "/events/{id}", tag = "events",
+    params(("id" = i64, Path), RevealParams),
+    responses((status = 200, body = EventDetail), (status = 404, body = super::ErrorBody)))]
+async fn show_event(
+    ApiCx(cx): ApiCx,
+    ApiPath(id): ApiPath<i64>,
+    ApiQuery(p): ApiQuery<RevealParams>,
+) -> ApiResult<EventDetail> {
+    Ok(Json(events::server::event_detail(&cx, id, p.reveal).await?))
+}
+
+/// Re-delivers an event (its stored delivery) through the dedup layer, as
+/// the dashboard's button does (operator; audit-logged).
+#[utoipa::path(post, path = "/events/{id}/redeliver", tag = "events",
+    params(("id" = i64, Path)), request_body(content = RedeliverBody),
+    responses((status = 200, body = RedeliveryResult),
+              (status = 404, body = super::ErrorBody),
+              (status = 409, description = "Refused by the dedup layer, or no payload left", body = super::ErrorBody)))]
+async fn redeliver_event(
+    ApiCx(cx): ApiCx,
+    ApiPath(id): ApiPath<i64>,
+    ApiJson(body): ApiJson<RedeliverBody>,
+) -> ApiResult<RedeliveryResult> {
+    answered(actions::ssr::redeliver_event(&cx, id, body.past_window_reason).await?)
+}
+
+#[derive(Deserialize, ToSchema)]
+struct ForceBody {
+    /// The event's idempotency key, typed out to confirm.
+    key: String,
+    /// Why: it goes into the audit log.
+    reason: String,
+}
+
+#[derive(Serialize, ToSchema)]
+struct Forced {
+    message: String,
+}
+
+/// Runs a completed event again (admin; audit-logged): forwarded with the
+/// same Idempotency-Key and `x-replaysafe-forced: true`.
+#[utoipa::path(post, path = "/events/{id}/force", tag = "events",
+    params(("id" = i64, Path)), request_body(content = ForceBody),
+    responses((status = 200, body = Forced),
+              (status = 404, body = super::ErrorBody),
+              (status = 409, description = "Not completed, or no payload left", body = super::ErrorBody)))]
+async fn force_event(
+    ApiCx(cx): ApiCx,
+    ApiPath(id): ApiPath<i64>,
+    ApiJson(body): ApiJson<ForceBody>,
+) -> ApiResult<Forced> {
+    let message = actions::ssr::force(&cx, id, body.key, body.reason).await?;
+    Ok(Json(Forced { message }))
+}
+
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+struct DeadParams {
+    source: Option<String>,
+    /// The next page: the page's `older` pair, as `before` and `before_id`.
+    before: Option<i64>,
+    before_id: Option<i64>,
+}
+
+/// Dead letters, most recently dead first.
+#[utoipa::path(get, path = "/dead-letters", tag = "dead letters", params(DeadParams),
+    responses((status = 200, body = DeadLetterPage)))]
+async fn list_dead_letters(
+    ApiCx(cx): ApiCx,
+    ApiQuery(p): ApiQuery<DeadParams>,
+) -> ApiResult<DeadLetterPage> {
+    Ok(Json(
+        events::server::dead_letters(&cx, p.source, p.before.zip(p.before_id)).await?,
+    ))
+}
+
+#[derive(Deserialize, ToSchema)]
+struct BulkBody {
+    #[serde(default)]
+    source: String,
+    /// Dead-lettered at or after (UTC).
+    #[serde(default)]
+    since: Option<String>,
+    /// Dead-lettered before (UTC).
+    #[serde(default)]
+    until: Option<String>,
+    /// Words the dead-letter reason contains.
+    #[serde(default)]
+    reason: String,
+    /// The previous step's `next_after`; absent for the first step.
+    #[serde(default)]
+    after: Option<i64>,
+}
+
+/// Re-delivers the next 20 dead events matching the filter (by event id),
+/// each through the same guard as a single re-delivery (operator;
+/// audit-logged): call again with `next_after` until it is null.
+#[utoipa::path(post, path = "/dead-letters/redeliver", tag = "dead letters",
+    request_body(content = BulkBody), responses((status = 200, body = BulkStep)))]
+async fn redeliver_dead_letters(
+    ApiCx(cx): ApiCx,
+    ApiJson(body): ApiJson<BulkBody>,
+) -> ApiResult<BulkStep> {
+    let filter = DeadFilter {
+        source: body.source,
+        from: utc(body.since),
+        to: utc(body.until),
+        reason: body.reason,
+    };
+    Ok(Json(
+        actions::ssr::bulk(&cx, &filter, body.after.unwrap_or(0)).await?,
+    ))
+}
+
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+struct AuditParams {
+    /// The next page: entries older than this id (the page's `older`).
+    before: Option<i64>,
+}
+
+/// The audit log, newest first, 100 a page.
+#[utoipa::path(get, path = "/audit", tag = "audit", params(AuditParams),
+    responses((status = 200, body = AuditPage)))]
+async fn list_audit(ApiCx(cx): ApiCx, ApiQuery(p): ApiQuery<AuditParams>) -> ApiResult<AuditPage> {
+    Ok(Json(actions::ssr::audit_log(&cx, p.before).await?))
+}
+
+/// Every API token (admin): names, roles, prefixes, never a token.
+#[utoipa::path(get, path = "/tokens", tag = "tokens",
+    responses((status = 200, body = Vec<TokenRow>)))]
+async fn list_tokens(ApiCx(cx): ApiCx) -> ApiResult<Vec<TokenRow>> {
+    Ok(Json(tokens::ssr::tokens(&cx).await?))
+}
+
+/// Revokes a token (admin; audit-logged): refused from its next use on.
+#[utoipa::path(delete, path = "/tokens/{id}", tag = "tokens", params(("id" = i64, Path)),
+    responses((status = 200, body = TokenRow), (status = 404, body = super::ErrorBody)))]
+async fn revoke_token(ApiCx(cx): ApiCx, ApiPath(id): ApiPath<i64>) -> ApiResult<TokenRow> {
+    Ok(Json(tokens::ssr::revoke(&cx, id).await?))
+}
