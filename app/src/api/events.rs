@@ -513,7 +513,8 @@ pub mod server {
                WHERE ($1::bigint IS NULL OR id = $1)
                  AND ($2::text IS NULL OR source = $2)
                  AND ($3::text[] IS NULL OR state = ANY ($3))
-                 AND ($4::text IS NULL OR idem_key = $4)
+                 -- Through (source, idem_key)'s index, whatever the source.
+                 AND ($4::text IS NULL OR (source, idem_key) IN (SELECT slug, $4 FROM sources))
                  AND ($5::text IS NULL OR first_seen_at >= $5::text::timestamptz)
                  AND ($6::text IS NULL OR first_seen_at < $6::text::timestamptz)
                  AND ($7::bigint IS NULL OR id < $7)

@@ -215,20 +215,14 @@ pub mod ssr {
     /// A filter's time as a `datetime-local` input gives it
     /// (`2026-11-30T14:05`, seconds optional), read as UTC; RFC 3339 out.
     pub fn utc_time(field: &str, value: &str) -> Result<String, String> {
-        let ok = (16..=19).contains(&value.len())
-            && value.bytes().enumerate().all(|(i, b)| match i {
-                4 | 7 => b == b'-',
-                10 => b == b'T' || b == b' ',
-                13 | 16 => b == b':',
-                _ => b.is_ascii_digit(),
-            });
-        if ok {
-            Ok(format!("{}Z", value.replace(' ', "T")))
-        } else {
-            Err(format!(
-                "{field}: expected a UTC time like 2026-11-30T14:05, got {value:?}"
-            ))
-        }
+        let value = value.trim().replacen(' ', "T", 1);
+        ["%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M"]
+            .iter()
+            .find_map(|format| chrono::NaiveDateTime::parse_from_str(&value, format).ok())
+            .map(|t| t.format("%Y-%m-%dT%H:%M:%SZ").to_string())
+            .ok_or_else(|| {
+                format!("{field}: expected a UTC time like 2026-11-30T14:05, got {value:?}")
+            })
     }
 }
 

@@ -128,6 +128,14 @@ pub mod ssr {
             Alphanumeric.sample_string(&mut rand::rngs::OsRng, RANDOM_CHARS)
         );
         let mut tx = pool.begin().await?;
+        // An expired token no longer holds its name.
+        sqlx::query!(
+            "UPDATE api_tokens SET revoked_at = now()
+             WHERE name = $1 AND revoked_at IS NULL AND expires_at <= now()",
+            name
+        )
+        .execute(&mut *tx)
+        .await?;
         let inserted = sqlx::query_scalar!(
             "INSERT INTO api_tokens (name, role, prefix, hash, created_by, expires_at)
              VALUES ($1, $2, $3, $4, $5, now() + make_interval(secs => $6::bigint))

@@ -20,8 +20,8 @@ pub enum TokenAction {
         /// viewer (reads), operator (re-delivers, pauses), admin (forces)
         #[arg(long, value_parser = ["viewer", "operator", "admin"])]
         role: String,
-        /// Expire after this long (90d, 12h); never when left out
-        #[arg(long, value_parser = humantime::parse_duration)]
+        /// Expire after this long (90d, 12h; at most 10 years); never when left out
+        #[arg(long, value_parser = lifetime)]
         expires: Option<Duration>,
     },
     /// List tokens: name, role, prefix, created, last used, expires, state
@@ -33,6 +33,16 @@ pub enum TokenAction {
     },
 }
 
+/// A token's lifetime: a second to ten years.
+fn lifetime(text: &str) -> Result<Duration, String> {
+    const MAX: Duration = Duration::from_secs(10 * 366 * 24 * 3600);
+    match humantime::parse_duration(text) {
+        Ok(d) if d >= Duration::from_secs(1) && d <= MAX => Ok(d),
+        Ok(_) => Err("expected between 1s and 10 years".into()),
+        Err(e) => Err(format!("{e} (write it like 90d or 12h)")),
+    }
+}
+
 pub async fn run(pool: &PgPool, action: TokenAction) -> Result<(), TokenError> {
     let actor = cli_actor();
     match action {
@@ -42,7 +52,7 @@ pub async fn run(pool: &PgPool, action: TokenAction) -> Result<(), TokenError> {
             expires,
         } => {
             let role = Role::parse(&role).expect("clap checked the role");
-            let secs = expires.map(|d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+            let secs = expires.map(|d| d.as_secs() as i64);
             let (token, row) = tokens::create(pool, &name, role, secs, Who::named(&actor)).await?;
             eprintln!(
                 "token {} ({}) created{}; it is shown this once:",

@@ -394,3 +394,64 @@ async fn the_apis_redeliver_racing_the_dashboard_and_a_provider_duplicate_forwar
         );
     }
 }
+
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn a_session_is_no_token_and_every_refusal_is_in_the_apis_format(pool: PgPool) {
+    let app = spawn_app(pool.clone(), gh_config("http://127.0.0.1:9/hook", "")).await;
+    let viewer = token(&app, "reader", "viewer", None).await;
+
+    // The dashboard's session cookie opens nothing here (nor does a CSRF-able form).
+    let cookie = app.session("admin").await;
+    let with_cookie = app
+        .client
+        .get(app.url("/api/v1/me"))
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(with_cookie.status(), 401);
+
+    // An impossible date is the client's mistake, not the database's.
+    let bad_date = call(
+        &app,
+        "get",
+        "/events?since=2026-02-30T10:00",
+        Some(&viewer),
+        None,
+    )
+    .await;
+    assert_eq!(
+        (bad_date.status, bad_date.body["code"].as_str()),
+        (400, Some("bad_request")),
+        "{}",
+        bad_date.body
+    );
+    let bad_date = call(
+        &app,
+        "get",
+        "/deliveries?until=2026-11-30T25:00",
+        Some(&viewer),
+        None,
+    )
+    .await;
+    assert_eq!(bad_date.status, 400, "{}", bad_date.body);
+
+    // Layers below the handlers answer in the same format.
+    let wrong_method = call(&app, "get", "/sources/gh/pause", Some(&viewer), None).await;
+    assert_eq!(
+        (wrong_method.status, wrong_method.body["code"].as_str()),
+        (405, Some("method_not_allowed"))
+    );
+    let huge = json!({"key": "k", "reason": "x".repeat(200 * 1024)});
+    let too_large = call(&app, "post", "/events/1/force", Some(&viewer), Some(huge)).await;
+    assert_eq!(
+        (too_large.status, too_large.body["code"].as_str()),
+        (413, Some("too_large")),
+        "{}",
+        too_large.body
+    );
+
+    // An expired token no longer holds its name.
+    token(&app, "short-lived", "viewer", Some(0)).await;
+    token(&app, "short-lived", "viewer", None).await;
+}

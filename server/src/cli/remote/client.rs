@@ -13,6 +13,11 @@ pub struct Remote {
     http: reqwest::Client,
 }
 
+/// Tries of a request the server answers 429 or 503, and the wait when
+/// it names none.
+const RETRIES: u32 = 5;
+const RETRY_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
 #[derive(Debug, thiserror::Error)]
 pub enum RemoteError {
     #[error("set REPLAYSAFE_TOKEN (or --token) to an API token: `replaysafe token create --name N --role R` makes one")]
@@ -27,12 +32,16 @@ pub enum RemoteError {
         status: u16,
         code: String,
         detail: String,
-        body: Value,
+        body: Box<Value>,
+        /// Seconds, when the server said to come back.
+        retry_after: Option<u64>,
     },
     #[error("unexpected answer from the server: {0}")]
     Decode(String),
     #[error("{0}")]
     Io(#[from] std::io::Error),
+    #[error("{0}")]
+    BadArgument(String),
     /// Some of several actions were refused; each was reported already.
     #[error("{refused} of {of} refused")]
     SomeRefused { refused: usize, of: usize },
@@ -127,7 +136,37 @@ impl Remote {
         self.send(Method::POST, url, Some(body)).await
     }
 
+    /// Sends, waiting out a 429 or 503 as its `Retry-After` says (a long
+    /// list or `tail` must not die of the token's rate).
     async fn send<T: DeserializeOwned>(
+        &self,
+        method: Method,
+        url: url::Url,
+        body: Option<Value>,
+    ) -> Result<T, RemoteError> {
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            match self
+                .send_once(method.clone(), url.clone(), body.clone())
+                .await
+            {
+                Err(RemoteError::Refused {
+                    status: 429 | 503,
+                    retry_after,
+                    ..
+                }) if tries < RETRIES => {
+                    let wait = retry_after.map_or(RETRY_WAIT, |secs| {
+                        std::time::Duration::from_secs(secs.clamp(1, 30))
+                    });
+                    tokio::time::sleep(wait).await;
+                }
+                answer => return answer,
+            }
+        }
+    }
+
+    async fn send_once<T: DeserializeOwned>(
         &self,
         method: Method,
         url: url::Url,
@@ -143,6 +182,11 @@ impl Remote {
             reason: e.to_string(),
         })?;
         let status = response.status();
+        let retry_after = response
+            .headers()
+            .get(reqwest::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok());
         let text = response
             .text()
             .await
@@ -170,7 +214,8 @@ impl Remote {
             status: status.as_u16(),
             code,
             detail,
-            body,
+            body: Box::new(body),
+            retry_after,
         })
     }
 }

@@ -1,5 +1,6 @@
 //! `replaysafe deliveries list|show|tail` over the API.
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use app::api::deliveries::{DeliveryPage, DeliveryRow};
@@ -13,6 +14,8 @@ use super::{DeliveriesAction, ListFilter};
 const TAIL_EVERY: Duration = Duration::from_secs(1);
 /// The deliveries `tail` shows before following.
 const TAIL_FIRST: usize = 10;
+/// How far behind the newest delivery seen `tail` looks for late commits.
+const TAIL_LOOKBACK_IDS: i64 = 200;
 
 #[derive(clap::Args, Debug)]
 pub struct ListArgs {
@@ -30,7 +33,7 @@ pub async fn run(
 ) -> Result<(), RemoteError> {
     match action {
         DeliveriesAction::List(args) => {
-            let (mut query, limit) = args.filter.query();
+            let (mut query, limit) = args.filter.query()?;
             query.push(("status", args.status.unwrap_or_default()));
             let rows: Vec<DeliveryRow> = remote
                 .collect("deliveries", query, limit, |page: DeliveryPage| {
@@ -96,6 +99,7 @@ async fn tail(remote: &Remote, source: Option<String>, as_json: bool) -> Result<
         .get("deliveries", &[("source", source.clone())])
         .await?;
     let mut newest = first.rows.first().map(|d| d.id).unwrap_or(0);
+    let mut seen: BTreeSet<i64> = first.rows.iter().map(|d| d.id).collect();
     for d in first.rows.iter().take(TAIL_FIRST).rev() {
         print(d);
     }
@@ -104,27 +108,31 @@ async fn tail(remote: &Remote, source: Option<String>, as_json: bool) -> Result<
             _ = tokio::signal::ctrl_c() => return Ok(()),
             _ = tokio::time::sleep(TAIL_EVERY) => {}
         }
-        // Newest first, a page at a time: read back to `newest`, print in order.
+        // Ids are drawn at insert and seen at commit: one drawn before the
+        // newest seen may commit after it, so a window behind it is read again.
+        let floor = newest.saturating_sub(TAIL_LOOKBACK_IDS);
         let mut arrived: Vec<DeliveryRow> = Vec::new();
         let mut before: Option<i64> = None;
         loop {
-            let mut query = vec![("source", source.clone()), ("after", newest.to_string())];
+            let mut query = vec![("source", source.clone()), ("after", floor.to_string())];
             if let Some(b) = before {
                 query.push(("before", b.to_string()));
             }
             let page: DeliveryPage = remote.get("deliveries", &query).await?;
             let more = page.older.filter(|_| !page.rows.is_empty());
-            arrived.extend(page.rows);
+            arrived.extend(page.rows.into_iter().filter(|d| !seen.contains(&d.id)));
             match more {
                 Some(b) => before = Some(b),
                 None => break,
             }
         }
-        if let Some(top) = arrived.first() {
-            newest = newest.max(top.id);
-        }
-        for d in arrived.iter().rev() {
+        arrived.sort_by_key(|d| d.id);
+        for d in &arrived {
             print(d);
+            seen.insert(d.id);
+            newest = newest.max(d.id);
         }
+        let keep_from = newest.saturating_sub(TAIL_LOOKBACK_IDS);
+        seen.retain(|id| *id > keep_from);
     }
 }

@@ -66,7 +66,7 @@ pub async fn run(remote: &Remote, action: EventsAction, as_json: bool) -> Result
 }
 
 async fn list(remote: &Remote, filter: ListFilter, as_json: bool) -> Result<(), RemoteError> {
-    let (query, limit) = filter.query();
+    let (query, limit) = filter.query()?;
     let events: Vec<EventSummary> = remote
         .collect("events", query, limit, |page: EventPage| {
             (page.rows, page.older)
@@ -171,6 +171,7 @@ async fn redeliver(remote: &Remote, ids: &[i64], as_json: bool) -> Result<(), Re
                 code,
                 detail,
                 body,
+                ..
             }) => {
                 refused += 1;
                 json!({"event": id, "ok": false, "status": status, "code": code,
@@ -206,8 +207,8 @@ async fn redeliver(remote: &Remote, ids: &[i64], as_json: bool) -> Result<(), Re
 async fn bulk(remote: &Remote, args: RedeliverArgs, as_json: bool) -> Result<(), RemoteError> {
     let mut body = json!({
         "source": args.source.unwrap_or_default(),
-        "since": args.since.as_deref().map(when),
-        "until": args.until.as_deref().map(when),
+        "since": args.since.as_deref().map(when).transpose()?,
+        "until": args.until.as_deref().map(when).transpose()?,
         "reason": args.reason.unwrap_or_default(),
     });
     let bar = std::io::stderr().is_terminal().then(|| {

@@ -98,6 +98,9 @@ pub async fn run(target: Target, command: Command) -> Result<(), RemoteError> {
     }
 }
 
+/// Query parameters, as the client sends them (empty values left out).
+pub type Query = Vec<(&'static str, String)>;
+
 /// What `events list` and `deliveries list` filter by.
 #[derive(clap::Args, Debug)]
 pub struct ListFilter {
@@ -122,25 +125,34 @@ pub struct ListFilter {
 
 impl ListFilter {
     /// The API's query parameters, and the limit.
-    fn query(self) -> (Vec<(&'static str, String)>, usize) {
+    fn query(self) -> Result<(Query, usize), RemoteError> {
         let query = vec![
+            ("since", when_or_empty(self.since.as_deref())?),
+            ("until", when_or_empty(self.until.as_deref())?),
             ("source", self.source.unwrap_or_default()),
             ("outcome", self.outcome.unwrap_or_default()),
             ("key", self.key.unwrap_or_default()),
-            ("since", self.since.as_deref().map(when).unwrap_or_default()),
-            ("until", self.until.as_deref().map(when).unwrap_or_default()),
         ];
-        (query, self.limit)
+        Ok((query, self.limit))
     }
 }
 
 /// A `--since`/`--until` value as the API takes it: `2h` (ago), or a time
 /// passed through (RFC 3339, or `2026-11-30T14:05` in UTC).
-fn when(value: &str) -> String {
-    match humantime::parse_duration(value.trim()) {
-        Ok(ago) => (chrono::Utc::now()
-            - chrono::Duration::from_std(ago).unwrap_or(chrono::Duration::MAX))
-        .to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
-        Err(_) => value.trim().to_owned(),
-    }
+fn when(value: &str) -> Result<String, RemoteError> {
+    let Ok(ago) = humantime::parse_duration(value.trim()) else {
+        return Ok(value.trim().to_owned());
+    };
+    chrono::Duration::from_std(ago)
+        .ok()
+        .and_then(|ago| chrono::Utc::now().checked_sub_signed(ago))
+        .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
+        .ok_or_else(|| {
+            RemoteError::BadArgument(format!("{value:?} is further back than time goes"))
+        })
+}
+
+/// An optional `--since`/`--until`, for a query string ("" when absent).
+fn when_or_empty(value: Option<&str>) -> Result<String, RemoteError> {
+    value.map(when).transpose().map(Option::unwrap_or_default)
 }

@@ -1,15 +1,16 @@
-//! A request rate per API token and process: a token bucket, so a script
-//! may burst to twice its rate and then gets 429 with `Retry-After`.
+//! A request rate per key (an API token) and process: a token bucket, so a
+//! client may burst to twice its rate and then gets 429 with `Retry-After`.
 
 use std::collections::HashMap;
+use std::hash::Hash;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-pub struct PerToken {
+pub struct Limiter<K> {
     rate: u32,
     per_second: f64,
     burst: f64,
-    buckets: Mutex<HashMap<i64, Bucket>>,
+    buckets: Mutex<HashMap<K, Bucket>>,
 }
 
 struct Bucket {
@@ -17,7 +18,7 @@ struct Bucket {
     at: Instant,
 }
 
-impl PerToken {
+impl<K: Hash + Eq> Limiter<K> {
     pub fn new(per_second: u32) -> Self {
         let rate = per_second.max(1);
         let per_second = f64::from(rate);
@@ -34,15 +35,16 @@ impl PerToken {
         self.rate
     }
 
-    /// Takes one request's worth for `token`; Err: how long until it may.
-    pub fn take(&self, token: i64) -> Result<(), Duration> {
+    /// Takes one request's worth for `key`; Err: how long until it may.
+    pub fn take(&self, key: K) -> Result<(), Duration> {
         let now = Instant::now();
         let mut buckets = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
-        // Only live tokens get here: a handful of buckets, kept while used.
+        // Full buckets of keys gone quiet carry nothing: forget them.
         if buckets.len() > 10_000 {
-            buckets.retain(|_, b| now.duration_since(b.at) < Duration::from_secs(60));
+            let refill = Duration::from_secs_f64(self.burst / self.per_second);
+            buckets.retain(|_, b| now.duration_since(b.at) < refill);
         }
-        let bucket = buckets.entry(token).or_insert(Bucket {
+        let bucket = buckets.entry(key).or_insert(Bucket {
             tokens: self.burst,
             at: now,
         });
@@ -66,7 +68,7 @@ mod tests {
 
     #[test]
     fn a_burst_of_twice_the_rate_then_refusals_with_the_wait() {
-        let limiter = PerToken::new(5);
+        let limiter = Limiter::new(5);
         for _ in 0..10 {
             assert!(limiter.take(1).is_ok());
         }

@@ -37,7 +37,11 @@ use super::AppState;
 pub struct ApiState {
     pool: sqlx::PgPool,
     operations: Arc<dyn Operations>,
-    limiter: Arc<limiter::PerToken>,
+    /// Requests per token. A stranger's made-up tokens are not limited
+    /// here: a token cannot be guessed (238 bits), and refusing one costs a
+    /// single index probe, less than the receiver's record of any unsigned
+    /// request, which strangers may send too.
+    limiter: Arc<limiter::Limiter<i64>>,
 }
 
 #[derive(OpenApi)]
@@ -129,7 +133,7 @@ pub fn router(state: &AppState, operations: Arc<dyn Operations>) -> Router {
     let api = ApiState {
         pool: state.services.pool.clone(),
         operations,
-        limiter: Arc::new(limiter::PerToken::new(
+        limiter: Arc::new(limiter::Limiter::new(
             state.services.config.api_requests_per_second,
         )),
     };
@@ -137,11 +141,18 @@ pub fn router(state: &AppState, operations: Arc<dyn Operations>) -> Router {
         .merge(routes::router())
         .split_for_parts();
     let doc = Arc::new(doc);
-    Router::new()
-        .merge(routes.route_layer(axum::middleware::from_fn_with_state(
+    // Bodies are read only once the token is known (a stranger's are not).
+    let routes = routes
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            super::body::bounded,
+        ))
+        .route_layer(axum::middleware::from_fn_with_state(
             api.clone(),
             authenticate,
-        )))
+        ));
+    Router::new()
+        .merge(routes)
         .route(
             "/openapi.json",
             get(move || {
@@ -155,10 +166,47 @@ pub fn router(state: &AppState, operations: Arc<dyn Operations>) -> Router {
             ))
         })
         .with_state(api)
-        .layer(axum::middleware::from_fn_with_state(
-            state.clone(),
-            super::body::bounded,
-        ))
+        .layer(axum::middleware::map_response(as_error_body))
+}
+
+/// Answers that layers below the handlers write as text (413 and 408 from
+/// the body limits, 405) in the API's `{"code", "detail"}` too.
+async fn as_error_body(response: Response) -> Response {
+    let status = response.status();
+    let is_json = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+    if !(status.is_client_error() || status.is_server_error()) || is_json {
+        return response;
+    }
+    let (mut parts, body) = response.into_parts();
+    let text = axum::body::to_bytes(body, 64 * 1024)
+        .await
+        .unwrap_or_default();
+    let code = match status {
+        StatusCode::METHOD_NOT_ALLOWED => "method_not_allowed",
+        StatusCode::PAYLOAD_TOO_LARGE => "too_large",
+        StatusCode::REQUEST_TIMEOUT => "timeout",
+        StatusCode::SERVICE_UNAVAILABLE => "unavailable",
+        StatusCode::TOO_MANY_REQUESTS => "rate_limited",
+        s if s.is_server_error() => "internal",
+        _ => "bad_request",
+    };
+    let detail = match String::from_utf8_lossy(&text).trim() {
+        "" => status.canonical_reason().unwrap_or("error").to_owned(),
+        text => text.to_owned(),
+    };
+    parts.headers.remove(header::CONTENT_LENGTH);
+    let body = Json(serde_json::json!({"code": code, "detail": detail}));
+    let mut response = body.into_response();
+    *response.status_mut() = status;
+    for (name, value) in parts.headers.iter() {
+        if name != header::CONTENT_TYPE {
+            response.headers_mut().insert(name.clone(), value.clone());
+        }
+    }
+    response
 }
 
 /// Resolves the bearer token to its caller (401 unless live) and applies
@@ -184,20 +232,27 @@ async fn authenticate(State(api): State<ApiState>, mut request: Request, next: N
         Err(refusal) => return ApiError::from(refusal).into_response(),
     };
     if let Err(wait) = api.limiter.take(caller.id) {
-        let mut response = ApiError::from(AppError::TooManyRequests(format!(
-            "this token may make {} requests a second",
-            api.limiter.per_second()
-        )))
-        .into_response();
-        let secs = wait.as_secs_f64().ceil().max(1.0) as u64;
-        response.headers_mut().insert(
-            header::RETRY_AFTER,
-            HeaderValue::from_str(&secs.to_string()).expect("digits"),
+        return too_many(
+            format!(
+                "this token may make {} requests a second",
+                api.limiter.per_second()
+            ),
+            wait,
         );
-        return response;
     }
     request.extensions_mut().insert(caller);
     next.run(request).await
+}
+
+/// 429 with the seconds to wait.
+fn too_many(detail: String, wait: std::time::Duration) -> Response {
+    let mut response = ApiError::from(AppError::TooManyRequests(detail)).into_response();
+    let secs = wait.as_secs_f64().ceil().max(1.0) as u64;
+    response.headers_mut().insert(
+        header::RETRY_AFTER,
+        HeaderValue::from_str(&secs.to_string()).expect("digits"),
+    );
+    response
 }
 
 /// An error as the API answers it.
