@@ -179,21 +179,22 @@ pub struct BatchClaim<'a> {
 }
 
 /// One answered delivery: its 1-based place in the batch, delivery id,
-/// event id, and `claimed` or the state of the event holding its key; for a
-/// claim handed to the workers, its attempt and the key it was claimed under.
+/// event id, and `claimed` or the state of the event holding its key;
+/// whether the claim was handed to this process's workers, and the key it
+/// was claimed under.
 pub struct BatchRow {
     pub ord: i64,
     pub delivery_id: i64,
     pub event_id: i64,
     pub outcome: String,
-    pub attempt_id: Option<i64>,
+    pub handed: bool,
     pub claim_key: String,
 }
 
 /// Claims a batch in one statement: each key is claimed (a new event
-/// counting its copies: `queued`, or leased to this process's workers with
-/// its first attempt begun, which spares them a lease statement and a row
-/// update per event) or its event is locked and counted
+/// counting its copies: `queued`, or leased to this process's workers for
+/// its first attempt, which spares them a lease statement and a row update
+/// per event; the attempt is recorded when it ends) or its event is locked and counted
 /// (`ON CONFLICT DO UPDATE` waits for a concurrent claim of the same key and
 /// then counts on it), and every delivery is recorded. A new event's receive
 /// count equals the batch's copies; a stored one already counted at least
@@ -230,15 +231,8 @@ r#"WITH keys AS (
                  SET receive_count = e.receive_count + EXCLUDED.receive_count, last_seen_at = now()
              RETURNING e.id, e.source, e.idem_key, e.state, e.first_delivery_id, e.receive_count
          ),
-         -- A new event counts only its own copies (see above).
-         attempt AS (
-             INSERT INTO attempts (event_id, number, worker)
-             SELECT h.id, 1, $18 FROM held h JOIN keys k USING (source, idem_key)
-             WHERE h.receive_count = k.copies AND k.lease_secs IS NOT NULL
-             RETURNING id, event_id
-         ),
          placed AS (
-             SELECT i.*, h.id AS event_id,
+             SELECT i.*, h.id AS event_id, h.state,
                     CASE WHEN i.first AND h.receive_count = i.copies THEN h.first_delivery_id
                          ELSE nextval('deliveries_id_seq') END AS delivery_id,
                     CASE WHEN i.first AND h.receive_count = i.copies THEN 'claimed'
@@ -260,10 +254,12 @@ r#"WITH keys AS (
                     verification, query, content_type, headers, body, body_size, remote_addr
              FROM placed
          )
+         -- A new event (the claimant's copy) is in `processing` only when handed over.
          SELECT p.ord AS "ord!", p.delivery_id AS "delivery_id!", p.event_id AS "event_id!",
-                p.outcome AS "outcome!", a.id AS "attempt_id?", p.idem_key AS "claim_key!"
-         FROM placed p
-         LEFT JOIN attempt a ON a.event_id = p.event_id AND p.outcome = 'claimed'"#,
+                p.outcome AS "outcome!",
+                p.outcome = 'claimed' AND p.state = 'processing' AS "handed!",
+                p.idem_key AS "claim_key!"
+         FROM placed p"#,
 &batch.key_sources as _,
 &batch.key_ids as _,
 &batch.key_copies as _,

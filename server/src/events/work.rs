@@ -13,7 +13,10 @@ use super::StoredResponse;
 #[derive(Clone, Debug)]
 pub struct Leased {
     pub event_id: i64,
-    pub attempt_id: i64,
+    /// The attempt's row when it was written as it began (sync mode, inside
+    /// the provider's request); the workers' attempts are written once, when
+    /// they end.
+    pub attempt_id: Option<i64>,
     pub source: String,
     pub idem_key: String,
     /// 1-based number of this attempt.
@@ -29,6 +32,8 @@ pub struct Leased {
 /// What one attempt saw.
 #[derive(Clone, Debug, Default)]
 pub struct AttemptRecord {
+    /// When the request went out; None when none did.
+    pub started_at: Option<chrono::DateTime<chrono::Utc>>,
     pub status: Option<u16>,
     pub latency_ms: i32,
     pub response_excerpt: Option<String>,
@@ -158,7 +163,8 @@ pub async fn lease(
               ORDER BY state_changed_at LIMIT $2)
          ),
          locked AS (
-             SELECT id, state = 'processing' AS taken_over FROM events
+             SELECT id, state = 'processing' AS taken_over,
+                    lease_owner AS lost_by, state_changed_at AS began FROM events
              WHERE id IN (SELECT id FROM candidates)
                AND ((state IN ('queued', 'retrying') AND next_attempt_at <= now()
                      AND forwarder = 'workers')
@@ -176,29 +182,34 @@ pub async fn lease(
                  attempt_count = e.attempt_count + 1
              FROM locked, runnable r
              WHERE e.id = locked.id AND r.slug = e.source
-             RETURNING e.id, locked.taken_over, e.source, e.idem_key, e.attempt_count,
+             RETURNING e.id, locked.taken_over, locked.lost_by, locked.began,
+                       e.source, e.idem_key, e.attempt_count,
                        e.first_delivery_id,
                        CASE WHEN e.forced_at IS NOT NULL AND e.completed_at IS NULL
                             THEN e.forced_by END AS forced_by,
                        e.forced_at IS NOT NULL AND e.completed_at IS NULL AS forced
          ),
-         -- A taken-over event's open attempt is its last one, found by number:
-         -- a condition on finished_at would draw the planner to attempts_open,
-         -- whose dead entries (every finished attempt until vacuum) made this
-         -- the lease's dearest step.
-         abandoned AS (
+         -- A taken-over event's attempt is its last one, found by number (a
+         -- condition on finished_at would draw the planner to attempts_open,
+         -- whose dead entries made this the lease's dearest step). Written as
+         -- it began only inside a provider's request (sync mode): closed here;
+         -- a worker's is written when it ends, so its holder's loss is
+         -- recorded here instead.
+         closed AS (
              UPDATE attempts a SET finished_at = coalesce(a.finished_at, now()),
                  error = CASE WHEN a.finished_at IS NULL THEN 'worker lost its lease; taken over'
                               ELSE a.error END
              WHERE (a.event_id, a.number) IN
                    (SELECT id, attempt_count - 1 FROM leased WHERE taken_over)
+             RETURNING a.event_id
          ),
-         attempt AS (
-             INSERT INTO attempts (event_id, number, worker, forced_by)
-             SELECT id, attempt_count, $1, forced_by FROM leased
-             RETURNING id, event_id
+         abandoned AS (
+             INSERT INTO attempts (event_id, number, worker, started_at, finished_at, error, forced_by)
+             SELECT id, attempt_count - 1, coalesce(lost_by, 'unknown'), began, now(),
+                    'worker lost its lease; taken over', forced_by
+             FROM leased WHERE taken_over AND id NOT IN (SELECT event_id FROM closed)
          )
-         SELECT l.id AS event_id, a.id AS attempt_id, l.source, l.idem_key,
+         SELECT l.id AS event_id, NULL::bigint AS attempt_id, l.source, l.idem_key,
                 l.attempt_count AS attempt,
                 coalesce(d.body, c.body) AS body,
                 CASE WHEN d.body IS NULL THEN c.content_type ELSE d.content_type END
@@ -206,7 +217,6 @@ pub async fn lease(
                 CASE WHEN d.body IS NULL THEN c.headers ELSE d.headers END AS headers,
                 l.forced AS "forced!"
          FROM leased l
-         JOIN attempt a ON a.event_id = l.id
          LEFT JOIN deliveries d ON d.id = l.first_delivery_id
          -- Only when that payload is gone (retention racing a force or a
          -- revive): the newest copy posted under the event's own key.
@@ -300,8 +310,8 @@ pub async fn release_paused(
 /// Events leased to this process's workers at their claim whose attempt
 /// never began (their source was paused or rests, they waited too long for
 /// a worker, the process is stopping) go back to `queued` for any worker's
-/// lease, and the attempt that did not happen is removed. Only while `owner`
-/// still holds them. Returns how many went back.
+/// lease, with no trace of the attempt that did not happen. Only while
+/// `owner` still holds them. Returns how many went back.
 pub async fn release_unbegun(
     pool: &PgPool,
     owner: &str,
@@ -310,27 +320,18 @@ pub async fn release_unbegun(
     if unbegun.is_empty() {
         return Ok(0);
     }
-    let released = sqlx::query_scalar!(
-        r#"WITH released AS (
-             UPDATE events e SET state = 'queued', state_changed_at = now(),
-                 next_attempt_at = now(), lease_owner = NULL, lease_expires_at = NULL,
-                 attempt_count = e.attempt_count - 1
-             FROM unnest($2::bigint[], $3::bigint[]) AS r(event_id, attempt_id)
-             WHERE e.id = r.event_id AND e.state = 'processing' AND e.lease_owner = $1
-             RETURNING r.attempt_id
-         ),
-         removed AS (
-             DELETE FROM attempts a USING released r
-             WHERE a.id = r.attempt_id AND a.finished_at IS NULL
-         )
-         SELECT count(*) AS "released!" FROM released"#,
+    let released = sqlx::query!(
+        "UPDATE events e SET state = 'queued', state_changed_at = now(),
+             next_attempt_at = now(), lease_owner = NULL, lease_expires_at = NULL,
+             attempt_count = e.attempt_count - 1
+         WHERE e.id = ANY ($2) AND e.state = 'processing' AND e.lease_owner = $1",
         owner,
-        &unbegun.iter().map(|l| l.event_id).collect::<Vec<_>>(),
-        &unbegun.iter().map(|l| l.attempt_id).collect::<Vec<_>>()
+        &unbegun.iter().map(|l| l.event_id).collect::<Vec<_>>()
     )
-    .fetch_one(pool)
-    .await?;
-    Ok(released as u64)
+    .execute(pool)
+    .await?
+    .rows_affected();
+    Ok(released)
 }
 
 /// Records the attempt and moves the event on, if `holder` still holds its
@@ -370,15 +371,32 @@ pub async fn finish_each(pool: &PgPool, done: &[(&str, &Done)]) -> Result<Vec<i6
 "WITH input AS (
              SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::int[], $5::int[],
                                   $6::text[], $7::text[], $8::float8[], $9::text[], $10::text[],
-                                  $11::int[], $12::text[], $13::bytea[])
+                                  $11::int[], $12::text[], $13::bytea[], $14::int[],
+                                  $15::timestamptz[])
                  AS t(holder, event_id, attempt_id, status, latency_ms, excerpt, error, delay,
-                      state, reason, response_status, response_content_type, response_body)
+                      state, reason, response_status, response_content_type, response_body,
+                      number, started_at)
          ),
+         -- Written as it began (sync mode): completed. A worker's: written
+         -- now, once.
          recorded AS (
              UPDATE attempts a SET finished_at = now(), status = i.status, latency_ms = i.latency_ms,
                  response_excerpt = i.excerpt, error = i.error,
                  next_attempt_at = now() + make_interval(secs => i.delay), result = i.state
              FROM input i WHERE a.id = i.attempt_id
+         ),
+         written AS (
+             INSERT INTO attempts (event_id, number, worker, started_at, finished_at, status,
+                                   latency_ms, response_excerpt, error, next_attempt_at, result,
+                                   forced_by)
+             SELECT i.event_id, i.number, i.holder,
+                    coalesce(i.started_at, now()), now(), i.status,
+                    i.latency_ms, i.excerpt, i.error, now() + make_interval(secs => i.delay),
+                    i.state,
+                    CASE WHEN e.forced_at IS NOT NULL AND e.completed_at IS NULL
+                         THEN e.forced_by END
+             FROM input i JOIN events e ON e.id = i.event_id
+             WHERE i.attempt_id IS NULL
          )
          UPDATE events e SET
              state = i.state, state_changed_at = now(),
@@ -409,6 +427,8 @@ reasons as _,
 done.iter().map(|d| kept(d).map(|r| i32::from(r.status))).collect::<Vec<_>>() as _,
 done.iter().map(|d| kept(d).and_then(|r| r.content_type.as_deref())).collect::<Vec<_>>() as _,
 done.iter().map(|d| kept(d).map(|r| r.body.as_slice())).collect::<Vec<_>>() as _,
+&done.iter().map(|d| d.leased.attempt).collect::<Vec<_>>(),
+&done.iter().map(|d| d.record.started_at).collect::<Vec<_>>() as _,
 )
     .fetch_all(pool)
     .await?;

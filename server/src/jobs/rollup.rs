@@ -176,8 +176,9 @@ async fn fold_deliveries(pool: &PgPool, settling: &mut Settling) -> Result<u64, 
 }
 
 /// Attempts are folded in once finished; the fold stops below the oldest
-/// attempt still running (a finished attempt stays finished, so reading that
-/// before taking the lock is safe).
+/// attempt still running (only a sync-mode attempt is written as it begins;
+/// a finished attempt stays finished, so reading that before taking the
+/// lock is safe).
 async fn fold_attempts(pool: &PgPool, settling: &mut Settling) -> Result<u64, sqlx::Error> {
     if settling.ripe <= settling.folded {
         return Ok(0);

@@ -133,7 +133,7 @@ async fn forward_inline(
         };
     let leased = Leased {
         event_id: claimed.event_id,
-        attempt_id,
+        attempt_id: Some(attempt_id),
         source: source.slug.clone(),
         idem_key: idem_key.to_owned(),
         attempt,

@@ -638,7 +638,7 @@ async fn commit_batch(connection: &mut Committer, shared: &Shared, batch: Vec<Jo
                 delivery_id,
                 event_id,
                 outcome,
-                attempt_id,
+                handed: handed_over,
                 claim_key,
             } in rows
             {
@@ -646,22 +646,21 @@ async fn commit_batch(connection: &mut Committer, shared: &Shared, batch: Vec<Jo
                 if let (Some(handoff), Some(at)) = (&shared.handoff, at) {
                     if outcome == "claimed" {
                         let claim = &mut pending[at];
-                        match attempt_id {
-                            Some(attempt_id) => {
-                                handed += 1;
-                                handoff.deliver(Leased {
-                                    event_id,
-                                    attempt_id,
-                                    source: claim.source.clone(),
-                                    idem_key: claim_key,
-                                    attempt: 1,
-                                    body: Some(std::mem::take(&mut claim.body)),
-                                    content_type: claim.content_type.take(),
-                                    headers: Some(claim.headers.take()),
-                                    forced: false,
-                                });
-                            }
-                            None => handoff.queued(&claim.source),
+                        if handed_over {
+                            handed += 1;
+                            handoff.deliver(Leased {
+                                event_id,
+                                attempt_id: None,
+                                source: claim.source.clone(),
+                                idem_key: claim_key,
+                                attempt: 1,
+                                body: Some(std::mem::take(&mut claim.body)),
+                                content_type: claim.content_type.take(),
+                                headers: Some(claim.headers.take()),
+                                forced: false,
+                            });
+                        } else {
+                            handoff.queued(&claim.source);
                         }
                     }
                 }

@@ -129,8 +129,8 @@ async fn events_never_begun_go_back_to_queued_without_an_attempt(pool: PgPool) {
         events(&pool)
             .await
             .iter()
-            .all(|r| r == &("processing".to_owned(), 1, 1, 1)),
-        "claimed leased, first attempt begun: {:?}",
+            .all(|r| r == &("processing".to_owned(), 1, 0, 0)),
+        "claimed leased to the inbox, its attempt written only when it ends: {:?}",
         events(&pool).await
     );
 
