@@ -153,7 +153,7 @@ pub struct BatchClaim<'a> {
     pub key_ids: Vec<&'a str>,
     pub key_copies: Vec<i32>,
     /// Per key: the lease, in seconds, under which a new event goes straight
-    /// to this process's workers (`processing`, its first attempt begun);
+    /// to this process's workers (`processing`, for its first attempt);
     /// None: it waits `queued` for a lease.
     pub key_leases: Vec<Option<f64>>,
     /// Who holds those leases.

@@ -32,8 +32,6 @@ pub struct Leased {
 /// What one attempt saw.
 #[derive(Clone, Debug, Default)]
 pub struct AttemptRecord {
-    /// When the request went out; None when none did.
-    pub started_at: Option<chrono::DateTime<chrono::Utc>>,
     pub status: Option<u16>,
     pub latency_ms: i32,
     pub response_excerpt: Option<String>,
@@ -164,7 +162,8 @@ pub async fn lease(
          ),
          locked AS (
              SELECT id, state = 'processing' AS taken_over,
-                    lease_owner AS lost_by, state_changed_at AS began FROM events
+                    lease_owner AS lost_by, forwarder AS lost_forwarder,
+                    state_changed_at AS began FROM events
              WHERE id IN (SELECT id FROM candidates)
                AND ((state IN ('queued', 'retrying') AND next_attempt_at <= now()
                      AND forwarder = 'workers')
@@ -182,7 +181,8 @@ pub async fn lease(
                  attempt_count = e.attempt_count + 1
              FROM locked, runnable r
              WHERE e.id = locked.id AND r.slug = e.source
-             RETURNING e.id, locked.taken_over, locked.lost_by, locked.began,
+             RETURNING e.id, locked.taken_over, locked.lost_by, locked.lost_forwarder,
+                       locked.began,
                        e.source, e.idem_key, e.attempt_count,
                        e.first_delivery_id,
                        CASE WHEN e.forced_at IS NOT NULL AND e.completed_at IS NULL
@@ -195,19 +195,23 @@ pub async fn lease(
          -- it began only inside a provider's request (sync mode): closed here;
          -- a worker's is written when it ends, so its holder's loss is
          -- recorded here instead.
+         -- Numbers repeat after a force or a revive (attempt_count starts
+         -- over): only a row still open is this attempt's.
          closed AS (
-             UPDATE attempts a SET finished_at = coalesce(a.finished_at, now()),
-                 error = CASE WHEN a.finished_at IS NULL THEN 'worker lost its lease; taken over'
-                              ELSE a.error END
+             UPDATE attempts a SET finished_at = now(), error = 'worker lost its lease; taken over'
              WHERE (a.event_id, a.number) IN
                    (SELECT id, attempt_count - 1 FROM leased WHERE taken_over)
+               AND a.finished_at IS NULL
              RETURNING a.event_id
          ),
+         -- A sync claim whose request died before its attempt began has none.
          abandoned AS (
              INSERT INTO attempts (event_id, number, worker, started_at, finished_at, error, forced_by)
-             SELECT id, attempt_count - 1, coalesce(lost_by, 'unknown'), began, now(),
+             SELECT id, attempt_count - 1, lost_by, began, now(),
                     'worker lost its lease; taken over', forced_by
-             FROM leased WHERE taken_over AND id NOT IN (SELECT event_id FROM closed)
+             FROM leased
+             WHERE taken_over AND lost_forwarder = 'workers' AND lost_by IS NOT NULL
+               AND id NOT IN (SELECT event_id FROM closed)
          )
          SELECT l.id AS event_id, NULL::bigint AS attempt_id, l.source, l.idem_key,
                 l.attempt_count AS attempt,
@@ -371,34 +375,22 @@ pub async fn finish_each(pool: &PgPool, done: &[(&str, &Done)]) -> Result<Vec<i6
 "WITH input AS (
              SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::int[], $5::int[],
                                   $6::text[], $7::text[], $8::float8[], $9::text[], $10::text[],
-                                  $11::int[], $12::text[], $13::bytea[], $14::int[],
-                                  $15::timestamptz[])
+                                  $11::int[], $12::text[], $13::bytea[], $14::int[])
                  AS t(holder, event_id, attempt_id, status, latency_ms, excerpt, error, delay,
                       state, reason, response_status, response_content_type, response_body,
-                      number, started_at)
+                      number)
          ),
          -- Written as it began (sync mode): completed. A worker's: written
-         -- now, once.
+         -- now, once (its request went out its latency ago, by the
+         -- database's clock).
          recorded AS (
              UPDATE attempts a SET finished_at = now(), status = i.status, latency_ms = i.latency_ms,
                  response_excerpt = i.excerpt, error = i.error,
                  next_attempt_at = now() + make_interval(secs => i.delay), result = i.state
              FROM input i WHERE a.id = i.attempt_id
          ),
-         written AS (
-             INSERT INTO attempts (event_id, number, worker, started_at, finished_at, status,
-                                   latency_ms, response_excerpt, error, next_attempt_at, result,
-                                   forced_by)
-             SELECT i.event_id, i.number, i.holder,
-                    coalesce(i.started_at, now()), now(), i.status,
-                    i.latency_ms, i.excerpt, i.error, now() + make_interval(secs => i.delay),
-                    i.state,
-                    CASE WHEN e.forced_at IS NOT NULL AND e.completed_at IS NULL
-                         THEN e.forced_by END
-             FROM input i JOIN events e ON e.id = i.event_id
-             WHERE i.attempt_id IS NULL
-         )
-         UPDATE events e SET
+         moved AS (
+             UPDATE events e SET
              state = i.state, state_changed_at = now(),
              lease_owner = NULL, lease_expires_at = NULL,
              next_attempt_at = CASE WHEN i.delay IS NULL THEN e.next_attempt_at
@@ -411,9 +403,28 @@ pub async fn finish_each(pool: &PgPool, done: &[(&str, &Done)]) -> Result<Vec<i6
                                           THEN e.response_content_type
                                           ELSE i.response_content_type END,
              response_body = coalesce(i.response_body, e.response_body)
-         FROM input i
-         WHERE e.id = i.event_id AND e.state = 'processing' AND e.lease_owner = i.holder
-         RETURNING e.id",
+             FROM input i
+             WHERE e.id = i.event_id AND e.state = 'processing' AND e.lease_owner = i.holder
+             RETURNING e.id
+         ),
+         -- Only while its holder held the lease: a holder that lost it (its
+         -- attempt was recorded as lost by the takeover) or a retry of a
+         -- recording already committed writes nothing. `forced_by` as the
+         -- event was before this statement.
+         written AS (
+             INSERT INTO attempts (event_id, number, worker, started_at, finished_at, status,
+                                   latency_ms, response_excerpt, error, next_attempt_at, result,
+                                   forced_by)
+             SELECT i.event_id, i.number, i.holder,
+                    now() - make_interval(secs => i.latency_ms / 1000.0), now(), i.status,
+                    i.latency_ms, i.excerpt, i.error, now() + make_interval(secs => i.delay),
+                    i.state,
+                    CASE WHEN e.forced_at IS NOT NULL AND e.completed_at IS NULL
+                         THEN e.forced_by END
+             FROM input i JOIN moved m ON m.id = i.event_id JOIN events e ON e.id = i.event_id
+             WHERE i.attempt_id IS NULL
+         )
+         SELECT id AS \"id!\" FROM moved",
 &holders as _,
 done.iter().map(|d| d.leased.event_id).collect::<Vec<_>>() as _,
 done.iter().map(|d| d.leased.attempt_id).collect::<Vec<_>>() as _,
@@ -428,7 +439,6 @@ done.iter().map(|d| kept(d).map(|r| i32::from(r.status))).collect::<Vec<_>>() as
 done.iter().map(|d| kept(d).and_then(|r| r.content_type.as_deref())).collect::<Vec<_>>() as _,
 done.iter().map(|d| kept(d).map(|r| r.body.as_slice())).collect::<Vec<_>>() as _,
 &done.iter().map(|d| d.leased.attempt).collect::<Vec<_>>(),
-&done.iter().map(|d| d.record.started_at).collect::<Vec<_>>() as _,
 )
     .fetch_all(pool)
     .await?;

@@ -73,11 +73,9 @@ pub async fn forward(
     keep_bytes: usize,
 ) -> Answer {
     let started = Instant::now();
-    let started_at = Some(chrono::Utc::now());
     let elapsed_ms = || i32::try_from(started.elapsed().as_millis()).unwrap_or(i32::MAX);
     let failed = |error: String| Answer {
         record: AttemptRecord {
-            started_at,
             status: None,
             latency_ms: elapsed_ms(),
             response_excerpt: None,
@@ -173,7 +171,6 @@ pub async fn forward(
     }
     Answer {
         record: AttemptRecord {
-            started_at,
             status: Some(status),
             latency_ms: elapsed_ms(),
             response_excerpt: Some(

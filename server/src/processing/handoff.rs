@@ -1,7 +1,7 @@
 //! New ack-mode events go straight from their claim to this process's
-//! workers: the claim statement leases each one to the inbox's owner and
-//! begins its first attempt, and the receiver hands the event over with
-//! its payload, still in memory. Forwarding an event used to cost a lease
+//! workers: the claim statement leases each one to the inbox's owner for
+//! its first attempt (written when it ends, as every worker's attempt is),
+//! and the receiver hands the event over with its payload, still in memory. Forwarding an event used to cost a lease
 //! statement to find it and a row update to take it, as much database time
 //! as the claim itself (bench/README, "Handed over at the claim").
 //!
