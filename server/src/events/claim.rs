@@ -226,7 +226,9 @@ r#"WITH keys AS (
                     CASE WHEN lease_secs IS NOT NULL THEN $18::text END,
                     now() + make_interval(secs => lease_secs),
                     CASE WHEN lease_secs IS NULL THEN 0 ELSE 1 END
-             FROM keys
+             -- Locked in key order whatever the join with sources did to the
+             -- rows' order: concurrent batches and the recorder never deadlock.
+             FROM keys ORDER BY source, idem_key
              ON CONFLICT (source, idem_key) DO UPDATE
                  SET receive_count = e.receive_count + EXCLUDED.receive_count, last_seen_at = now()
              RETURNING e.id, e.source, e.idem_key, e.state, e.first_delivery_id, e.receive_count

@@ -389,6 +389,13 @@ pub async fn finish_each(pool: &PgPool, done: &[(&str, &Done)]) -> Result<Vec<i6
                  next_attempt_at = now() + make_interval(secs => i.delay), result = i.state
              FROM input i WHERE a.id = i.attempt_id
          ),
+         -- The events locked in key order first, as claim batches lock them
+         -- (an update's join may visit them in any order): never a deadlock.
+         ordered AS MATERIALIZED (
+             SELECT e.id FROM events e JOIN input i ON e.id = i.event_id
+             ORDER BY e.source, e.idem_key
+             FOR NO KEY UPDATE OF e
+         ),
          moved AS (
              UPDATE events e SET
              state = i.state, state_changed_at = now(),
@@ -405,6 +412,7 @@ pub async fn finish_each(pool: &PgPool, done: &[(&str, &Done)]) -> Result<Vec<i6
              response_body = coalesce(i.response_body, e.response_body)
              FROM input i
              WHERE e.id = i.event_id AND e.state = 'processing' AND e.lease_owner = i.holder
+               AND e.id IN (SELECT id FROM ordered)
              RETURNING e.id
          ),
          -- Only while its holder held the lease: a holder that lost it (its
