@@ -181,6 +181,27 @@ pub mod ssr {
         }
     }
 
+    /// A dead-letter filter as the statements take it (None: any), its
+    /// times checked.
+    pub struct DeadBounds {
+        pub source: Option<String>,
+        pub from: Option<String>,
+        pub to: Option<String>,
+        pub reason: Option<String>,
+    }
+
+    impl DeadFilter {
+        pub fn bounds(&self) -> Result<DeadBounds, AppError> {
+            let text = |v: &str| Some(v.trim().to_owned()).filter(|v| !v.is_empty());
+            Ok(DeadBounds {
+                source: text(&self.source),
+                from: time_bound("from", &self.from)?,
+                to: time_bound("to", &self.to)?,
+                reason: text(&self.reason),
+            })
+        }
+    }
+
     /// Pauses or resumes a source (operator).
     pub async fn set_paused(cx: &Cx, slug: String, paused: bool) -> Result<(), AppError> {
         let caller = cx.require(Role::Operator)?;
@@ -288,11 +309,14 @@ pub mod ssr {
     pub async fn bulk(cx: &Cx, filter: &DeadFilter, after: i64) -> Result<BulkStep, AppError> {
         let user = cx.require(Role::Operator)?;
         let (pool, ops) = (&cx.pool, &cx.operations);
-        let from = time_bound("from", &filter.from)?;
-        let to = time_bound("to", &filter.to)?;
-        let source = Some(filter.source.trim()).filter(|s| !s.is_empty());
-        let reason = Some(filter.reason.trim()).filter(|s| !s.is_empty());
-        // The filter is written out in both statements below: they must match the same events.
+        let DeadBounds {
+            source,
+            from,
+            to,
+            reason,
+        } = filter.bounds()?;
+        // The filter is written out in both statements below (and in the
+        // dead-letter list's): they must match the same events.
         let chosen: Vec<(i64, String)> = sqlx::query!(
             "SELECT id, idem_key
              FROM events
@@ -303,10 +327,10 @@ pub mod ssr {
                AND ($5::text IS NULL OR dead_reason ILIKE '%' || $5 || '%')
              ORDER BY id LIMIT $6",
             after,
-            source,
+            source.as_deref(),
             from.as_deref(),
             to.as_deref(),
-            reason,
+            reason.as_deref(),
             BULK_STEP
         )
         .fetch_all(pool)
@@ -357,10 +381,10 @@ pub mod ssr {
                      AND ($4::text IS NULL OR state_changed_at < $4::text::timestamptz)
                      AND ($5::text IS NULL OR dead_reason ILIKE '%' || $5 || '%')"#,
                 next,
-                source,
+                source.as_deref(),
                 from.as_deref(),
                 to.as_deref(),
-                reason
+                reason.as_deref()
             )
             .fetch_one(pool)
             .await

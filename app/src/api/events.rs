@@ -230,7 +230,11 @@ pub async fn list_dead(
     before_id: Option<i64>,
 ) -> Result<DeadLetterPage, ServerFnError> {
     let cx = super::ssr::cx().await?;
-    Ok(server::dead_letters(&cx, source, before.zip(before_id)).await?)
+    let filter = crate::api::actions::DeadFilter {
+        source: source.unwrap_or_default(),
+        ..Default::default()
+    };
+    Ok(server::dead_letters(&cx, &filter, before.zip(before_id)).await?)
 }
 
 #[cfg(feature = "ssr")]
@@ -273,12 +277,11 @@ pub mod server {
     /// Dead letters, most recently dead first; `before`: the keyset cursor.
     pub async fn dead_letters(
         cx: &Cx,
-        source: Option<String>,
+        filter: &crate::api::actions::DeadFilter,
         before: Option<(i64, i64)>,
     ) -> Result<DeadLetterPage, AppError> {
         cx.require(Role::Viewer)?;
-        let source = source.filter(|s| !s.is_empty());
-        dead(&cx.pool, source, before)
+        dead(&cx.pool, &filter.bounds()?, before)
             .await
             .map_err(AppError::database)
     }
@@ -585,7 +588,7 @@ pub mod server {
 
     async fn dead(
         pool: &PgPool,
-        source: Option<String>,
+        filter: &crate::api::actions::ssr::DeadBounds,
         before: Option<(i64, i64)>,
     ) -> Result<DeadLetterPage, sqlx::Error> {
         let rows = sqlx::query_as!(
@@ -599,12 +602,18 @@ pub mod server {
                WHERE state = 'dead' AND ($1::text IS NULL OR source = $1)
                  AND ($2::bigint IS NULL
                       OR (state_changed_at, id) < (to_timestamp($2 / 1000000.0), $3))
+                 AND ($5::text IS NULL OR state_changed_at >= $5::text::timestamptz)
+                 AND ($6::text IS NULL OR state_changed_at < $6::text::timestamptz)
+                 AND ($7::text IS NULL OR dead_reason ILIKE '%' || $7 || '%')
                ORDER BY state_changed_at DESC, id DESC
                LIMIT $4"#,
-            source,
+            filter.source.as_deref(),
             before.map(|b| b.0),
             before.map(|b| b.1),
-            DEAD_PAGE_SIZE + 1
+            DEAD_PAGE_SIZE + 1,
+            filter.from.as_deref(),
+            filter.to.as_deref(),
+            filter.reason.as_deref()
         )
         .fetch_all(pool)
         .await?;

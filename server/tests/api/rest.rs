@@ -455,3 +455,36 @@ async fn a_session_is_no_token_and_every_refusal_is_in_the_apis_format(pool: PgP
     token(&app, "short-lived", "viewer", Some(0)).await;
     token(&app, "short-lived", "viewer", None).await;
 }
+
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn dead_letters_are_listed_by_source_time_and_reason(pool: PgPool) {
+    let destination = Destination::start(vec![Scripted::status(400); 2]).await;
+    let app = spawn_app(pool.clone(), gh_config(&destination.url, "")).await;
+    let viewer = token(&app, "dead-reader", "viewer", None).await;
+    dead_event(&app, "dead-1").await;
+    dead_event(&app, "dead-2").await;
+    let keys = |answer: &Answer| -> Vec<String> {
+        answer.body["rows"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{}", answer.body))
+            .iter()
+            .map(|r| r["idem_key"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let list = |query: &'static str| call(&app, "get", query, Some(&viewer), None);
+    assert_eq!(
+        keys(&list("/dead-letters?source=gh&reason=400").await),
+        ["dead-2", "dead-1"]
+    );
+    assert!(keys(&list("/dead-letters?reason=no-such-words").await).is_empty());
+    assert!(keys(&list("/dead-letters?since=2999-01-01T00:00:00Z").await).is_empty());
+    assert_eq!(
+        keys(&list("/dead-letters?until=2999-01-01T00:00").await).len(),
+        2
+    );
+    let bad = list("/dead-letters?since=yesterday").await;
+    assert_eq!(
+        (bad.status, bad.body["code"].as_str()),
+        (400, Some("bad_request"))
+    );
+}

@@ -316,20 +316,32 @@ async fn force_event(
 #[into_params(parameter_in = Query)]
 struct DeadParams {
     source: Option<String>,
+    /// Dead-lettered at or after (UTC).
+    since: Option<String>,
+    /// Dead-lettered before (UTC).
+    until: Option<String>,
+    /// Words the dead-letter reason contains.
+    reason: Option<String>,
     /// The next page: the page's `older` pair, as `before` and `before_id`.
     before: Option<i64>,
     before_id: Option<i64>,
 }
 
-/// Dead letters, most recently dead first.
+/// Dead letters, most recently dead first, by source, time and reason.
 #[utoipa::path(get, path = "/dead-letters", tag = "dead letters", params(DeadParams),
     responses((status = 200, body = DeadLetterPage)))]
 async fn list_dead_letters(
     ApiCx(cx): ApiCx,
     ApiQuery(p): ApiQuery<DeadParams>,
 ) -> ApiResult<DeadLetterPage> {
+    let filter = DeadFilter {
+        source: p.source.unwrap_or_default(),
+        from: utc(p.since),
+        to: utc(p.until),
+        reason: p.reason.unwrap_or_default(),
+    };
     Ok(Json(
-        events::server::dead_letters(&cx, p.source, p.before.zip(p.before_id)).await?,
+        events::server::dead_letters(&cx, &filter, p.before.zip(p.before_id)).await?,
     ))
 }
 
