@@ -82,6 +82,15 @@ impl Caller {
     }
 }
 
+/// A username or an API token's name: 1 to 64 letters, digits, '.', '_',
+/// '-' or '@' (the audit log names either; neither may hide anything).
+pub fn valid_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '@'))
+}
+
 /// Who an audit entry is by: a user, a token, or neither (the command line,
 /// an unknown name at sign-in), always with a name.
 #[derive(Clone, Copy, Debug)]

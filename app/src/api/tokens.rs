@@ -56,7 +56,6 @@ pub mod ssr {
     const RANDOM_CHARS: usize = 40;
     /// Characters of a token lists show.
     const SHOWN: usize = PREFIX.len() + 8;
-    pub const MAX_NAME: usize = 64;
 
     #[derive(Debug, thiserror::Error)]
     pub enum TokenError {
@@ -68,13 +67,6 @@ pub mod ssr {
         Unknown(String),
         #[error(transparent)]
         Db(#[from] sqlx::Error),
-    }
-
-    pub fn valid_name(name: &str) -> bool {
-        (1..=MAX_NAME).contains(&name.len())
-            && name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '@'))
     }
 
     fn digest(token: &str) -> Vec<u8> {
@@ -120,7 +112,7 @@ pub mod ssr {
         expires_in_secs: Option<i64>,
         by: Who<'_>,
     ) -> Result<(String, TokenRow), TokenError> {
-        if !valid_name(name) {
+        if !crate::auth::valid_name(name) {
             return Err(TokenError::BadName);
         }
         let token = format!(

@@ -24,13 +24,6 @@ pub enum UserError {
 
 pub const MIN_PASSWORD: usize = 10;
 
-fn valid_name(name: &str) -> bool {
-    (1..=64).contains(&name.len())
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '@'))
-}
-
 /// Records a change made from the command line.
 async fn audit(
     pool: &PgPool,
@@ -61,7 +54,7 @@ pub async fn add(
     role: Role,
     update: bool,
 ) -> Result<bool, UserError> {
-    if !valid_name(username) {
+    if !app::auth::valid_name(username) {
         return Err(UserError::BadName);
     }
     if password.chars().count() < MIN_PASSWORD {

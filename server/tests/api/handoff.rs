@@ -74,6 +74,17 @@ fn received_keys(destination: &Destination) -> Vec<String> {
     keys
 }
 
+/// Every event in `expected`'s (state, attempt count, attempts, open attempts).
+async fn assert_all_events(pool: &PgPool, expected: (&str, i32, i64, i64)) {
+    let expected = (expected.0.to_owned(), expected.1, expected.2, expected.3);
+    let rows = events(pool).await;
+    assert!(
+        rows.iter().all(|r| *r == expected),
+        "not all {expected:?}: {:?}",
+        rows.iter().find(|r| **r != expected)
+    );
+}
+
 fn assert_each_once(destination: &Destination, n: usize) {
     let keys = received_keys(destination);
     let mut distinct = keys.clone();
@@ -83,10 +94,7 @@ fn assert_each_once(destination: &Destination, n: usize) {
 
 #[sqlx::test(migrator = "MIGRATOR")]
 async fn claims_reach_the_workers_with_no_lease_statement(pool: PgPool) {
-    sqlx::query("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
-        .execute(&pool)
-        .await
-        .unwrap();
+    crate::helpers::track_statements(&pool).await;
     let destination = Destination::start(vec![]).await;
     let app = spawn_app(pool.clone(), config(&destination.url)).await;
     let mut workers = Workers::new(&app.services);
@@ -107,14 +115,9 @@ async fn claims_reach_the_workers_with_no_lease_statement(pool: PgPool) {
         "lease statements for handed-over claims"
     );
     assert_each_once(&destination, 200);
-    let rows = events(&pool).await;
-    assert_eq!(rows.len(), 200);
-    assert!(
-        rows.iter().all(|r| r == &("completed".to_owned(), 1, 1, 0)),
-        "each completed by one attempt: {:?}",
-        rows.iter()
-            .find(|r| *r != &("completed".to_owned(), 1, 1, 0))
-    );
+    assert_eq!(events(&pool).await.len(), 200);
+    // Each completed by one attempt.
+    assert_all_events(&pool, ("completed", 1, 1, 0)).await;
     shutdown.cancel();
 }
 
@@ -176,10 +179,7 @@ async fn events_never_begun_go_back_to_queued_without_an_attempt(pool: PgPool) {
     wait_for(&destination, 30).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_each_once(&destination, 30);
-    assert!(events(&pool)
-        .await
-        .iter()
-        .all(|r| r == &("completed".to_owned(), 1, 1, 0)));
+    assert_all_events(&pool, ("completed", 1, 1, 0)).await;
     shutdown.cancel();
 }
 
@@ -209,10 +209,7 @@ async fn events_waiting_past_half_their_margin_are_not_begun_but_leased_again(po
         workers_of.iter().all(|w| w != inbox),
         "an attempt begun after half the margin: {workers_of:?}"
     );
-    assert!(events(&pool)
-        .await
-        .iter()
-        .all(|r| r == &("completed".to_owned(), 1, 1, 0)));
+    assert_all_events(&pool, ("completed", 1, 1, 0)).await;
     shutdown.cancel();
 }
 
@@ -238,11 +235,8 @@ async fn events_a_dead_process_held_are_taken_over_once_their_lease_expires(pool
         taken += n;
     }
     assert_each_once(&destination, 20);
-    let rows = events(&pool).await;
-    assert!(
-        rows.iter().all(|r| r == &("completed".to_owned(), 2, 2, 0)),
-        "the dead holder's attempt closed, the second completed: {rows:?}"
-    );
+    // The dead holder's attempt closed, the second completed.
+    assert_all_events(&pool, ("completed", 2, 2, 0)).await;
     let abandoned: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM attempts WHERE number = 1 AND error = 'worker lost its lease; taken over'",
     )
@@ -336,9 +330,6 @@ async fn copies_in_one_batch_and_a_full_inbox_still_forward_each_event_once(pool
     wait_for(&destination, n).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_each_once(&destination, n);
-    assert!(events(&pool)
-        .await
-        .iter()
-        .all(|r| r == &("completed".to_owned(), 1, 1, 0)));
+    assert_all_events(&pool, ("completed", 1, 1, 0)).await;
     shutdown.cancel();
 }

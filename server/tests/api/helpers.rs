@@ -172,6 +172,15 @@ impl Destination {
     }
 }
 
+/// Makes pg_stat_statements readable from this test's database (the test
+/// PostgreSQL preloads it), for `lease_statements`.
+pub async fn track_statements(pool: &PgPool) {
+    sqlx::query("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        .execute(pool)
+        .await
+        .unwrap();
+}
+
 /// Lease statements run on this test's database so far (pg_stat_statements).
 pub async fn lease_statements(pool: &PgPool) -> i64 {
     sqlx::query_scalar(

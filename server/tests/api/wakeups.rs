@@ -35,10 +35,7 @@ fn polls(elapsed: Duration) -> i64 {
 
 #[sqlx::test(migrator = "MIGRATOR")]
 async fn a_burst_of_claims_costs_a_bounded_number_of_lease_statements(pool: PgPool) {
-    sqlx::query("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
-        .execute(&pool)
-        .await
-        .unwrap();
+    crate::helpers::track_statements(&pool).await;
     let destination = Destination::start(vec![]).await;
     let config = test_config(
         &format!(
