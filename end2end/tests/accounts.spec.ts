@@ -218,6 +218,11 @@ test('an operator pauses and resumes a source; bulk re-delivery shows progress a
     await expect(page.getByTestId('bulk-results').locator('li').filter({ hasText: id })).toContainText('queued again');
     await expect.poll(async () => (await received(request, `e2e-standard:${id}`)).count, { timeout: 15_000 }).toBe(2);
   }
+  // The job ran on the server: any page, any process, lists it.
+  await openHydrated(page, '/dead');
+  const recent = page.getByTestId('recent-jobs');
+  await recent.locator('summary').click();
+  await expect(recent.locator('tr[data-state="done"]').filter({ hasText: 'e2e-operator' }).first()).toBeVisible();
   await page.getByRole('link', { name: 'Audit log' }).click();
   await expect(page.getByTestId('audit-table').locator('tr[data-action="redeliver.bulk"]').first()).toBeVisible();
   await expect(page.getByTestId('audit-table').locator('tr[data-action="source.pause"]').first()).toContainText('e2e-operator');

@@ -58,30 +58,6 @@ pub struct DeadFilter {
     pub reason: String,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
-pub struct BulkStep {
-    pub results: Vec<RedeliveryResult>,
-    /// Pass as `after` for the next step; None when done.
-    pub next_after: Option<i64>,
-    /// Dead events matching the filter beyond this step (at the time of asking).
-    pub remaining: i64,
-}
-
-/// Events per bulk step: the page calls again for the next, showing progress.
-pub const BULK_STEP: i64 = 20;
-
-/// Re-delivers the next `BULK_STEP` dead events matching the filter (by
-/// event id, after `after`), each through the same guard as a single one.
-#[server(endpoint = "redeliver-bulk")]
-pub async fn redeliver_dead(
-    #[server(default)] filter: DeadFilter,
-    after: Option<i64>,
-) -> Result<BulkStep, ServerFnError> {
-    let cx = crate::api::ssr::cx().await?;
-    Ok(ssr::bulk(&cx, &filter, after.unwrap_or(0)).await?)
-}
-
 /// An admin runs a completed event again: the same Idempotency-Key, a header
 /// marking it forced, audit-logged. `confirm_key` must be the event's key.
 #[server(endpoint = "force")]
@@ -303,44 +279,18 @@ pub mod ssr {
         Ok(AuditPage { rows, older })
     }
 
-    /// Re-delivers the next `BULK_STEP` dead events matching `filter` (by
-    /// event id, after `after`), each through the same guard as a single
-    /// one (operator); audit-logged with each event's outcome.
-    pub async fn bulk(cx: &Cx, filter: &DeadFilter, after: i64) -> Result<BulkStep, AppError> {
+    /// Re-delivers each chosen dead event (id, key) of a bulk job's step
+    /// through the same guard as a single one (operator); audit-logged as
+    /// one entry with each event's outcome. `api::jobs` chooses them.
+    pub async fn redeliver_each(
+        cx: &Cx,
+        job: i64,
+        chosen: &[(i64, String)],
+    ) -> Result<Vec<RedeliveryResult>, AppError> {
         let user = cx.require(Role::Operator)?;
         let (pool, ops) = (&cx.pool, &cx.operations);
-        let DeadBounds {
-            source,
-            from,
-            to,
-            reason,
-        } = filter.bounds()?;
-        // The filter is written out in both statements below (and in the
-        // dead-letter list's): they must match the same events.
-        let chosen: Vec<(i64, String)> = sqlx::query!(
-            "SELECT id, idem_key
-             FROM events
-             WHERE state = 'dead' AND id > $1
-               AND ($2::text IS NULL OR source = $2)
-               AND ($3::text IS NULL OR state_changed_at >= $3::text::timestamptz)
-               AND ($4::text IS NULL OR state_changed_at < $4::text::timestamptz)
-               AND ($5::text IS NULL OR dead_reason ILIKE '%' || $5 || '%')
-             ORDER BY id LIMIT $6",
-            after,
-            source.as_deref(),
-            from.as_deref(),
-            to.as_deref(),
-            reason.as_deref(),
-            BULK_STEP
-        )
-        .fetch_all(pool)
-        .await
-        .map_err(AppError::database)?
-        .into_iter()
-        .map(|r| (r.id, r.idem_key))
-        .collect();
         let mut results = Vec::with_capacity(chosen.len());
-        for (event_id, key) in &chosen {
+        for (event_id, key) in chosen {
             let result = match delivery_of(pool, *event_id).await?.flatten() {
                 Some(delivery_id) => match ops.redeliver(delivery_id, user.clone(), None).await {
                     Ok(result) => result,
@@ -368,45 +318,19 @@ pub mod ssr {
             };
             results.push(result);
         }
-        let next_after = (chosen.len() as i64 == BULK_STEP)
-            .then(|| chosen.last().map(|c| c.0))
-            .flatten();
-        let remaining: i64 = match next_after {
-            None => 0,
-            Some(next) => sqlx::query_scalar!(
-                r#"SELECT count(*) AS "n!" FROM events
-                   WHERE state = 'dead' AND id > $1
-                     AND ($2::text IS NULL OR source = $2)
-                     AND ($3::text IS NULL OR state_changed_at >= $3::text::timestamptz)
-                     AND ($4::text IS NULL OR state_changed_at < $4::text::timestamptz)
-                     AND ($5::text IS NULL OR dead_reason ILIKE '%' || $5 || '%')"#,
-                next,
-                source.as_deref(),
-                from.as_deref(),
-                to.as_deref(),
-                reason.as_deref()
-            )
-            .fetch_one(pool)
-            .await
-            .map_err(AppError::database)?,
-        };
         let requeued = results.iter().filter(|r| r.requeued).count();
         cx.audit(
             user,
             "redeliver.bulk",
-            Some(&format!("{} dead events", results.len())),
-            &format!("{requeued} queued again"),
+            Some(&format!("bulk job {job}")),
+            &format!("{} dead events, {requeued} queued again", results.len()),
             serde_json::json!({
-                "filter": filter,
+                "job": job,
                 "events": results.iter().map(|r| serde_json::json!({"event": r.event_id, "outcome": r.outcome})).collect::<Vec<_>>(),
             }),
         )
         .await?;
-        Ok(BulkStep {
-            results,
-            next_after,
-            remaining,
-        })
+        Ok(results)
     }
 
     /// An admin's forced re-execution of a completed event, confirmed by

@@ -4,6 +4,7 @@
 pub mod actions;
 pub mod deliveries;
 pub mod events;
+pub mod jobs;
 pub mod mask;
 pub mod overview;
 pub mod tokens;

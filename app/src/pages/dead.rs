@@ -1,8 +1,12 @@
 use leptos::prelude::*;
+use leptos::task::spawn_local;
 use leptos_router::hooks::use_query_map;
 
-use crate::api::actions::{redeliver_dead, DeadFilter, RedeliveryResult};
+use crate::api::actions::{DeadFilter, RedeliveryResult};
 use crate::api::events::{list_dead, DeadLetterPage};
+use crate::api::jobs::{
+    bulk_job_progress, cancel_bulk_job, recent_bulk_jobs, start_bulk_job, BulkJob,
+};
 use crate::auth::Role;
 use crate::components::*;
 
@@ -83,14 +87,17 @@ fn DeadTable(page: DeadLetterPage, source: String) -> impl IntoView {
     .into_any()
 }
 
-/// Re-delivers every dead event matching a filter, a step at a time, each
-/// through the same guard as a single re-delivery; shows progress and each
-/// event's outcome.
+/// How often a page watching a bulk job asks for its progress.
+const WATCH_MS: u64 = 500;
+
+/// Starts a bulk re-delivery job over every dead event matching a filter
+/// (the server runs it, each event through the same guard as a single
+/// re-delivery) and follows it: progress, each event's outcome, cancel.
 #[component]
 fn BulkRedeliver(source: String) -> impl IntoView {
+    let job = RwSignal::new(None::<BulkJob>);
     let results = RwSignal::new(Vec::<RedeliveryResult>::new());
-    let remaining = RwSignal::new(None::<i64>);
-    let running = RwSignal::new(false);
+    let after = StoredValue::new(None::<i64>);
     let error = RwSignal::new(None::<String>);
     let (source_in, from_in, to_in, reason_in) = (
         NodeRef::<leptos::html::Input>::new(),
@@ -98,6 +105,50 @@ fn BulkRedeliver(source: String) -> impl IntoView {
         NodeRef::<leptos::html::Input>::new(),
         NodeRef::<leptos::html::Input>::new(),
     );
+    // Watching: until the job has finished and every outcome is shown.
+    let watching = move || {
+        job.with(|j| {
+            j.as_ref()
+                .is_some_and(|j| !j.finished() || (results.with(|r| r.len() as i64) < j.done))
+        })
+    };
+    Effect::new(move |_| {
+        if !watching() {
+            return;
+        }
+        let busy = StoredValue::new(false);
+        let handle = set_interval_with_handle(
+            move || {
+                let Some(id) = job.with_untracked(|j| j.as_ref().map(|j| j.id)) else {
+                    return;
+                };
+                if busy.get_value() {
+                    return;
+                }
+                busy.set_value(true);
+                spawn_local(async move {
+                    match bulk_job_progress(id, after.get_value()).await {
+                        Ok(progress) => {
+                            if let Some(next) = progress.results.next_after {
+                                after.set_value(Some(next));
+                            }
+                            results.update(|r| r.extend(progress.results.results));
+                            job.set(Some(progress.job));
+                        }
+                        Err(e) => error.set(Some(error_text(&e))),
+                    }
+                    busy.set_value(false);
+                });
+            },
+            std::time::Duration::from_millis(WATCH_MS),
+        )
+        .ok();
+        on_cleanup(move || {
+            if let Some(h) = handle {
+                h.clear();
+            }
+        });
+    });
     let start = move |ev: leptos::ev::SubmitEvent| {
         ev.prevent_default();
         let value =
@@ -109,39 +160,46 @@ fn BulkRedeliver(source: String) -> impl IntoView {
             reason: value(reason_in),
         };
         results.set(Vec::new());
+        after.set_value(None);
         error.set(None);
-        running.set(true);
-        leptos::task::spawn_local(async move {
-            let mut after = None;
-            loop {
-                match redeliver_dead(filter.clone(), after).await {
-                    Ok(step) => {
-                        results.update(|r| r.extend(step.results));
-                        remaining.set(Some(step.remaining));
-                        match step.next_after {
-                            Some(next) => after = Some(next),
-                            None => break,
-                        }
-                    }
-                    Err(e) => {
-                        error.set(Some(error_text(&e)));
-                        break;
-                    }
-                }
+        spawn_local(async move {
+            match start_bulk_job(filter).await {
+                Ok(started) => job.set(Some(started)),
+                Err(e) => error.set(Some(error_text(&e))),
             }
-            running.set(false);
         });
     };
+    let cancel = move |_| {
+        let Some(id) = job.with_untracked(|j| j.as_ref().map(|j| j.id)) else {
+            return;
+        };
+        spawn_local(async move {
+            match cancel_bulk_job(id).await {
+                Ok(cancelled) => job.set(Some(cancelled)),
+                Err(e) => error.set(Some(error_text(&e))),
+            }
+        });
+    };
+    let running = move || job.with(|j| j.as_ref().is_some_and(|j| !j.finished()));
     let summary = move || {
-        let done = results.with(|r| r.len());
-        let requeued = results.with(|r| r.iter().filter(|r| r.requeued).count());
-        let left = remaining.get().unwrap_or(0);
-        (done > 0 || running.get()).then(|| {
+        job.get().map(|j| {
+            let total = j.total.max(j.done);
+            let ending = match j.state.as_str() {
+                "done" => " — done.".to_owned(),
+                "cancelled" => format!(
+                    " — cancelled by {}.",
+                    j.cancelled_by.clone().unwrap_or_default()
+                ),
+                "failed" => format!(" — failed: {}", j.error.clone().unwrap_or_default()),
+                _ => String::new(),
+            };
             view! {
-                <p role="status" data-testid="bulk-progress">
-                    <progress max=(done as i64 + left).max(1) value=done></progress>
-                    {format!(" {done} re-delivered, {requeued} queued again, {left} left")}
-                    {move || (!running.get()).then_some(" — done.")}
+                <p role="status" data-testid="bulk-progress" data-state=j.state.clone()>
+                    <progress max=total.max(1) value=j.done></progress>
+                    {format!(
+                        " Job {}: {} of {total} re-delivered, {} queued again, {} refused{ending}",
+                        j.id, j.done, j.requeued, j.refused()
+                    )}
                 </p>
             }
         })
@@ -156,9 +214,12 @@ fn BulkRedeliver(source: String) -> impl IntoView {
                         <label>"Dead since (UTC)" <input node_ref=from_in type="datetime-local" name="from"/></label>
                         <label>"Dead before (UTC)" <input node_ref=to_in type="datetime-local" name="to"/></label>
                         <label>"Reason contains" <input node_ref=reason_in name="reason" placeholder="e.g. 400"/></label>
-                        <button type="submit" data-testid="bulk-redeliver" disabled=move || running.get()>
+                        <button type="submit" data-testid="bulk-redeliver" disabled=running>
                             "Re-deliver all matching"
                         </button>
+                        {move || running().then(|| view! {
+                            <button type="button" class="secondary" data-testid="bulk-cancel" on:click=cancel>"Cancel"</button>
+                        })}
                     </form>
                 }
             }
@@ -172,5 +233,47 @@ fn BulkRedeliver(source: String) -> impl IntoView {
                 </For>
             </ul>
         </IfRole>
+        <RecentJobs/>
+    }
+}
+
+/// Bulk jobs started here, from the API or the CLI, by anyone.
+#[component]
+fn RecentJobs() -> impl IntoView {
+    let jobs = Resource::new(|| (), |_| recent_bulk_jobs());
+    view! {
+        <Transition fallback=|| ()>
+            {move || Suspend::new(async move {
+                match jobs.await {
+                    Ok(list) if list.is_empty() => ().into_any(),
+                    Ok(list) => view! {
+                        <details class="recent-jobs" data-testid="recent-jobs">
+                            <summary>{format!("Recent bulk jobs ({})", list.len())}</summary>
+                            <table class="data">
+                                <thead><tr>
+                                    <th scope="col">"Job"</th><th scope="col">"Started (UTC)"</th>
+                                    <th scope="col">"By"</th><th scope="col">"Source"</th>
+                                    <th scope="col">"State"</th><th scope="col">"Re-delivered"</th>
+                                    <th scope="col">"Queued again"</th>
+                                </tr></thead>
+                                <tbody>
+                                    {list.into_iter().map(|j| view! {
+                                        <tr data-job=j.id data-state=j.state.clone()>
+                                            <td>{j.id}</td><td>{j.created_at.clone()}</td>
+                                            <td>{j.started_by.clone()}</td>
+                                            <td><code>{if j.filter.source.is_empty() { "any".to_owned() } else { j.filter.source.clone() }}</code></td>
+                                            <td>{j.state.clone()}</td>
+                                            <td>{format!("{} of {}", j.done, j.total.max(j.done))}</td>
+                                            <td>{j.requeued}</td>
+                                        </tr>
+                                    }).collect_view()}
+                                </tbody>
+                            </table>
+                        </details>
+                    }.into_any(),
+                    Err(e) => view! { <ErrorBox message=error_text(&e)/> }.into_any(),
+                }
+            })}
+        </Transition>
     }
 }

@@ -91,6 +91,13 @@ pub enum Command {
         #[command(subcommand)]
         action: remote::DeliveriesAction,
     },
+    /// Bulk re-delivery jobs on a running server (over its API): list, show, watch, cancel
+    Jobs {
+        #[command(flatten)]
+        target: remote::Target,
+        #[command(subcommand)]
+        action: remote::JobsAction,
+    },
     /// Sources on a running server (over its API): list, pause, resume
     Sources {
         #[command(flatten)]
@@ -153,6 +160,9 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
         }
         Command::Deliveries { target, action } => {
             Ok(remote::run(target, remote::Command::Deliveries(action)).await?)
+        }
+        Command::Jobs { target, action } => {
+            Ok(remote::run(target, remote::Command::Jobs(action)).await?)
         }
         Command::Sources { target, action } => {
             Ok(remote::run(target, remote::Command::Sources(action)).await?)

@@ -1,5 +1,6 @@
 //! Background jobs every `serve` process runs beside its workers.
 
+pub mod bulk;
 pub mod retention;
 pub mod rollup;
 pub mod sessions;

@@ -1,6 +1,7 @@
 //! Retention (spec section 8): deliveries and their payloads go after
 //! `retention_days`, idempotency keys after `dedup_ttl_days`; sign-in
-//! attempts that did not succeed (strangers' guesses) with the deliveries,
+//! attempts that did not succeed (strangers' guesses) and finished bulk
+//! re-delivery jobs with the deliveries,
 //! the rest of the audit log after `audit_retention_days`. Deletes run in
 //! small batches, each its own short statement, so no long lock is held.
 //! Old rows are found along the primary key (ids grow with time), so no time
@@ -19,6 +20,7 @@ pub struct Pruned {
     pub deliveries: u64,
     pub events: u64,
     pub audit: u64,
+    pub bulk_jobs: u64,
 }
 
 /// Prunes everything due, batch by batch.
@@ -78,6 +80,24 @@ retention_days as i32
     )
     .execute(pool)
     .await?;
+    // Finished bulk jobs go with the deliveries they re-delivered; a few at
+    // a time, as each takes its per-event outcomes along.
+    loop {
+        let n = sqlx::query!(
+            "DELETE FROM bulk_jobs WHERE id IN (
+                 SELECT id FROM bulk_jobs
+                 WHERE finished_at < now() - make_interval(days => $1)
+                 ORDER BY id LIMIT 10)",
+            retention_days as i32
+        )
+        .execute(pool)
+        .await?
+        .rows_affected();
+        pruned.bulk_jobs += n;
+        if n < 10 {
+            break;
+        }
+    }
     loop {
         let n = sqlx::query!(
             "DELETE FROM audit_log WHERE id IN (

@@ -16,6 +16,7 @@ pub mod shares;
 use std::net::SocketAddr;
 use std::sync::{Arc, LazyLock};
 
+use app::api::actions::ssr::Operations;
 use axum::extract::FromRef;
 use axum::routing::{get, post};
 use axum::Router;
@@ -81,8 +82,9 @@ fn leptos_options(addr: SocketAddr) -> LeptosOptions {
 static DASHBOARD_ROUTES: LazyLock<Vec<AxumRouteListing>> =
     LazyLock::new(|| generate_route_list(app::App));
 
-pub fn router(state: AppState, role: Role) -> Router {
-    if role == Role::WorkerOnly {
+/// `operations`: None for a worker-only process, which serves no dashboard.
+fn router(state: AppState, operations: Option<Arc<dyn Operations>>) -> Router {
+    let Some(operations) = operations else {
         let mut router = Router::new()
             .route("/healthz", get(health::healthz))
             .route("/readyz", get(health::readyz));
@@ -92,7 +94,7 @@ pub fn router(state: AppState, role: Role) -> Router {
         return router
             .with_state(state)
             .layer(axum::middleware::map_response(security_headers));
-    }
+    };
     let routes = DASHBOARD_ROUTES.clone();
     let pool = state.services.pool.clone();
     // Checked at start: public_url is an http(s) URL.
@@ -100,10 +102,6 @@ pub fn router(state: AppState, role: Role) -> Router {
         url::Url::parse(&state.services.config.public_url).expect("config checked public_url"),
     );
     let sign_in = app::auth::ssr::SignInLimits::default();
-    let operations: Arc<dyn app::api::actions::ssr::Operations> =
-        Arc::new(operations::ServerOperations {
-            services: state.services.clone(),
-        });
     let api = api::router(&state, operations.clone());
     let options = state.leptos_options.clone();
     let config = state.services.config.clone();
@@ -199,6 +197,8 @@ pub struct Application {
     router: Router,
     metrics: Option<(TcpListener, Router)>,
     config: Arc<crate::config::Config>,
+    /// A dashboard's: it runs the bulk re-delivery jobs too.
+    bulk_jobs: Option<(sqlx::PgPool, Arc<dyn Operations>)>,
 }
 
 impl Application {
@@ -219,6 +219,14 @@ impl Application {
             services,
             gauges_read: Default::default(),
         };
+        let operations = (role == Role::Full).then(|| {
+            Arc::new(operations::ServerOperations {
+                services: state.services.clone(),
+            }) as Arc<dyn Operations>
+        });
+        let bulk_jobs = operations
+            .clone()
+            .map(|ops| (state.services.pool.clone(), ops));
         let metrics = match config.metrics_listen {
             Some(at) => {
                 let bound = std::net::TcpListener::bind(at)?;
@@ -231,9 +239,10 @@ impl Application {
             addr,
             metrics_addr: metrics.as_ref().map(|(l, _)| l.local_addr()).transpose()?,
             listener,
-            router: router(state, role),
+            router: router(state, operations),
             metrics,
             config,
+            bulk_jobs,
         })
     }
 
@@ -253,6 +262,12 @@ impl Application {
             self.config.clone(),
             shutdown.clone(),
         );
-        tokio::try_join!(main, metrics).map(|_| ())
+        let bulk_jobs = async {
+            if let Some((pool, operations)) = self.bulk_jobs {
+                crate::jobs::bulk::run(pool, operations, shutdown.clone()).await;
+            }
+            Ok(())
+        };
+        tokio::try_join!(main, metrics, bulk_jobs).map(|_| ())
     }
 }

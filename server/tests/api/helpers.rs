@@ -193,6 +193,14 @@ pub async fn lease_statements(pool: &PgPool) -> i64 {
     .unwrap()
 }
 
+impl TestApp {
+    /// Stops the server and what it runs (its bulk job runner); the
+    /// services stay usable for work driven by hand.
+    pub fn stop_serving(&self) {
+        self.shutdown.cancel();
+    }
+}
+
 impl Drop for TestApp {
     fn drop(&mut self) {
         self.shutdown.cancel();

@@ -3,6 +3,7 @@
 
 mod accounts;
 mod architecture;
+mod bulk_jobs;
 mod dashboard;
 mod edge;
 mod embedded;

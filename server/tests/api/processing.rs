@@ -350,6 +350,24 @@ async fn retention_prunes_only_what_is_due(pool: PgPool) {
     .execute(&pool)
     .await
     .unwrap();
+    // Bulk jobs finished long ago go with the deliveries, with their
+    // outcomes; a recent one and an unfinished one stay.
+    sqlx::query(
+        "INSERT INTO bulk_jobs (filter, up_to, started_by, total, state, finished_at) VALUES
+         ('{}', 0, 'ana', 1, 'done', now() - interval '40 days'),
+         ('{}', 0, 'ana', 1, 'cancelled', now() - interval '10 days'),
+         ('{}', 0, 'ana', 1, 'running', NULL)",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    sqlx::query(
+        "INSERT INTO bulk_job_results (job_id, event_id, pending_after)
+         SELECT id, 1, 0 FROM bulk_jobs",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
     let pruned = replaysafe::jobs::retention::prune(&pool, 30, 30, 365)
         .await
         .unwrap();
@@ -358,9 +376,17 @@ async fn retention_prunes_only_what_is_due(pool: PgPool) {
         replaysafe::jobs::retention::Pruned {
             deliveries: 2,
             events: 2,
-            audit: 3
+            audit: 3,
+            bulk_jobs: 1,
         }
     );
+    let jobs: Vec<String> = sqlx::query_scalar(
+        "SELECT j.state FROM bulk_jobs j JOIN bulk_job_results r ON r.job_id = j.id ORDER BY j.id",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(jobs, ["cancelled", "running"]);
     let audit: Vec<String> = sqlx::query_scalar(
         "SELECT action || ' ' || outcome FROM audit_log WHERE username IN ('guess', 'ana') ORDER BY id",
     )

@@ -135,6 +135,9 @@ async fn bulk_redelivery_shows_progress_on_a_terminal_and_json_otherwise(pool: P
     assert_eq!(summary["refused"], 0);
     assert_eq!(summary["results"].as_array().unwrap().len(), 25);
 
+    let job = summary["job"]["id"].as_i64().unwrap();
+    assert_eq!(summary["job"]["state"], "done");
+
     // Nothing is dead now: a second run re-delivers nothing.
     let (code, stdout, _) = run(&app, &token, &["events", "redeliver", "--dead", "--json"]).await;
     assert_eq!(code, 0);
@@ -142,6 +145,23 @@ async fn bulk_redelivery_shows_progress_on_a_terminal_and_json_otherwise(pool: P
         serde_json::from_str::<Value>(&stdout).unwrap()["requeued"],
         0
     );
+
+    // The jobs, from any shell: listed, shown, and a finished one cannot
+    // be cancelled (non-zero, the server's reason on stderr).
+    let (code, stdout, stderr) = run(&app, &token, &["jobs", "list"]).await;
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.starts_with("JOB"), "{stdout}");
+    assert_eq!(stdout.lines().count(), 4, "three jobs: {stdout}");
+    let (code, stdout, _) = run(&app, &token, &["jobs", "show", &job.to_string(), "--json"]).await;
+    assert_eq!(code, 0);
+    let shown: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(
+        (shown["done"].as_i64(), shown["requeued"].as_i64()),
+        (Some(25), Some(25))
+    );
+    let (code, _, stderr) = run(&app, &token, &["jobs", "cancel", &job.to_string()]).await;
+    assert_ne!(code, 0);
+    assert!(stderr.contains("done already"), "{stderr}");
 }
 
 #[sqlx::test(migrator = "MIGRATOR")]

@@ -12,7 +12,12 @@ use sqlx::PgPool;
 use crate::helpers::{gh_config, spawn_app, Destination, Scripted, TestApp};
 
 /// A token made as `replaysafe token create` makes it.
-async fn token(app: &TestApp, name: &str, role: &str, expires_in_secs: Option<i64>) -> String {
+pub(crate) async fn token(
+    app: &TestApp,
+    name: &str,
+    role: &str,
+    expires_in_secs: Option<i64>,
+) -> String {
     app::api::tokens::ssr::create(
         &app.pool,
         name,
@@ -37,13 +42,13 @@ async fn revoke(pool: &PgPool, name: &str) {
     .unwrap();
 }
 
-struct Answer {
-    status: u16,
-    body: Value,
-    headers: reqwest::header::HeaderMap,
+pub(crate) struct Answer {
+    pub status: u16,
+    pub body: Value,
+    pub headers: reqwest::header::HeaderMap,
 }
 
-async fn call(
+pub(crate) async fn call(
     app: &TestApp,
     method: &str,
     path: &str,
@@ -102,6 +107,10 @@ const ROUTES: &[(&str, &str, &str)] = &[
     ("post", "/events/{id}/force", "admin"),
     ("get", "/dead-letters", "viewer"),
     ("post", "/dead-letters/redeliver", "operator"),
+    ("get", "/jobs", "viewer"),
+    ("get", "/jobs/{id}", "viewer"),
+    ("delete", "/jobs/{id}", "operator"),
+    ("get", "/jobs/{id}/results", "viewer"),
     ("get", "/audit", "viewer"),
     ("get", "/tokens", "admin"),
     ("delete", "/tokens/{id}", "admin"),
@@ -143,6 +152,22 @@ async fn every_documented_route_checks_the_token_and_its_role(pool: PgPool) {
     for role in ["viewer", "operator", "admin"] {
         tokens.insert(role, Some(token(&app, role, role, None).await));
     }
+    // A finished bulk job (nothing matches) for the job routes.
+    let job = call(
+        &app,
+        "post",
+        "/dead-letters/redeliver",
+        tokens["operator"].as_deref(),
+        Some(json!({"source": "nothing-matches"})),
+    )
+    .await;
+    assert_eq!(
+        (job.status, &job.body["state"]),
+        (202, &json!("done")),
+        "{}",
+        job.body
+    );
+    let job = job.body["id"].as_i64().unwrap();
     let rank = |role: &str| {
         ["viewer", "operator", "admin"]
             .iter()
@@ -164,6 +189,7 @@ async fn every_documented_route_checks_the_token_and_its_role(pool: PgPool) {
                 &match path.split('/').nth(1) {
                     Some("deliveries") => delivery,
                     Some("events") => event,
+                    Some("jobs") => job,
                     _ => victim_id,
                 }
                 .to_string(),

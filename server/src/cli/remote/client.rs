@@ -42,6 +42,9 @@ pub enum RemoteError {
     Io(#[from] std::io::Error),
     #[error("{0}")]
     BadArgument(String),
+    /// A bulk job stopped before its end (cancelled or failed).
+    #[error("bulk job {id} {state}")]
+    Unfinished { id: i64, state: String },
     /// Some of several actions were refused; each was reported already.
     #[error("{refused} of {of} refused")]
     SomeRefused { refused: usize, of: usize },
@@ -134,6 +137,11 @@ impl Remote {
     ) -> Result<T, RemoteError> {
         let url = self.url(path)?;
         self.send(Method::POST, url, Some(body)).await
+    }
+
+    pub async fn delete<T: DeserializeOwned>(&self, path: &str) -> Result<T, RemoteError> {
+        let url = self.url(path)?;
+        self.send(Method::DELETE, url, None).await
     }
 
     /// Sends, waiting out a 429 or 503 as its `Retry-After` says (a long

@@ -1,9 +1,8 @@
 //! `replaysafe events list|show|redeliver|force` over the API.
 
-use std::io::IsTerminal;
-
-use app::api::actions::{BulkStep, RedeliveryResult};
+use app::api::actions::RedeliveryResult;
 use app::api::events::{EventDetail, EventPage, EventSummary, TimelineEntry};
+use app::api::jobs::BulkJob;
 use serde_json::{json, Value};
 
 use super::client::{Remote, RemoteError};
@@ -29,6 +28,9 @@ pub struct RedeliverArgs {
     /// Words the dead-letter reason contains
     #[arg(long, requires = "dead")]
     reason: Option<String>,
+    /// Start the job and exit; `replaysafe jobs watch ID` follows it
+    #[arg(long, requires = "dead")]
+    detach: bool,
 }
 
 pub async fn run(remote: &Remote, action: EventsAction, as_json: bool) -> Result<(), RemoteError> {
@@ -202,65 +204,26 @@ async fn redeliver(remote: &Remote, ids: &[i64], as_json: bool) -> Result<(), Re
     }
 }
 
-/// Every dead event matching the filter, a step of the server's at a time,
-/// with a progress bar when stderr is a terminal and a summary line.
+/// Every dead event matching the filter, as a job on the server: followed
+/// to its end (`jobs::follow`), or left running with `--detach`.
 async fn bulk(remote: &Remote, args: RedeliverArgs, as_json: bool) -> Result<(), RemoteError> {
-    let mut body = json!({
+    let body = json!({
         "source": args.source.unwrap_or_default(),
         "since": args.since.as_deref().map(when).transpose()?,
         "until": args.until.as_deref().map(when).transpose()?,
         "reason": args.reason.unwrap_or_default(),
     });
-    let bar = std::io::stderr().is_terminal().then(|| {
-        let bar = indicatif::ProgressBar::new(0);
-        bar.set_style(
-            indicatif::ProgressStyle::with_template(
-                "{bar:40} {pos}/{len} dead events re-delivered ({elapsed})",
-            )
-            .expect("a valid template"),
-        );
-        bar
-    });
-    let mut results: Vec<RedeliveryResult> = Vec::new();
-    loop {
-        let step: BulkStep = remote.post("dead-letters/redeliver", body.clone()).await?;
-        let done = results.len() + step.results.len();
-        if let Some(bar) = &bar {
-            bar.set_length((done as u64) + step.remaining.max(0) as u64);
-            bar.set_position(done as u64);
-        }
-        results.extend(step.results);
-        match step.next_after {
-            Some(after) => body["after"] = json!(after),
-            None => break,
-        }
+    let job: BulkJob = remote.post("dead-letters/redeliver", body).await?;
+    if !args.detach {
+        return super::jobs::follow(remote, job, as_json).await;
     }
-    if let Some(bar) = bar {
-        bar.finish_and_clear();
-    }
-    let requeued = results.iter().filter(|r| r.requeued).count();
-    let refused = results.len() - requeued;
     if as_json {
-        output::json(&json!({"requeued": requeued, "refused": refused, "results": results}));
+        output::json(&job);
     } else {
-        for r in &results {
-            println!(
-                "{:<10} {:<32} {}",
-                or_dash(r.event_id),
-                r.idem_key.clone().unwrap_or_default(),
-                r.message
-            );
-        }
         println!(
-            "{} dead events: {requeued} queued again, {refused} refused",
-            results.len()
+            "started bulk job {}: {} dead events; follow it with `replaysafe jobs watch {}`",
+            job.id, job.total, job.id
         );
     }
-    match refused {
-        0 => Ok(()),
-        refused => Err(RemoteError::SomeRefused {
-            refused,
-            of: results.len(),
-        }),
-    }
+    Ok(())
 }

@@ -8,6 +8,7 @@
 mod client;
 mod deliveries;
 mod events;
+mod jobs;
 mod output;
 mod sources;
 
@@ -82,8 +83,21 @@ pub enum SourcesAction {
     Resume { slug: String },
 }
 
+#[derive(Subcommand, Debug)]
+pub enum JobsAction {
+    /// The most recent bulk re-delivery jobs
+    List,
+    /// A job's state and counts
+    Show { id: i64 },
+    /// Follow a job to its end, with each event's outcome (Ctrl-C cancels it)
+    Watch { id: i64 },
+    /// Stop a job before its next step (operator)
+    Cancel { id: i64 },
+}
+
 pub enum Command {
     Events(EventsAction),
+    Jobs(JobsAction),
     Deliveries(DeliveriesAction),
     Sources(SourcesAction),
 }
@@ -93,6 +107,7 @@ pub async fn run(target: Target, command: Command) -> Result<(), RemoteError> {
     let json = target.json;
     match command {
         Command::Events(action) => events::run(&remote, action, json).await,
+        Command::Jobs(action) => jobs::run(&remote, action, json).await,
         Command::Deliveries(action) => deliveries::run(&remote, action, json).await,
         Command::Sources(action) => sources::run(&remote, action, json).await,
     }

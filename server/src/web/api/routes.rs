@@ -8,15 +8,17 @@ use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use app::api::actions::{self, AuditPage, BulkStep, DeadFilter, RedeliveryResult};
+use app::api::actions::{self, AuditPage, DeadFilter, RedeliveryResult};
 use app::api::deliveries::{self, DeliveryFilter, DeliveryPage};
 use app::api::events::{self, DeadLetterPage, DeliveryDetail, EventDetail, EventFilter, EventPage};
+use app::api::jobs::{self, BulkJob, JobResults};
 use app::api::overview::{self, Overview, Window};
 use app::api::tokens::{self, TokenRow};
 use app::api::SourceSummary;
 use app::auth::{Caller, Role};
 
 use super::{ApiCx, ApiError, ApiJson, ApiPath, ApiQuery, ApiResult, ApiState};
+use axum::http::{header, StatusCode};
 use axum::Json;
 
 pub fn router() -> OpenApiRouter<ApiState> {
@@ -35,6 +37,9 @@ pub fn router() -> OpenApiRouter<ApiState> {
         .routes(routes!(force_event))
         .routes(routes!(list_dead_letters))
         .routes(routes!(redeliver_dead_letters))
+        .routes(routes!(list_jobs))
+        .routes(routes!(show_job, cancel_job))
+        .routes(routes!(job_results))
         .routes(routes!(list_audit))
         .routes(routes!(list_tokens))
         .routes(routes!(revoke_token))
@@ -358,29 +363,78 @@ struct BulkBody {
     /// Words the dead-letter reason contains.
     #[serde(default)]
     reason: String,
-    /// The previous step's `next_after`; absent for the first step.
-    #[serde(default)]
-    after: Option<i64>,
 }
 
-/// Re-delivers the next 20 dead events matching the filter (by event id),
-/// each through the same guard as a single re-delivery (operator;
-/// audit-logged): call again with `next_after` until it is null.
+/// Starts a bulk re-delivery job over every dead event matching the
+/// filter (operator; audit-logged): 202 with the job, which the server runs
+/// a step at a time, each event through the same guard as a single
+/// re-delivery. Follow it at `/jobs/{id}`; its outcomes at
+/// `/jobs/{id}/results`. 400 when the filter matches more than 100,000
+/// events, 409 when 4 jobs are unfinished already.
 #[utoipa::path(post, path = "/dead-letters/redeliver", tag = "dead letters",
-    request_body(content = BulkBody), responses((status = 200, body = BulkStep)))]
+    request_body(content = BulkBody),
+    responses((status = 202, body = BulkJob, headers(("Location" = String))),
+              (status = 400, body = super::ErrorBody), (status = 409, body = super::ErrorBody)))]
 async fn redeliver_dead_letters(
     ApiCx(cx): ApiCx,
     ApiJson(body): ApiJson<BulkBody>,
-) -> ApiResult<BulkStep> {
+) -> Result<(StatusCode, [(header::HeaderName, String); 1], Json<BulkJob>), ApiError> {
     let filter = DeadFilter {
         source: body.source,
         from: utc(body.since),
         to: utc(body.until),
         reason: body.reason,
     };
-    Ok(Json(
-        actions::ssr::bulk(&cx, &filter, body.after.unwrap_or(0)).await?,
+    let job = jobs::ssr::start(&cx, &filter).await?;
+    Ok((
+        StatusCode::ACCEPTED,
+        [(header::LOCATION, format!("/api/v1/jobs/{}", job.id))],
+        Json(job),
     ))
+}
+
+/// The most recent bulk jobs, newest first.
+#[utoipa::path(get, path = "/jobs", tag = "dead letters",
+    responses((status = 200, body = Vec<BulkJob>)))]
+async fn list_jobs(ApiCx(cx): ApiCx) -> ApiResult<Vec<BulkJob>> {
+    Ok(Json(jobs::ssr::recent(&cx).await?))
+}
+
+/// A bulk job: its state and counts.
+#[utoipa::path(get, path = "/jobs/{id}", tag = "dead letters", params(("id" = i64, Path)),
+    responses((status = 200, body = BulkJob), (status = 404, body = super::ErrorBody)))]
+async fn show_job(ApiCx(cx): ApiCx, ApiPath(id): ApiPath<i64>) -> ApiResult<BulkJob> {
+    Ok(Json(jobs::ssr::show(&cx, id).await?))
+}
+
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+struct ResultsParams {
+    /// The next page: outcomes after this event id (the page's `next_after`).
+    after: Option<i64>,
+}
+
+/// A bulk job's per-event outcomes so far, by event id, 200 a page.
+#[utoipa::path(get, path = "/jobs/{id}/results", tag = "dead letters",
+    params(("id" = i64, Path), ResultsParams),
+    responses((status = 200, body = JobResults), (status = 404, body = super::ErrorBody)))]
+async fn job_results(
+    ApiCx(cx): ApiCx,
+    ApiPath(id): ApiPath<i64>,
+    ApiQuery(p): ApiQuery<ResultsParams>,
+) -> ApiResult<JobResults> {
+    Ok(Json(
+        jobs::ssr::results(&cx, id, p.after.unwrap_or(0)).await?,
+    ))
+}
+
+/// Cancels a bulk job (operator; audit-logged): it stops before its next
+/// step; what it re-delivered stays re-delivered. 409 once it has finished.
+#[utoipa::path(delete, path = "/jobs/{id}", tag = "dead letters", params(("id" = i64, Path)),
+    responses((status = 200, body = BulkJob), (status = 404, body = super::ErrorBody),
+              (status = 409, body = super::ErrorBody)))]
+async fn cancel_job(ApiCx(cx): ApiCx, ApiPath(id): ApiPath<i64>) -> ApiResult<BulkJob> {
+    Ok(Json(jobs::ssr::cancel(&cx, id).await?))
 }
 
 #[derive(Deserialize, IntoParams)]

@@ -1,0 +1,615 @@
+//! Bulk re-delivery as a job (spec section 6, issue 16): an operator asks
+//! for every dead event matching a filter to be re-delivered; the server
+//! runs it a step at a time (`actions::ssr::bulk`, the same guard as a
+//! single re-delivery), whoever asked and from wherever (the dashboard, the
+//! API, the CLI). Its progress and per-event outcomes are rows any process
+//! reads; an operator may cancel it between steps. This module alone moves
+//! a job from state to state, each move guarded by the state it leaves.
+
+use leptos::prelude::*;
+use serde::{Deserialize, Serialize};
+
+use super::actions::{DeadFilter, RedeliveryResult};
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
+pub struct BulkJob {
+    pub id: i64,
+    /// queued, running, done, cancelled or failed.
+    pub state: String,
+    pub filter: DeadFilter,
+    /// The user or token that started it; each step runs as them.
+    pub started_by: String,
+    /// Dead events matching the filter when it started.
+    pub total: i64,
+    /// Events re-delivered so far, each with its outcome in the results.
+    pub done: i64,
+    /// Of those, queued again.
+    pub requeued: i64,
+    /// UTC, `YYYY-MM-DD HH:MM:SS`.
+    pub created_at: String,
+    pub finished_at: Option<String>,
+    pub cancelled_by: Option<String>,
+    /// Why it failed.
+    pub error: Option<String>,
+}
+
+impl BulkJob {
+    pub fn finished(&self) -> bool {
+        matches!(self.state.as_str(), "done" | "cancelled" | "failed")
+    }
+
+    /// Re-delivered but refused by the dedup layer (already completed, in
+    /// progress, no payload).
+    pub fn refused(&self) -> i64 {
+        self.done - self.requeued
+    }
+}
+
+/// A page of a job's per-event outcomes, by event id.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
+pub struct JobResults {
+    pub results: Vec<RedeliveryResult>,
+    /// Pass as `after` for the next page; None when no more are recorded yet.
+    pub next_after: Option<i64>,
+}
+
+/// A job with the outcomes recorded after a given event: what a watcher polls.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct JobProgress {
+    pub job: BulkJob,
+    pub results: JobResults,
+}
+
+/// A job takes at most this many dead events: a larger filter is refused
+/// (narrow it by time), so no job holds the server for hours.
+pub const JOB_MAX_EVENTS: i64 = 100_000;
+/// Jobs queued or running at once, all callers together.
+pub const UNFINISHED_JOBS_MAX: i64 = 4;
+/// Events per step: a job records its progress, and checks for
+/// cancellation, after each.
+pub const BULK_STEP: i64 = 20;
+/// Outcomes per page of results.
+pub const RESULTS_PAGE: i64 = 200;
+/// Jobs the recent list shows.
+pub const RECENT_JOBS: i64 = 20;
+
+/// Starts re-delivering every dead event matching the filter (operator).
+#[server(endpoint = "bulk-job-start")]
+pub async fn start_bulk_job(
+    #[server(default)] filter: DeadFilter,
+) -> Result<BulkJob, ServerFnError> {
+    Ok(ssr::start(&crate::api::ssr::cx().await?, &filter).await?)
+}
+
+/// A job and its outcomes recorded after event `after`.
+#[server(endpoint = "bulk-job")]
+pub async fn bulk_job_progress(id: i64, after: Option<i64>) -> Result<JobProgress, ServerFnError> {
+    let cx = crate::api::ssr::cx().await?;
+    Ok(JobProgress {
+        job: ssr::show(&cx, id).await?,
+        results: ssr::results(&cx, id, after.unwrap_or(0)).await?,
+    })
+}
+
+/// Stops a job before its next step (operator).
+#[server(endpoint = "bulk-job-cancel")]
+pub async fn cancel_bulk_job(id: i64) -> Result<BulkJob, ServerFnError> {
+    Ok(ssr::cancel(&crate::api::ssr::cx().await?, id).await?)
+}
+
+/// The most recent jobs, newest first.
+#[server(endpoint = "bulk-jobs")]
+pub async fn recent_bulk_jobs() -> Result<Vec<BulkJob>, ServerFnError> {
+    Ok(ssr::recent(&crate::api::ssr::cx().await?).await?)
+}
+
+#[cfg(feature = "ssr")]
+pub mod ssr {
+    use std::time::Duration;
+
+    use sqlx::PgPool;
+
+    use super::*;
+    use crate::api::actions::ssr::DeadBounds;
+    use crate::api::ssr::Cx;
+    use crate::auth::{Caller, Role, Via};
+    use crate::error::AppError;
+
+    struct JobRow {
+        id: i64,
+        state: String,
+        filter: serde_json::Value,
+        started_by: String,
+        total: i64,
+        done: i64,
+        requeued: i64,
+        created_at: String,
+        finished_at: Option<String>,
+        cancelled_by: Option<String>,
+        error: Option<String>,
+    }
+
+    impl JobRow {
+        fn into_job(self) -> BulkJob {
+            BulkJob {
+                id: self.id,
+                state: self.state,
+                // Written by `start` from a DeadFilter.
+                filter: serde_json::from_value(self.filter).unwrap_or_default(),
+                started_by: self.started_by,
+                total: self.total,
+                done: self.done,
+                requeued: self.requeued,
+                created_at: self.created_at,
+                finished_at: self.finished_at,
+                cancelled_by: self.cancelled_by,
+                error: self.error,
+            }
+        }
+    }
+
+    async fn find(pool: &PgPool, id: i64) -> Result<BulkJob, AppError> {
+        sqlx::query_as!(
+            JobRow,
+            r#"SELECT id, state, filter, started_by, total, done, requeued,
+                      to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') AS "created_at!",
+                      to_char(finished_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') AS finished_at,
+                      cancelled_by, error
+               FROM bulk_jobs WHERE id = $1"#,
+            id
+        )
+        .fetch_optional(pool)
+        .await
+        .map_err(AppError::database)?
+        .map(JobRow::into_job)
+        .ok_or_else(|| AppError::not_found("bulk job"))
+    }
+
+    /// Starts a job over the dead events matching `filter` now (operator;
+    /// audit-logged). Refused beyond `JOB_MAX_EVENTS` events or
+    /// `UNFINISHED_JOBS_MAX` unfinished jobs. Nothing matching: the job is
+    /// done at once.
+    pub async fn start(cx: &Cx, filter: &DeadFilter) -> Result<BulkJob, AppError> {
+        let caller = cx.require(Role::Operator)?;
+        let DeadBounds {
+            source,
+            from,
+            to,
+            reason,
+        } = filter.bounds()?;
+        let mut tx = cx.pool.begin().await.map_err(AppError::database)?;
+        // Starts take turns, so the count of unfinished jobs holds.
+        sqlx::query!("SELECT pg_advisory_xact_lock(hashtext('replaysafe.bulk_jobs.start'))")
+            .execute(&mut *tx)
+            .await
+            .map_err(AppError::database)?;
+        let unfinished = sqlx::query_scalar!(
+            r#"SELECT count(*) AS "n!" FROM bulk_jobs WHERE state IN ('queued', 'running')"#
+        )
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(AppError::database)?;
+        if unfinished >= UNFINISHED_JOBS_MAX {
+            return Err(AppError::Conflict(format!(
+                "{unfinished} bulk jobs are unfinished already; wait for one to finish or cancel one"
+            )));
+        }
+        // The same filter as `actions::ssr::bulk` (and the dead-letter list).
+        let matching = sqlx::query!(
+            r#"SELECT count(*) AS "n!", coalesce(max(id), 0) AS "up_to!"
+               FROM events
+               WHERE state = 'dead'
+                 AND ($1::text IS NULL OR source = $1)
+                 AND ($2::text IS NULL OR state_changed_at >= $2::text::timestamptz)
+                 AND ($3::text IS NULL OR state_changed_at < $3::text::timestamptz)
+                 AND ($4::text IS NULL OR dead_reason ILIKE '%' || $4 || '%')"#,
+            source.as_deref(),
+            from.as_deref(),
+            to.as_deref(),
+            reason.as_deref()
+        )
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(AppError::database)?;
+        if matching.n > JOB_MAX_EVENTS {
+            return Err(AppError::BadRequest(format!(
+                "the filter matches {} dead events; a job takes at most {JOB_MAX_EVENTS}: narrow it, by time for one",
+                matching.n
+            )));
+        }
+        let stored = serde_json::to_value(filter).expect("a filter serialises");
+        let id = sqlx::query_scalar!(
+            "INSERT INTO bulk_jobs (filter, up_to, user_id, token_id, started_by, remote_addr,
+                                    total, state, finished_at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7::bigint,
+                     CASE WHEN $7::bigint = 0 THEN 'done' ELSE 'queued' END,
+                     CASE WHEN $7::bigint = 0 THEN now() END)
+             RETURNING id",
+            stored,
+            matching.up_to,
+            caller.user_id(),
+            caller.token_id(),
+            caller.username,
+            cx.remote_addr,
+            matching.n
+        )
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(AppError::database)?;
+        tx.commit().await.map_err(AppError::database)?;
+        cx.audit(
+            caller,
+            "redeliver.bulk.start",
+            Some(&format!("bulk job {id}")),
+            &format!("{} dead events", matching.n),
+            serde_json::json!({ "filter": filter }),
+        )
+        .await?;
+        find(&cx.pool, id).await
+    }
+
+    /// A job (viewer).
+    pub async fn show(cx: &Cx, id: i64) -> Result<BulkJob, AppError> {
+        cx.require(Role::Viewer)?;
+        find(&cx.pool, id).await
+    }
+
+    /// The most recent jobs, newest first (viewer).
+    pub async fn recent(cx: &Cx) -> Result<Vec<BulkJob>, AppError> {
+        cx.require(Role::Viewer)?;
+        Ok(sqlx::query_as!(
+            JobRow,
+            r#"SELECT id, state, filter, started_by, total, done, requeued,
+                      to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') AS "created_at!",
+                      to_char(finished_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') AS finished_at,
+                      cancelled_by, error
+               FROM bulk_jobs ORDER BY id DESC LIMIT $1"#,
+            RECENT_JOBS
+        )
+        .fetch_all(&cx.pool)
+        .await
+        .map_err(AppError::database)?
+        .into_iter()
+        .map(JobRow::into_job)
+        .collect())
+    }
+
+    /// A job's outcomes after event `after`, `RESULTS_PAGE` at a time
+    /// (viewer). A step's answers are recorded together, in event order,
+    /// so a follower paging on `after` misses none.
+    pub async fn results(cx: &Cx, id: i64, after: i64) -> Result<JobResults, AppError> {
+        cx.require(Role::Viewer)?;
+        find(&cx.pool, id).await?;
+        let results: Vec<RedeliveryResult> = sqlx::query!(
+            "SELECT event_id, idem_key, redelivered, delivery_id, outcome, requeued, message
+             FROM bulk_job_results WHERE job_id = $1 AND event_id > $2 AND outcome <> 'pending'
+             ORDER BY event_id LIMIT $3",
+            id,
+            after,
+            RESULTS_PAGE
+        )
+        .fetch_all(&cx.pool)
+        .await
+        .map_err(AppError::database)?
+        .into_iter()
+        .map(|r| RedeliveryResult {
+            redelivered: r.redelivered.unwrap_or(0),
+            delivery_id: r.delivery_id,
+            event_id: Some(r.event_id),
+            idem_key: r.idem_key,
+            outcome: r.outcome,
+            requeued: r.requeued,
+            message: r.message,
+            past_window: false,
+        })
+        .collect();
+        let next_after = results.last().and_then(|r| r.event_id);
+        Ok(JobResults {
+            results,
+            next_after,
+        })
+    }
+
+    /// Cancels a queued or running job (operator; audit-logged): its runner
+    /// stops before the next step. 409 once it has finished.
+    pub async fn cancel(cx: &Cx, id: i64) -> Result<BulkJob, AppError> {
+        let caller = cx.require(Role::Operator)?;
+        let cancelled = sqlx::query_scalar!(
+            "UPDATE bulk_jobs SET state = 'cancelled', finished_at = now(), cancelled_by = $2
+             WHERE id = $1 AND state IN ('queued', 'running')
+             RETURNING id",
+            id,
+            caller.username
+        )
+        .fetch_optional(&cx.pool)
+        .await
+        .map_err(AppError::database)?;
+        let job = find(&cx.pool, id).await?;
+        if cancelled.is_none() {
+            return Err(AppError::Conflict(format!(
+                "bulk job {id} is {} already",
+                job.state
+            )));
+        }
+        cx.audit(
+            caller,
+            "redeliver.bulk.cancel",
+            Some(&format!("bulk job {id}")),
+            &format!("cancelled after {} of {}", job.done, job.total),
+            serde_json::json!({ "filter": job.filter }),
+        )
+        .await?;
+        Ok(job)
+    }
+
+    /// What a runner holds of a job it owns.
+    #[derive(Clone, Debug)]
+    pub struct Owned {
+        pub id: i64,
+        user_id: Option<i64>,
+        token_id: Option<i64>,
+        pub remote_addr: Option<String>,
+    }
+
+    /// A runner takes the oldest queued job, or a running one whose owner's
+    /// heartbeat is older than `stale` (that runner died), as `owner`.
+    pub async fn take(pool: &PgPool, owner: &str, stale: Duration) -> sqlx::Result<Option<Owned>> {
+        let row = sqlx::query!(
+            "UPDATE bulk_jobs j SET state = 'running', owner = $1, heartbeat_at = now()
+             FROM (SELECT id FROM bulk_jobs
+                   WHERE state = 'queued'
+                      OR (state = 'running' AND heartbeat_at < now() - make_interval(secs => $2))
+                   ORDER BY id LIMIT 1
+                   FOR UPDATE SKIP LOCKED) free
+             WHERE j.id = free.id
+             RETURNING j.id, j.user_id, j.token_id, j.remote_addr",
+            owner,
+            stale.as_secs_f64()
+        )
+        .fetch_optional(pool)
+        .await?;
+        Ok(row.map(|r| Owned {
+            id: r.id,
+            user_id: r.user_id,
+            token_id: r.token_id,
+            remote_addr: r.remote_addr,
+        }))
+    }
+
+    /// The owner is alive; false when the job is no longer theirs to run
+    /// (cancelled, or taken over).
+    pub async fn heartbeat(pool: &PgPool, id: i64, owner: &str) -> sqlx::Result<bool> {
+        Ok(sqlx::query!(
+            "UPDATE bulk_jobs SET heartbeat_at = now()
+             WHERE id = $1 AND owner = $2 AND state = 'running'",
+            id,
+            owner
+        )
+        .execute(pool)
+        .await?
+        .rows_affected()
+            == 1)
+    }
+
+    /// The caller the job runs as, read again: Err(why) for a revoked or
+    /// expired token, a disabled or removed user (their role is checked by
+    /// the step itself).
+    pub async fn caller(pool: &PgPool, job: &Owned) -> sqlx::Result<Result<Caller, String>> {
+        let found = match (job.user_id, job.token_id) {
+            (Some(id), _) => sqlx::query!(
+                "SELECT username, role FROM users WHERE id = $1 AND NOT disabled",
+                id
+            )
+            .fetch_optional(pool)
+            .await
+            .map(|r| r.map(|r| (id, r.username, r.role, Via::Session))),
+            (None, Some(id)) => sqlx::query!(
+                "SELECT name, role FROM api_tokens
+                 WHERE id = $1 AND revoked_at IS NULL AND coalesce(expires_at > now(), true)",
+                id
+            )
+            .fetch_optional(pool)
+            .await
+            .map(|r| r.map(|r| (id, r.name, r.role, Via::Token))),
+            (None, None) => Ok(None),
+        };
+        Ok(match found? {
+            None => Err("whoever started it is no longer allowed in (a revoked or expired token, a disabled or removed user)".into()),
+            Some((id, username, role, via)) => match Role::parse(&role) {
+                None => Err(format!("its caller has an unknown role {role:?}")),
+                Some(role) => Ok(Caller {
+                    id,
+                    username,
+                    role,
+                    via,
+                }),
+            },
+        })
+    }
+
+    /// The events a step re-delivers, by id.
+    #[derive(Clone, Debug, PartialEq)]
+    pub struct Step {
+        pub chosen: Vec<(i64, String)>,
+        /// Where the step after this one starts; None: this is the last.
+        pub next_after: Option<i64>,
+    }
+
+    /// The owner's next step, None when the job is no longer theirs to run
+    /// (cancelled, or taken over): the events a dead owner left pending,
+    /// then the next dead events matching the filter after the cursor,
+    /// `BULK_STEP` in all, marked pending before any is re-delivered.
+    pub async fn begin_step(pool: &PgPool, id: i64, owner: &str) -> Result<Option<Step>, AppError> {
+        let mut tx = pool.begin().await.map_err(AppError::database)?;
+        let job = sqlx::query!(
+            "UPDATE bulk_jobs SET heartbeat_at = now()
+             WHERE id = $1 AND owner = $2 AND state = 'running'
+             RETURNING filter, cursor, up_to",
+            id,
+            owner
+        )
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(AppError::database)?;
+        let Some(job) = job else {
+            return Ok(None);
+        };
+        let filter: DeadFilter = serde_json::from_value(job.filter).unwrap_or_default();
+        let DeadBounds {
+            source,
+            from,
+            to,
+            reason,
+        } = filter.bounds()?;
+        // The same filter as `start`'s count.
+        let chosen = sqlx::query!(
+            r#"WITH chosen AS (
+                   (SELECT event_id AS id, idem_key FROM bulk_job_results
+                    WHERE job_id = $1 AND outcome = 'pending')
+                   UNION ALL
+                   (SELECT e.id, e.idem_key FROM events e
+                    WHERE e.state = 'dead' AND e.id > $2 AND e.id <= $3
+                      AND ($4::text IS NULL OR e.source = $4)
+                      AND ($5::text IS NULL OR e.state_changed_at >= $5::text::timestamptz)
+                      AND ($6::text IS NULL OR e.state_changed_at < $6::text::timestamptz)
+                      AND ($7::text IS NULL OR e.dead_reason ILIKE '%' || $7 || '%')
+                      AND NOT EXISTS (SELECT 1 FROM bulk_job_results r
+                                      WHERE r.job_id = $1 AND r.event_id = e.id))
+                   ORDER BY id LIMIT $8),
+               marked AS (
+                   INSERT INTO bulk_job_results (job_id, event_id, idem_key, pending_after)
+                   SELECT $1, id, idem_key,
+                          (SELECT last_value FROM deliveries_id_seq)
+                   FROM chosen
+                   ON CONFLICT (job_id, event_id) DO NOTHING)
+               SELECT id AS "id!", idem_key AS "idem_key!" FROM chosen ORDER BY id"#,
+            id,
+            job.cursor,
+            job.up_to,
+            source.as_deref(),
+            from.as_deref(),
+            to.as_deref(),
+            reason.as_deref(),
+            BULK_STEP
+        )
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(AppError::database)?;
+        tx.commit().await.map_err(AppError::database)?;
+        let chosen: Vec<(i64, String)> = chosen.into_iter().map(|r| (r.id, r.idem_key)).collect();
+        let next_after = (chosen.len() as i64 == BULK_STEP)
+            .then(|| chosen.last().map(|c| c.0))
+            .flatten();
+        Ok(Some(Step { chosen, next_after }))
+    }
+
+    /// What the runner does after recording a step.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum Next {
+        Continue,
+        /// Done, cancelled, or no longer this owner's.
+        Stop,
+    }
+
+    /// Records a step's answers on its pending rows (a row answered already
+    /// keeps its first answer) and moves the cursor to `next_after`, or
+    /// finishes the job when that is None. An answer that is not a requeue
+    /// counts as one when a claimed re-delivery of the event came since the
+    /// step chose it: an earlier try of this step (by a runner that died
+    /// before recording), or a re-delivery at the same moment. Answers are
+    /// recorded whatever the job's state (the re-deliveries happened); only
+    /// its owner, while it runs, moves it on.
+    pub async fn record(
+        pool: &PgPool,
+        id: i64,
+        owner: &str,
+        results: &[RedeliveryResult],
+        next_after: Option<i64>,
+    ) -> sqlx::Result<Next> {
+        let events: Vec<i64> = results.iter().map(|r| r.event_id.unwrap_or(0)).collect();
+        let redelivered: Vec<i64> = results.iter().map(|r| r.redelivered).collect();
+        let deliveries: Vec<Option<i64>> = results.iter().map(|r| r.delivery_id).collect();
+        let outcomes: Vec<String> = results.iter().map(|r| r.outcome.clone()).collect();
+        let requeued: Vec<bool> = results.iter().map(|r| r.requeued).collect();
+        let messages: Vec<String> = results.iter().map(|r| r.message.clone()).collect();
+        let state = sqlx::query_scalar!(
+            r#"WITH answers AS (
+                   SELECT a.*, r.pending_after, NOT a.requeued AND EXISTS (
+                              SELECT 1 FROM deliveries d
+                              WHERE d.event_id = a.event_id AND d.id > r.pending_after
+                                AND d.redelivery_of IS NOT NULL AND d.outcome = 'claimed') AS earlier
+                   FROM unnest($3::bigint[], $4::bigint[], $5::bigint[], $6::text[], $7::bool[], $8::text[])
+                        AS a(event_id, redelivered, delivery_id, outcome, requeued, message)
+                   JOIN bulk_job_results r ON r.job_id = $1 AND r.event_id = a.event_id
+                   WHERE r.outcome = 'pending'),
+               answered AS (
+                   UPDATE bulk_job_results r SET
+                       redelivered = a.redelivered,
+                       delivery_id = a.delivery_id,
+                       outcome = CASE WHEN a.earlier THEN 'claimed' ELSE a.outcome END,
+                       requeued = a.requeued OR a.earlier,
+                       message = CASE WHEN a.earlier
+                                      THEN 'queued again (by an earlier try of this job, or a re-delivery at the same moment)'
+                                      ELSE a.message END
+                   FROM answers a
+                   WHERE r.job_id = $1 AND r.event_id = a.event_id AND r.outcome = 'pending'
+                   RETURNING r.requeued)
+               UPDATE bulk_jobs SET
+                   done = done + (SELECT count(*) FROM answered),
+                   requeued = requeued + (SELECT count(*) FROM answered WHERE requeued),
+                   cursor = CASE WHEN owner = $2 AND state = 'running' AND $9::bigint IS NOT NULL
+                                 THEN greatest(cursor, $9) ELSE cursor END,
+                   heartbeat_at = CASE WHEN owner = $2 THEN now() ELSE heartbeat_at END,
+                   finished_at = CASE WHEN owner = $2 AND state = 'running' AND $9::bigint IS NULL
+                                      THEN now() ELSE finished_at END,
+                   state = CASE WHEN owner = $2 AND state = 'running' AND $9::bigint IS NULL
+                                THEN 'done' ELSE state END
+               WHERE id = $1
+               RETURNING CASE WHEN owner = $2 AND state = 'running' THEN 'continue' ELSE 'stop' END AS "next!""#,
+            id,
+            owner,
+            &events,
+            &redelivered,
+            &deliveries as &[Option<i64>],
+            &outcomes,
+            &requeued,
+            &messages,
+            next_after
+        )
+        .fetch_optional(pool)
+        .await?;
+        Ok(match state.as_deref() {
+            Some("continue") => Next::Continue,
+            _ => Next::Stop,
+        })
+    }
+
+    /// A job that cannot go on (its caller lost the right): failed, with why.
+    pub async fn fail(pool: &PgPool, id: i64, owner: &str, error: &str) -> sqlx::Result<()> {
+        sqlx::query!(
+            "UPDATE bulk_jobs SET state = 'failed', finished_at = now(), error = $3
+             WHERE id = $1 AND owner = $2 AND state = 'running'",
+            id,
+            owner,
+            error
+        )
+        .execute(pool)
+        .await?;
+        Ok(())
+    }
+
+    /// A runner shutting down hands its job back to the queue for another.
+    pub async fn release(pool: &PgPool, id: i64, owner: &str) -> sqlx::Result<()> {
+        sqlx::query!(
+            "UPDATE bulk_jobs SET state = 'queued', owner = NULL, heartbeat_at = NULL
+             WHERE id = $1 AND owner = $2 AND state = 'running'",
+            id,
+            owner
+        )
+        .execute(pool)
+        .await?;
+        Ok(())
+    }
+}
