@@ -6,7 +6,9 @@
 -- state: queued (no runner yet), running (owner renews heartbeat_at; a
 -- runner takes over one whose heartbeat went stale), then done, cancelled
 -- or failed (its caller lost the right, say a revoked token). Each move is
--- guarded by the state it leaves (app::api::jobs::ssr owns them).
+-- guarded by the state it leaves (app::api::jobs::ssr owns them). A running
+-- job asked to stop (cancelled_by set) is cancelled by its runner between
+-- steps, so "cancelled" means no step of it is under way.
 CREATE TABLE bulk_jobs (
     id           bigserial PRIMARY KEY,
     filter       jsonb NOT NULL,
@@ -19,7 +21,7 @@ CREATE TABLE bulk_jobs (
     remote_addr  text,
     state        text NOT NULL DEFAULT 'queued'
                  CHECK (state IN ('queued', 'running', 'done', 'cancelled', 'failed')),
-    -- Events up to this id were re-delivered.
+    -- Events up to this id were taken.
     cursor       bigint NOT NULL DEFAULT 0,
     total        bigint NOT NULL,
     done         bigint NOT NULL DEFAULT 0,
@@ -37,14 +39,12 @@ CREATE INDEX bulk_jobs_unfinished ON bulk_jobs (id) WHERE state IN ('queued', 'r
 -- One row per event a job takes: 'pending' from the moment a step chooses
 -- it, then the dedup layer's answer (the first answer stays). A runner that
 -- dies between a step's re-deliveries and their record leaves its rows
--- pending; the next owner re-delivers them, and a claimed re-delivery of
--- the event since `pending_after` (deliveries' id when the step chose it)
--- tells it the earlier try queued it again.
+-- pending to the next owner; a claimed delivery of the event carrying the
+-- job's id (deliveries.bulk_job_id) says an earlier try queued it again.
 CREATE TABLE bulk_job_results (
     job_id        bigint NOT NULL REFERENCES bulk_jobs (id) ON DELETE CASCADE,
     event_id      bigint NOT NULL,
     idem_key      text,
-    pending_after bigint NOT NULL,
     redelivered   bigint,
     delivery_id   bigint,
     outcome       text NOT NULL DEFAULT 'pending',
@@ -53,3 +53,7 @@ CREATE TABLE bulk_job_results (
     PRIMARY KEY (job_id, event_id)
 );
 CREATE INDEX bulk_job_results_pending ON bulk_job_results (job_id) WHERE outcome = 'pending';
+
+-- The job a re-delivery was made by: a job revives an event at most once
+-- (events::revive), however many of its runners try.
+ALTER TABLE deliveries ADD COLUMN bulk_job_id bigint;

@@ -119,11 +119,13 @@ pub mod ssr {
     pub trait Operations: Send + Sync + 'static {
         /// `past_window_reason`: an admin's reason to re-deliver a delivery
         /// that was rejected for its timestamp; refused without one.
+        /// `bulk_job`: the job it is part of (a job revives an event once).
         fn redeliver(
             &self,
             delivery_id: i64,
             by: Caller,
             past_window_reason: Option<String>,
+            bulk_job: Option<i64>,
         ) -> BoxFuture<'_, Result<RedeliveryResult, AppError>>;
         fn set_paused(
             &self,
@@ -196,7 +198,7 @@ pub mod ssr {
         let reason = Some(past_window_reason.trim().to_owned()).filter(|r| !r.is_empty());
         let result = cx
             .operations
-            .redeliver(delivery_id, caller.clone(), reason.clone())
+            .redeliver(delivery_id, caller.clone(), reason.clone(), None)
             .await;
         let past_window = matches!(&result, Ok(r) if r.past_window);
         let (outcome, detail) = match &result {
@@ -291,30 +293,36 @@ pub mod ssr {
         let (pool, ops) = (&cx.pool, &cx.operations);
         let mut results = Vec::with_capacity(chosen.len());
         for (event_id, key) in chosen {
+            let refused = |redelivered: i64, message: String| RedeliveryResult {
+                redelivered,
+                delivery_id: None,
+                event_id: Some(*event_id),
+                idem_key: Some(key.clone()),
+                outcome: "refused".into(),
+                requeued: false,
+                message,
+                past_window: false,
+            };
             let result = match delivery_of(pool, *event_id).await?.flatten() {
-                Some(delivery_id) => match ops.redeliver(delivery_id, user.clone(), None).await {
-                    Ok(result) => result,
-                    Err(refusal) => RedeliveryResult {
-                        redelivered: delivery_id,
-                        delivery_id: None,
-                        event_id: Some(*event_id),
-                        idem_key: Some(key.clone()),
-                        outcome: "refused".into(),
-                        requeued: false,
-                        message: refusal.message().to_owned(),
-                        past_window: false,
-                    },
-                },
-                None => RedeliveryResult {
-                    redelivered: 0,
-                    delivery_id: None,
-                    event_id: Some(*event_id),
-                    idem_key: Some(key.clone()),
-                    outcome: "refused".into(),
-                    requeued: false,
-                    message: "its payload is no longer stored".into(),
-                    past_window: false,
-                },
+                None => refused(0, "its payload is no longer stored".into()),
+                Some(delivery_id) => {
+                    match ops
+                        .redeliver(delivery_id, user.clone(), None, Some(job))
+                        .await
+                    {
+                        // The answer is about the chosen event, whatever
+                        // the re-delivery was recorded under (a rejected
+                        // one holds none).
+                        Ok(result) => RedeliveryResult {
+                            event_id: Some(*event_id),
+                            idem_key: Some(key.clone()),
+                            ..result
+                        },
+                        // Nothing was decided: the step is tried again.
+                        Err(e @ AppError::Unavailable(_)) => return Err(e),
+                        Err(refusal) => refused(delivery_id, refusal.message().to_owned()),
+                    }
+                }
             };
             results.push(result);
         }

@@ -312,27 +312,49 @@ pub mod ssr {
         })
     }
 
-    /// Cancels a queued or running job (operator; audit-logged): its runner
-    /// stops before the next step. 409 once it has finished.
+    /// Cancels a job (operator; audit-logged): a queued one at once, a
+    /// running one by its runner before its next step (until then it shows
+    /// `cancelled_by` while still running). 409 once it has finished.
     pub async fn cancel(cx: &Cx, id: i64) -> Result<BulkJob, AppError> {
         let caller = cx.require(Role::Operator)?;
-        let cancelled = sqlx::query_scalar!(
-            "UPDATE bulk_jobs SET state = 'cancelled', finished_at = now(), cancelled_by = $2
-             WHERE id = $1 AND state IN ('queued', 'running')
-             RETURNING id",
-            id,
-            caller.username
+        let mut tx = cx.pool.begin().await.map_err(AppError::database)?;
+        let found = sqlx::query!(
+            "SELECT state, cancelled_by FROM bulk_jobs WHERE id = $1 FOR UPDATE",
+            id
         )
-        .fetch_optional(&cx.pool)
+        .fetch_optional(&mut *tx)
         .await
-        .map_err(AppError::database)?;
-        let job = find(&cx.pool, id).await?;
-        if cancelled.is_none() {
-            return Err(AppError::Conflict(format!(
-                "bulk job {id} is {} already",
-                job.state
-            )));
+        .map_err(AppError::database)?
+        .ok_or_else(|| AppError::not_found("bulk job"))?;
+        match (found.state.as_str(), found.cancelled_by) {
+            ("queued" | "running", Some(_)) => {
+                // Asked already: the same answer again.
+                drop(tx);
+                return find(&cx.pool, id).await;
+            }
+            ("queued", None) => {
+                // No runner holds it; one that was stopped may have left
+                // chosen events.
+                end_early(&mut tx, id, "cancelled", Some(&caller.username), None).await?;
+            }
+            ("running", None) => {
+                sqlx::query!(
+                    "UPDATE bulk_jobs SET cancelled_by = $2 WHERE id = $1",
+                    id,
+                    caller.username
+                )
+                .execute(&mut *tx)
+                .await
+                .map_err(AppError::database)?;
+            }
+            (state, _) => {
+                return Err(AppError::Conflict(format!(
+                    "bulk job {id} is {state} already"
+                )))
+            }
         }
+        tx.commit().await.map_err(AppError::database)?;
+        let job = find(&cx.pool, id).await?;
         cx.audit(
             caller,
             "redeliver.bulk.cancel",
@@ -342,6 +364,76 @@ pub mod ssr {
         )
         .await?;
         Ok(job)
+    }
+
+    /// Ends a job before its end (`cancelled` or `failed`): what an earlier
+    /// try left pending is answered first, so a finished job has none.
+    async fn end_early(
+        tx: &mut sqlx::PgConnection,
+        id: i64,
+        state: &str,
+        cancelled_by: Option<&str>,
+        error: Option<&str>,
+    ) -> Result<(), AppError> {
+        let why = format!("not re-delivered: the job was {state} first");
+        settle(tx, id, true, &why).await?;
+        sqlx::query!(
+            "UPDATE bulk_jobs SET state = $2, finished_at = now(),
+                 cancelled_by = coalesce($3, cancelled_by), error = coalesce($4, error)
+             WHERE id = $1",
+            id,
+            state,
+            cancelled_by,
+            error
+        )
+        .execute(&mut *tx)
+        .await
+        .map_err(AppError::database)?;
+        Ok(())
+    }
+
+    /// Answers a job's pending rows from what its earlier tries did: a
+    /// claimed delivery carrying the job's id means that try queued the
+    /// event again. `all`: the rest too, as not re-delivered (`why`), for a
+    /// job that stops; else they stay pending for the next try.
+    async fn settle(
+        tx: &mut sqlx::PgConnection,
+        id: i64,
+        all: bool,
+        why: &str,
+    ) -> Result<(), AppError> {
+        sqlx::query!(
+            "WITH found AS (
+                 SELECT r.event_id,
+                        (SELECT d.id FROM deliveries d
+                         WHERE d.event_id = r.event_id AND d.bulk_job_id = $1
+                           AND d.outcome = 'claimed'
+                         ORDER BY d.id LIMIT 1) AS claimed
+                 FROM bulk_job_results r
+                 WHERE r.job_id = $1 AND r.outcome = 'pending'),
+             settled AS (
+                 UPDATE bulk_job_results r SET
+                     delivery_id = f.claimed,
+                     outcome = CASE WHEN f.claimed IS NULL THEN 'not_redelivered' ELSE 'claimed' END,
+                     requeued = f.claimed IS NOT NULL,
+                     message = CASE WHEN f.claimed IS NULL THEN $3
+                                    ELSE 'queued again (by an earlier try of this job)' END
+                 FROM found f
+                 WHERE r.job_id = $1 AND r.event_id = f.event_id AND r.outcome = 'pending'
+                   AND ($2 OR f.claimed IS NOT NULL)
+                 RETURNING r.requeued)
+             UPDATE bulk_jobs SET
+                 done = done + (SELECT count(*) FROM settled),
+                 requeued = requeued + (SELECT count(*) FROM settled WHERE requeued)
+             WHERE id = $1",
+            id,
+            all,
+            why
+        )
+        .execute(&mut *tx)
+        .await
+        .map_err(AppError::database)?;
+        Ok(())
     }
 
     /// What a runner holds of a job it owns.
@@ -438,15 +530,17 @@ pub mod ssr {
     }
 
     /// The owner's next step, None when the job is no longer theirs to run
-    /// (cancelled, or taken over): the events a dead owner left pending,
-    /// then the next dead events matching the filter after the cursor,
-    /// `BULK_STEP` in all, marked pending before any is re-delivered.
+    /// (taken over) or stops here (asked to, or nothing is left): the
+    /// events an earlier try left pending (those it queued again are
+    /// answered at once), then the next dead events matching the filter
+    /// after the cursor, `BULK_STEP` in all, marked pending before any is
+    /// re-delivered.
     pub async fn begin_step(pool: &PgPool, id: i64, owner: &str) -> Result<Option<Step>, AppError> {
         let mut tx = pool.begin().await.map_err(AppError::database)?;
         let job = sqlx::query!(
             "UPDATE bulk_jobs SET heartbeat_at = now()
              WHERE id = $1 AND owner = $2 AND state = 'running'
-             RETURNING filter, cursor, up_to",
+             RETURNING filter, cursor, up_to, cancelled_by IS NOT NULL AS \"cancel!\"",
             id,
             owner
         )
@@ -456,6 +550,12 @@ pub mod ssr {
         let Some(job) = job else {
             return Ok(None);
         };
+        if job.cancel {
+            end_early(&mut tx, id, "cancelled", None, None).await?;
+            tx.commit().await.map_err(AppError::database)?;
+            return Ok(None);
+        }
+        settle(&mut tx, id, false, "").await?;
         let filter: DeadFilter = serde_json::from_value(job.filter).unwrap_or_default();
         let DeadBounds {
             source,
@@ -479,10 +579,8 @@ pub mod ssr {
                                       WHERE r.job_id = $1 AND r.event_id = e.id))
                    ORDER BY id LIMIT $8),
                marked AS (
-                   INSERT INTO bulk_job_results (job_id, event_id, idem_key, pending_after)
-                   SELECT $1, id, idem_key,
-                          (SELECT last_value FROM deliveries_id_seq)
-                   FROM chosen
+                   INSERT INTO bulk_job_results (job_id, event_id, idem_key)
+                   SELECT $1, id, idem_key FROM chosen
                    ON CONFLICT (job_id, event_id) DO NOTHING)
                SELECT id AS "id!", idem_key AS "idem_key!" FROM chosen ORDER BY id"#,
             id,
@@ -515,12 +613,12 @@ pub mod ssr {
 
     /// Records a step's answers on its pending rows (a row answered already
     /// keeps its first answer) and moves the cursor to `next_after`, or
-    /// finishes the job when that is None. An answer that is not a requeue
-    /// counts as one when a claimed re-delivery of the event came since the
-    /// step chose it: an earlier try of this step (by a runner that died
-    /// before recording), or a re-delivery at the same moment. Answers are
-    /// recorded whatever the job's state (the re-deliveries happened); only
-    /// its owner, while it runs, moves it on.
+    /// finishes the job when that is None (or cancels it, when asked to).
+    /// An answer that is not a requeue counts as one when a claimed delivery
+    /// carries the job's id: an earlier try of this step (by a runner that
+    /// died before recording) queued it again. Answers are recorded whatever
+    /// the job's state (the re-deliveries happened); only its owner, while it
+    /// runs, moves it on.
     pub async fn record(
         pool: &PgPool,
         id: i64,
@@ -534,25 +632,28 @@ pub mod ssr {
         let outcomes: Vec<String> = results.iter().map(|r| r.outcome.clone()).collect();
         let requeued: Vec<bool> = results.iter().map(|r| r.requeued).collect();
         let messages: Vec<String> = results.iter().map(|r| r.message.clone()).collect();
+        let mut tx = pool.begin().await?;
+        // The job's row first, as every move of it locks it: then its rows.
+        sqlx::query!("SELECT id FROM bulk_jobs WHERE id = $1 FOR UPDATE", id)
+            .fetch_optional(&mut *tx)
+            .await?;
         let state = sqlx::query_scalar!(
             r#"WITH answers AS (
-                   SELECT a.*, r.pending_after, NOT a.requeued AND EXISTS (
-                              SELECT 1 FROM deliveries d
-                              WHERE d.event_id = a.event_id AND d.id > r.pending_after
-                                AND d.redelivery_of IS NOT NULL AND d.outcome = 'claimed') AS earlier
+                   SELECT a.*,
+                          (SELECT d.id FROM deliveries d
+                           WHERE NOT a.requeued AND d.event_id = a.event_id
+                             AND d.bulk_job_id = $1 AND d.outcome = 'claimed'
+                           ORDER BY d.id LIMIT 1) AS earlier
                    FROM unnest($3::bigint[], $4::bigint[], $5::bigint[], $6::text[], $7::bool[], $8::text[])
-                        AS a(event_id, redelivered, delivery_id, outcome, requeued, message)
-                   JOIN bulk_job_results r ON r.job_id = $1 AND r.event_id = a.event_id
-                   WHERE r.outcome = 'pending'),
+                        AS a(event_id, redelivered, delivery_id, outcome, requeued, message)),
                answered AS (
                    UPDATE bulk_job_results r SET
                        redelivered = a.redelivered,
-                       delivery_id = a.delivery_id,
-                       outcome = CASE WHEN a.earlier THEN 'claimed' ELSE a.outcome END,
-                       requeued = a.requeued OR a.earlier,
-                       message = CASE WHEN a.earlier
-                                      THEN 'queued again (by an earlier try of this job, or a re-delivery at the same moment)'
-                                      ELSE a.message END
+                       delivery_id = coalesce(a.earlier, a.delivery_id),
+                       outcome = CASE WHEN a.earlier IS NULL THEN a.outcome ELSE 'claimed' END,
+                       requeued = a.requeued OR a.earlier IS NOT NULL,
+                       message = CASE WHEN a.earlier IS NULL THEN a.message
+                                      ELSE 'queued again (by an earlier try of this job)' END
                    FROM answers a
                    WHERE r.job_id = $1 AND r.event_id = a.event_id AND r.outcome = 'pending'
                    RETURNING r.requeued)
@@ -562,10 +663,14 @@ pub mod ssr {
                    cursor = CASE WHEN owner = $2 AND state = 'running' AND $9::bigint IS NOT NULL
                                  THEN greatest(cursor, $9) ELSE cursor END,
                    heartbeat_at = CASE WHEN owner = $2 THEN now() ELSE heartbeat_at END,
-                   finished_at = CASE WHEN owner = $2 AND state = 'running' AND $9::bigint IS NULL
+                   finished_at = CASE WHEN owner = $2 AND state = 'running'
+                                       AND ($9::bigint IS NULL OR cancelled_by IS NOT NULL)
                                       THEN now() ELSE finished_at END,
                    state = CASE WHEN owner = $2 AND state = 'running' AND $9::bigint IS NULL
-                                THEN 'done' ELSE state END
+                                THEN 'done'
+                                WHEN owner = $2 AND state = 'running' AND cancelled_by IS NOT NULL
+                                THEN 'cancelled'
+                                ELSE state END
                WHERE id = $1
                RETURNING CASE WHEN owner = $2 AND state = 'running' THEN 'continue' ELSE 'stop' END AS "next!""#,
             id,
@@ -578,26 +683,32 @@ pub mod ssr {
             &messages,
             next_after
         )
-        .fetch_optional(pool)
+        .fetch_optional(&mut *tx)
         .await?;
+        tx.commit().await?;
         Ok(match state.as_deref() {
             Some("continue") => Next::Continue,
             _ => Next::Stop,
         })
     }
 
-    /// A job that cannot go on (its caller lost the right): failed, with why.
-    pub async fn fail(pool: &PgPool, id: i64, owner: &str, error: &str) -> sqlx::Result<()> {
-        sqlx::query!(
-            "UPDATE bulk_jobs SET state = 'failed', finished_at = now(), error = $3
-             WHERE id = $1 AND owner = $2 AND state = 'running'",
+    /// A job that cannot go on (its caller lost the right): failed, with
+    /// why; events an earlier try left pending are answered.
+    pub async fn fail(pool: &PgPool, id: i64, owner: &str, error: &str) -> Result<(), AppError> {
+        let mut tx = pool.begin().await.map_err(AppError::database)?;
+        let ours = sqlx::query_scalar!(
+            "SELECT id FROM bulk_jobs WHERE id = $1 AND owner = $2 AND state = 'running' FOR UPDATE",
             id,
-            owner,
-            error
+            owner
         )
-        .execute(pool)
-        .await?;
-        Ok(())
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(AppError::database)?;
+        if ours.is_none() {
+            return Ok(());
+        }
+        end_early(&mut tx, id, "failed", None, Some(error)).await?;
+        tx.commit().await.map_err(AppError::database)
     }
 
     /// A runner shutting down hands its job back to the queue for another.

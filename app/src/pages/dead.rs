@@ -99,24 +99,29 @@ fn BulkRedeliver(source: String) -> impl IntoView {
     let results = RwSignal::new(Vec::<RedeliveryResult>::new());
     let after = StoredValue::new(None::<i64>);
     let error = RwSignal::new(None::<String>);
+    // Bumped when a job finishes, so the recent jobs are read again.
+    let finished = RwSignal::new(0usize);
     let (source_in, from_in, to_in, reason_in) = (
         NodeRef::<leptos::html::Input>::new(),
         NodeRef::<leptos::html::Input>::new(),
         NodeRef::<leptos::html::Input>::new(),
         NodeRef::<leptos::html::Input>::new(),
     );
-    // Watching: until the job has finished and every outcome is shown.
-    let watching = move || {
-        job.with(|j| {
-            j.as_ref()
-                .is_some_and(|j| !j.finished() || (results.with(|r| r.len() as i64) < j.done))
-        })
-    };
+    // Until the job has finished and every outcome is shown, or a poll
+    // failed (the error says why); a memo, so the interval below lives
+    // as long as that, not one poll.
+    let watching = Memo::new(move |_| {
+        error.with(Option::is_none)
+            && job.with(|j| {
+                j.as_ref()
+                    .is_some_and(|j| !j.finished() || results.with(|r| (r.len() as i64) < j.done))
+            })
+    });
+    let busy = StoredValue::new(false);
     Effect::new(move |_| {
-        if !watching() {
+        if !watching.get() {
             return;
         }
-        let busy = StoredValue::new(false);
         let handle = set_interval_with_handle(
             move || {
                 let Some(id) = job.with_untracked(|j| j.as_ref().map(|j| j.id)) else {
@@ -127,17 +132,25 @@ fn BulkRedeliver(source: String) -> impl IntoView {
                 }
                 busy.set_value(true);
                 spawn_local(async move {
-                    match bulk_job_progress(id, after.get_value()).await {
+                    let answer = bulk_job_progress(id, after.get_value()).await;
+                    busy.set_value(false);
+                    // A late answer about a job no longer shown is dropped.
+                    if job.with_untracked(|j| j.as_ref().map(|j| j.id)) != Some(id) {
+                        return;
+                    }
+                    match answer {
                         Ok(progress) => {
                             if let Some(next) = progress.results.next_after {
                                 after.set_value(Some(next));
                             }
                             results.update(|r| r.extend(progress.results.results));
+                            if progress.job.finished() {
+                                finished.update(|n| *n += 1);
+                            }
                             job.set(Some(progress.job));
                         }
                         Err(e) => error.set(Some(error_text(&e))),
                     }
-                    busy.set_value(false);
                 });
             },
             std::time::Duration::from_millis(WATCH_MS),
@@ -159,6 +172,7 @@ fn BulkRedeliver(source: String) -> impl IntoView {
             to: value(to_in),
             reason: value(reason_in),
         };
+        job.set(None);
         results.set(Vec::new());
         after.set_value(None);
         error.set(None);
@@ -169,14 +183,14 @@ fn BulkRedeliver(source: String) -> impl IntoView {
             }
         });
     };
+    // The runner stops before its next step; the poll shows when.
     let cancel = move |_| {
         let Some(id) = job.with_untracked(|j| j.as_ref().map(|j| j.id)) else {
             return;
         };
         spawn_local(async move {
-            match cancel_bulk_job(id).await {
-                Ok(cancelled) => job.set(Some(cancelled)),
-                Err(e) => error.set(Some(error_text(&e))),
+            if let Err(e) = cancel_bulk_job(id).await {
+                error.set(Some(error_text(&e)));
             }
         });
     };
@@ -191,7 +205,10 @@ fn BulkRedeliver(source: String) -> impl IntoView {
                     j.cancelled_by.clone().unwrap_or_default()
                 ),
                 "failed" => format!(" — failed: {}", j.error.clone().unwrap_or_default()),
-                _ => String::new(),
+                _ => match &j.cancelled_by {
+                    Some(by) => format!(" — cancelling (asked by {by}), after the step under way…"),
+                    None => String::new(),
+                },
             };
             view! {
                 <p role="status" data-testid="bulk-progress" data-state=j.state.clone()>
@@ -217,7 +234,7 @@ fn BulkRedeliver(source: String) -> impl IntoView {
                         <button type="submit" data-testid="bulk-redeliver" disabled=running>
                             "Re-deliver all matching"
                         </button>
-                        {move || running().then(|| view! {
+                        {move || (running() && job.with(|j| j.as_ref().is_some_and(|j| j.cancelled_by.is_none()))).then(|| view! {
                             <button type="button" class="secondary" data-testid="bulk-cancel" on:click=cancel>"Cancel"</button>
                         })}
                     </form>
@@ -233,14 +250,14 @@ fn BulkRedeliver(source: String) -> impl IntoView {
                 </For>
             </ul>
         </IfRole>
-        <RecentJobs/>
+        <RecentJobs refresh=finished/>
     }
 }
 
 /// Bulk jobs started here, from the API or the CLI, by anyone.
 #[component]
-fn RecentJobs() -> impl IntoView {
-    let jobs = Resource::new(|| (), |_| recent_bulk_jobs());
+fn RecentJobs(refresh: RwSignal<usize>) -> impl IntoView {
+    let jobs = Resource::new(move || refresh.get(), |_| recent_bulk_jobs());
     view! {
         <Transition fallback=|| ()>
             {move || Suspend::new(async move {

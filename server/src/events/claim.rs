@@ -119,13 +119,16 @@ pub async fn duplicate(
 /// workers (whatever the source's mode: no provider waits for it). The row
 /// lock makes exactly one of any number of concurrent re-deliveries win.
 /// When the payload the event forwards is gone, the re-delivery's own
-/// (`delivery_id`, recorded in the same transaction) takes its place.
+/// (`delivery_id`, recorded in the same transaction) takes its place. A
+/// bulk job revives an event once, however many of its runners try (one
+/// that stalled and came back after another took its job over).
 /// Returns the event's id when it was revived.
 pub async fn revive(
     tx: &mut PgConnection,
     source: &str,
     key: &str,
     delivery_id: i64,
+    bulk_job: Option<i64>,
 ) -> Result<Option<i64>, sqlx::Error> {
     sqlx::query_scalar!(
         "UPDATE events e SET state = 'queued', forwarder = 'workers', state_changed_at = now(),
@@ -136,10 +139,14 @@ pub async fn revive(
                                                      AND d.body IS NOT NULL)
                                       THEN e.first_delivery_id ELSE $3 END
          WHERE source = $1 AND idem_key = $2 AND state = 'dead'
+           AND ($4::bigint IS NULL OR NOT EXISTS (
+                   SELECT 1 FROM deliveries d
+                   WHERE d.event_id = e.id AND d.bulk_job_id = $4 AND d.outcome = 'claimed'))
          RETURNING id",
         source,
         key,
-        delivery_id
+        delivery_id,
+        bulk_job
     )
     .fetch_optional(tx)
     .await

@@ -96,6 +96,8 @@ pub struct Redelivery {
     pub of: i64,
     /// The operator's user id (None: an API token's, named in the audit log).
     pub by: Option<i64>,
+    /// The bulk re-delivery job it is part of: a job revives an event once.
+    pub bulk_job: Option<i64>,
 }
 
 impl NewDelivery<'_> {
@@ -181,7 +183,8 @@ pub async fn claim_in(
             sqlx::query_scalar!(r#"SELECT nextval('deliveries_id_seq') AS "id!""#)
                 .fetch_one(&mut *tx)
                 .await?;
-        won = events::revive(tx, d.source, key, delivery_id)
+        let job = d.redelivery.and_then(|r| r.bulk_job);
+        won = events::revive(tx, d.source, key, delivery_id, job)
             .await?
             .map(|event_id| (event_id, delivery_id));
     }
@@ -287,9 +290,9 @@ async fn insert_delivery(
                                  http_status, ack_micros, verified, verification, query,
                                  content_type, headers, body, body_size, remote_addr,
                                  redelivery_of, redelivered_by, reject_kind, truncated,
-                                 body_sha256)
+                                 body_sha256, bulk_job_id)
          VALUES (coalesce($18, nextval('deliveries_id_seq')), $1, $2, $3, $4, $5, $6, $7, $8, $9,
-                 $10, $11, $12, $13, $14, $15, $16, $17, $19, $20, $21)
+                 $10, $11, $12, $13, $14, $15, $16, $17, $19, $20, $21, $22)
          RETURNING id",
         d.source,
         event_id,
@@ -311,7 +314,8 @@ async fn insert_delivery(
         id,
         d.reject_kind,
         d.truncated,
-        d.body_sha256.as_deref()
+        d.body_sha256.as_deref(),
+        d.redelivery.and_then(|r| r.bulk_job)
     )
     .fetch_one(conn)
     .await

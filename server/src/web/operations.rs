@@ -45,6 +45,7 @@ impl ServerOperations {
         delivery_id: i64,
         by: Caller,
         past_window_reason: Option<String>,
+        bulk_job: Option<i64>,
     ) -> Result<RedeliveryResult, AppError> {
         let stored = sqlx::query_as!(
             Stored,
@@ -136,6 +137,7 @@ impl ServerOperations {
             redelivery: Some(Redelivery {
                 of: delivery_id,
                 by: by.user_id(),
+                bulk_job,
             }),
         };
         let reply = intake::receive(&self.services, source, &inbound, receipt).await;
@@ -234,8 +236,9 @@ impl Operations for ServerOperations {
         delivery_id: i64,
         by: Caller,
         past_window_reason: Option<String>,
+        bulk_job: Option<i64>,
     ) -> BoxFuture<'_, Result<RedeliveryResult, AppError>> {
-        Box::pin(self.redeliver_now(delivery_id, by, past_window_reason))
+        Box::pin(self.redeliver_now(delivery_id, by, past_window_reason, bulk_job))
     }
 
     fn set_paused(

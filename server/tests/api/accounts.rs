@@ -101,6 +101,13 @@ async fn every_page_and_server_function_checks_session_and_role(pool: PgPool) {
         }
     }
 
+    let job: i64 = sqlx::query_scalar(
+        "INSERT INTO bulk_jobs (filter, up_to, started_by, total, state, finished_at)
+         VALUES ('{}', 0, 'test', 0, 'done', now()) RETURNING id",
+    )
+    .fetch_one(&app.pool)
+    .await
+    .unwrap();
     // (endpoint, form, least role). A refusal by the dedup layer is still a
     // 2xx or a 409: what matters here is 401/403 against everything else.
     let calls = [
@@ -118,10 +125,13 @@ async fn every_page_and_server_function_checks_session_and_role(pool: PgPool) {
         ),
         ("redeliver", format!("delivery_id={delivery}"), "operator"),
         (
-            "redeliver-bulk",
+            "bulk-job-start",
             "filter[source]=nothing-matches".to_owned(),
             "operator",
         ),
+        ("bulk-jobs", String::new(), "viewer"),
+        ("bulk-job", format!("id={job}"), "viewer"),
+        ("bulk-job-cancel", format!("id={job}"), "operator"),
         (
             "force",
             format!("event_id={event}&confirm_key=wrong&reason=test"),
@@ -139,8 +149,11 @@ async fn every_page_and_server_function_checks_session_and_role(pool: PgPool) {
                 (_, true) => 0,
             };
             if expected == 0 {
+                // A finished job cannot be cancelled: 409 once allowed.
                 assert!(
-                    status < 400 || (*endpoint == "force" && status == 400),
+                    status < 400
+                        || (*endpoint == "force" && status == 400)
+                        || (*endpoint == "bulk-job-cancel" && status == 409),
                     "{who} {endpoint}: {status} {body}"
                 );
             } else {
@@ -628,28 +641,39 @@ async fn bulk_redelivery_applies_the_guard_to_each_dead_event(pool: PgPool) {
     }
     app.drain().await;
     let operator = app.session("operator").await;
+    let (status, job) = app
+        .server_fn_as(Some(&operator), "bulk-job-start", "filter[reason]=400")
+        .await;
+    assert_eq!(status, 200, "{job}");
+    assert_eq!(job["total"], 25);
+    let id = job["id"].as_i64().unwrap();
+    // Followed as the dead-letter page follows it.
     let mut after = String::new();
     let mut outcomes = Vec::new();
+    let started = std::time::Instant::now();
     loop {
-        let (status, step) = app
-            .server_fn_as(
-                Some(&operator),
-                "redeliver-bulk",
-                &format!("filter[reason]=400{after}"),
-            )
+        let (status, progress) = app
+            .server_fn_as(Some(&operator), "bulk-job", &format!("id={id}{after}"))
             .await;
-        assert_eq!(status, 200, "{step}");
+        assert_eq!(status, 200, "{progress}");
         outcomes.extend(
-            step["results"]
+            progress["results"]["results"]
                 .as_array()
                 .unwrap()
                 .iter()
                 .map(|r| r["requeued"] == true),
         );
-        match step["next_after"].as_i64() {
-            Some(next) => after = format!("&after={next}"),
-            None => break,
+        if let Some(next) = progress["results"]["next_after"].as_i64() {
+            after = format!("&after={next}");
         }
+        if progress["job"]["state"] == "done" && outcomes.len() as i64 == progress["job"]["done"] {
+            break;
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(60),
+            "{progress}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
     assert_eq!(outcomes.len(), 25, "two steps of at most 20");
     assert!(outcomes.iter().all(|r| *r));

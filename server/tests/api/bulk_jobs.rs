@@ -292,7 +292,7 @@ struct Runner {
     held: Option<(Owned, Phase)>,
 }
 
-/// Seeds of the model (`JOB_SEEDS`, default 16) from `JOB_SEED` (default 1).
+/// Seeds of the model (`JOB_SEEDS`, default 100) from `JOB_SEED` (default 1).
 fn seeds() -> std::ops::Range<u64> {
     let from = std::env::var("JOB_SEED")
         .ok()
@@ -301,7 +301,7 @@ fn seeds() -> std::ops::Range<u64> {
     let n: u64 = std::env::var("JOB_SEEDS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(16);
+        .unwrap_or(100);
     from..from + n
 }
 
@@ -356,6 +356,13 @@ async fn jobs_survive_stalled_and_dead_runners_and_cancels_for_many_seeds(pool: 
                         .fetch_all(&pool)
                         .await
                         .unwrap();
+            }
+            // The workers forward what was queued again; the destination
+            // refuses, so it is dead again at once, and a runner that
+            // re-delivered it twice would queue it twice.
+            if rng.gen_range(0..5) == 0 {
+                app.drain().await;
+                continue;
             }
             let runner = &mut runners[rng.gen_range(0..2)];
             let fate = rng.gen_range(0..12);
@@ -431,11 +438,14 @@ async fn jobs_survive_stalled_and_dead_runners_and_cancels_for_many_seeds(pool: 
         takeovers += (restarts > 0) as usize;
         let job = jobs::show(&cx, job.id).await.unwrap();
         assert!(job.finished(), "job stuck {job:?}: {replay}");
-        assert_eq!(
-            job.state,
-            if cancelled { "cancelled" } else { "done" },
-            "{job:?}: {replay}"
-        );
+        // Asked to stop, it stops before its next step (or ends done, when
+        // the step under way was its last).
+        let ended = if cancelled {
+            &["cancelled", "done"][..]
+        } else {
+            &["done"][..]
+        };
+        assert!(ended.contains(&job.state.as_str()), "{job:?}: {replay}");
 
         // Its counts are its answered rows; every event has at most one.
         let rows: Vec<(i64, bool, String)> = sqlx::query_as(
@@ -466,16 +476,50 @@ async fn jobs_survive_stalled_and_dead_runners_and_cancels_for_many_seeds(pool: 
         .fetch_one(&pool)
         .await
         .unwrap();
-        assert!(cancelled || pending == 0, "{pending} pending: {replay}");
+        assert_eq!(
+            pending, 0,
+            "a finished job answered every event it took: {replay}"
+        );
 
-        // The promise: no dead event was queued again twice, each outcome
-        // called a requeue did requeue it, and none was requeued after the
-        // job was cancelled but by a step chosen before.
+        // The promise: the job queued no event again twice (one claimed
+        // delivery of the job's per event, whichever runner made it), its
+        // outcomes say which it queued again, exactly, and after the
+        // cancel it queued none but those chosen before.
+        let claims: HashMap<i64, i64> = sqlx::query_as::<_, (i64, i64)>(
+            "SELECT event_id, count(*) FROM deliveries
+             WHERE bulk_job_id = $1 AND outcome = 'claimed' GROUP BY event_id",
+        )
+        .bind(job.id)
+        .fetch_all(&pool)
+        .await
+        .unwrap()
+        .into_iter()
+        .collect();
+        assert!(claims.values().all(|n| *n == 1), "{claims:?}: {replay}");
+        let mut claimed: Vec<i64> = claims.keys().copied().collect();
+        claimed.sort();
+        let mut said_requeued: Vec<i64> = rows.iter().filter(|r| r.1).map(|r| r.0).collect();
+        said_requeued.sort();
+        assert_eq!(said_requeued, claimed, "{rows:?}: {replay}");
+        if !cancelled {
+            assert_eq!(claimed.len(), EVENTS, "{replay}");
+        }
+        let other_claims: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM deliveries
+             WHERE id > $1 AND outcome = 'claimed' AND bulk_job_id IS DISTINCT FROM $2",
+        )
+        .bind(mark)
+        .bind(job.id)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        assert_eq!(other_claims, 0, "every claim is the job's: {replay}");
         let after_cancel: Vec<i64> = sqlx::query_scalar(
             "SELECT event_id FROM deliveries
-             WHERE id > $1 AND redelivery_of IS NOT NULL AND outcome = 'claimed'",
+             WHERE id > $1 AND bulk_job_id = $2 AND outcome = 'claimed'",
         )
         .bind(if cancelled { cancel_mark } else { i64::MAX })
+        .bind(job.id)
         .fetch_all(&pool)
         .await
         .unwrap();
@@ -485,43 +529,14 @@ async fn jobs_survive_stalled_and_dead_runners_and_cancels_for_many_seeds(pool: 
                 .all(|e| chosen_before_cancel.contains(e)),
             "{after_cancel:?} requeued after the cancel: {replay}"
         );
-        let claims: HashMap<i64, i64> = sqlx::query_as::<_, (i64, i64)>(
-            "SELECT event_id, count(*) FROM deliveries
-             WHERE id > $1 AND redelivery_of IS NOT NULL AND outcome = 'claimed'
-             GROUP BY event_id",
-        )
-        .bind(mark)
-        .fetch_all(&pool)
-        .await
-        .unwrap()
-        .into_iter()
-        .collect();
-        assert!(claims.values().all(|n| *n == 1), "{claims:?}: {replay}");
-        let queued: Vec<i64> =
-            sqlx::query_scalar("SELECT id FROM events WHERE state = 'queued' ORDER BY id")
-                .fetch_all(&pool)
-                .await
-                .unwrap();
-        let mut claimed: Vec<i64> = claims.keys().copied().collect();
-        claimed.sort();
-        assert_eq!(queued, claimed, "{replay}");
         recovered += sqlx::query_scalar::<_, i64>(
             "SELECT count(*) FROM bulk_job_results
-                 WHERE job_id = $1 AND message LIKE 'queued again (by an earlier try%'",
+             WHERE job_id = $1 AND message LIKE 'queued again (by an earlier try%'",
         )
         .bind(job.id)
         .fetch_one(&pool)
         .await
         .unwrap() as usize;
-        for (event, requeued, outcome) in &rows {
-            assert!(
-                !requeued || claims.contains_key(event),
-                "{event} {outcome}: {replay}"
-            );
-        }
-        if !cancelled {
-            assert_eq!(queued.len(), EVENTS, "{replay}");
-        }
 
         // Dead again for the next seed (the destination refuses them).
         app.drain().await;

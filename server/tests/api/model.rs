@@ -229,7 +229,7 @@ impl World {
         .await
         .unwrap();
         if let Some(id) = picked {
-            let _ = self.ops.redeliver(id, self.admin.clone(), None).await;
+            let _ = self.ops.redeliver(id, self.admin.clone(), None, None).await;
         }
     }
 

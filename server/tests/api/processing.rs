@@ -361,13 +361,10 @@ async fn retention_prunes_only_what_is_due(pool: PgPool) {
     .execute(&pool)
     .await
     .unwrap();
-    sqlx::query(
-        "INSERT INTO bulk_job_results (job_id, event_id, pending_after)
-         SELECT id, 1, 0 FROM bulk_jobs",
-    )
-    .execute(&pool)
-    .await
-    .unwrap();
+    sqlx::query("INSERT INTO bulk_job_results (job_id, event_id) SELECT id, 1 FROM bulk_jobs")
+        .execute(&pool)
+        .await
+        .unwrap();
     let pruned = replaysafe::jobs::retention::prune(&pool, 30, 30, 365)
         .await
         .unwrap();

@@ -109,8 +109,8 @@ pub async fn follow(remote: &Remote, mut job: BulkJob, as_json: bool) -> Result<
     });
     let mut results: Vec<RedeliveryResult> = Vec::new();
     let mut after = 0i64;
-    let interrupted = tokio::signal::ctrl_c();
-    tokio::pin!(interrupted);
+    // Registered before the first request, so no Ctrl-C goes unseen.
+    let mut interrupts = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
     let mut cancelling = false;
     loop {
         // The outcomes recorded so far (at least `job.done` of them).
@@ -138,8 +138,16 @@ pub async fn follow(remote: &Remote, mut job: BulkJob, as_json: bool) -> Result<
             break;
         }
         tokio::select! {
-            _ = &mut interrupted, if !cancelling => {
+            _ = interrupts.recv() => {
+                // The first asks the server to stop the job after the step
+                // under way (and follows it there); a second leaves at once.
+                if cancelling {
+                    return Err(RemoteError::Unfinished { id: job.id, state: "left running".into() });
+                }
                 cancelling = true;
+                if let Some(bar) = &bar {
+                    bar.println("cancelling: the job stops after the step under way (Ctrl-C again to leave it)");
+                }
                 match remote.delete::<BulkJob>(&format!("jobs/{}", job.id)).await {
                     Ok(_) | Err(RemoteError::Refused { status: 409, .. }) => {}
                     Err(e) => return Err(e),
