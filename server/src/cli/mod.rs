@@ -76,6 +76,21 @@ pub enum Command {
         #[command(subcommand)]
         action: token::TokenAction,
     },
+    /// Every source's figures, backlog and alerts on a running server (over its API)
+    Overview {
+        #[command(flatten)]
+        target: remote::Target,
+        #[arg(long, default_value = "hour", value_parser = ["hour", "day", "week"])]
+        window: String,
+    },
+    /// The audit log of a running server, newest first (over its API)
+    Audit {
+        #[command(flatten)]
+        target: remote::Target,
+        /// At most this many entries (pages of 100 are followed)
+        #[arg(long, default_value_t = 100)]
+        limit: usize,
+    },
     /// Events on a running server (over its API; REPLAYSAFE_URL, REPLAYSAFE_TOKEN):
     /// list, show, redeliver, force
     Events {
@@ -154,6 +169,12 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             let result = token::run(&pool, action).await;
             pool.close().await;
             Ok(result?)
+        }
+        Command::Overview { target, window } => {
+            Ok(remote::run(target, remote::Command::Overview { window }).await?)
+        }
+        Command::Audit { target, limit } => {
+            Ok(remote::run(target, remote::Command::Audit { limit }).await?)
         }
         Command::Events { target, action } => {
             Ok(remote::run(target, remote::Command::Events(action)).await?)

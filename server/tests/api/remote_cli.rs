@@ -280,3 +280,55 @@ async fn deliveries_tail_follows_a_delivery_posted_after_it_started(pool: PgPool
     assert_eq!(next_key(followed), "after-tail");
     tail.kill().await.unwrap();
 }
+
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn the_dashboards_figures_audit_and_deliveries_from_a_shell(pool: PgPool) {
+    let destination = Destination::start(vec![Scripted::status(400)]).await;
+    let app = spawn_app(pool.clone(), gh_config(&destination.url, "")).await;
+    let token = operator_token(&app).await;
+    deliver(&app, "figured").await;
+    app.drain().await;
+    replaysafe::jobs::rollup::fold_all(&pool).await.unwrap();
+
+    let (code, stdout, stderr) = run(&app, &token, &["overview"]).await;
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("deliveries   1 (claimed 1"), "{stdout}");
+    assert!(stdout.contains("1 dead letters"), "{stdout}");
+    assert!(
+        stdout.lines().any(|l| l.starts_with("gh ")),
+        "a row per source: {stdout}"
+    );
+    let (code, stdout, _) = run(&app, &token, &["overview", "--window", "day", "--json"]).await;
+    assert_eq!(code, 0);
+    let overview: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(overview["window"], "Day");
+    assert_eq!(overview["totals"]["deliveries"], 1);
+    let (code, stdout, _) = run(&app, &token, &["sources", "show", "gh"]).await;
+    assert_eq!(code, 0);
+    assert!(stdout.starts_with("source gh, last hour"), "{stdout}");
+
+    // A stored delivery re-delivered by id: its dead event is queued again.
+    let delivery: i64 = sqlx::query_scalar("SELECT id FROM deliveries WHERE idem_key = 'figured'")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    let (code, stdout, stderr) = run(
+        &app,
+        &token,
+        &["deliveries", "redeliver", &delivery.to_string(), "--json"],
+    )
+    .await;
+    assert_eq!(code, 0, "{stderr}");
+    let answers: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(answers[0]["delivery"], delivery);
+    assert_eq!(answers[0]["requeued"], true);
+
+    // The audit log names the token.
+    let (code, stdout, _) = run(&app, &token, &["audit", "--limit", "5"]).await;
+    assert_eq!(code, 0);
+    let line = stdout
+        .lines()
+        .find(|l| l.contains("redeliver"))
+        .unwrap_or_else(|| panic!("{stdout}"));
+    assert!(line.contains("token cli"), "{line}");
+}

@@ -94,6 +94,7 @@ async fn dead_event(app: &TestApp, key: &str) -> (i64, i64) {
 /// The least role of every route; the document must list exactly these.
 const ROUTES: &[(&str, &str, &str)] = &[
     ("get", "/me", "viewer"),
+    ("get", "/overview", "viewer"),
     ("get", "/sources", "viewer"),
     ("get", "/sources/{slug}", "viewer"),
     ("post", "/sources/{slug}/pause", "operator"),

@@ -55,6 +55,21 @@ pub async fn run(
             Ok(())
         }
         DeliveriesAction::Tail { source } => tail(remote, source, as_json).await,
+        DeliveriesAction::Redeliver {
+            ids,
+            past_window_reason,
+        } => {
+            let body =
+                serde_json::json!({"past_window_reason": past_window_reason.unwrap_or_default()});
+            super::events::redeliver(
+                remote,
+                super::events::Target::Deliveries,
+                &ids,
+                body,
+                as_json,
+            )
+            .await
+        }
     }
 }
 

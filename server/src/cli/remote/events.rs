@@ -49,7 +49,9 @@ pub async fn run(remote: &Remote, action: EventsAction, as_json: bool) -> Result
             Ok(())
         }
         EventsAction::Redeliver(args) if args.dead => bulk(remote, args, as_json).await,
-        EventsAction::Redeliver(args) => redeliver(remote, &args.ids, as_json).await,
+        EventsAction::Redeliver(args) => {
+            redeliver(remote, Target::Events, &args.ids, json!({}), as_json).await
+        }
         EventsAction::Force { id, key, reason } => {
             let forced: Value = remote
                 .post(
@@ -156,18 +158,36 @@ fn show(detail: EventDetail) {
     }
 }
 
-/// One line per event; refusals go to the count that sets the exit code.
-async fn redeliver(remote: &Remote, ids: &[i64], as_json: bool) -> Result<(), RemoteError> {
+/// What `redeliver` re-delivers: events (their stored delivery) or
+/// stored deliveries by id.
+#[derive(Clone, Copy)]
+pub enum Target {
+    Events,
+    Deliveries,
+}
+
+/// One line per id; refusals go to the count that sets the exit code.
+pub async fn redeliver(
+    remote: &Remote,
+    target: Target,
+    ids: &[i64],
+    body: Value,
+    as_json: bool,
+) -> Result<(), RemoteError> {
+    let (path, name) = match target {
+        Target::Events => ("events", "event"),
+        Target::Deliveries => ("deliveries", "delivery"),
+    };
     let mut answers = Vec::with_capacity(ids.len());
     let mut refused = 0;
     for id in ids {
         let answer = match remote
-            .post::<RedeliveryResult>(&format!("events/{id}/redeliver"), json!({}))
+            .post::<RedeliveryResult>(&format!("{path}/{id}/redeliver"), body.clone())
             .await
         {
-            Ok(result) => json!({"event": id, "ok": true, "outcome": result.outcome,
+            Ok(result) => json!({name: id, "ok": true, "outcome": result.outcome,
                                  "requeued": result.requeued, "message": result.message,
-                                 "delivery_id": result.delivery_id}),
+                                 "delivery_id": result.delivery_id, "event_id": result.event_id}),
             Err(RemoteError::Refused {
                 status,
                 code,
@@ -176,7 +196,7 @@ async fn redeliver(remote: &Remote, ids: &[i64], as_json: bool) -> Result<(), Re
                 ..
             }) => {
                 refused += 1;
-                json!({"event": id, "ok": false, "status": status, "code": code,
+                json!({name: id, "ok": false, "status": status, "code": code,
                        "outcome": body["result"]["outcome"], "message": detail})
             }
             Err(other) => return Err(other),

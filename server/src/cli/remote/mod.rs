@@ -10,6 +10,7 @@ mod deliveries;
 mod events;
 mod jobs;
 mod output;
+mod overview;
 mod sources;
 
 use clap::{Args, Subcommand};
@@ -71,12 +72,29 @@ pub enum DeliveriesAction {
         #[arg(long)]
         source: Option<String>,
     },
+    /// Re-deliver stored deliveries through the receiver and the dedup
+    /// layer (operator): a rejected one that now verifies is claimed like a
+    /// first delivery
+    Redeliver {
+        #[arg(required = true)]
+        ids: Vec<i64>,
+        /// For a delivery rejected for its timestamp: an admin's reason to
+        /// re-deliver it anyway (audit-logged)
+        #[arg(long)]
+        past_window_reason: Option<String>,
+    },
 }
 
 #[derive(Subcommand, Debug)]
 pub enum SourcesAction {
     /// Every source, paused or not
     List,
+    /// A source's figures over a window, as the dashboard shows them
+    Show {
+        slug: String,
+        #[arg(long, default_value = "hour", value_parser = ["hour", "day", "week"])]
+        window: String,
+    },
     /// Keep receiving, verifying and claiming, but forward nothing (operator)
     Pause { slug: String },
     /// Forward again (operator)
@@ -96,6 +114,8 @@ pub enum JobsAction {
 }
 
 pub enum Command {
+    Overview { window: String },
+    Audit { limit: usize },
     Events(EventsAction),
     Jobs(JobsAction),
     Deliveries(DeliveriesAction),
@@ -106,6 +126,8 @@ pub async fn run(target: Target, command: Command) -> Result<(), RemoteError> {
     let remote = Remote::new(&target)?;
     let json = target.json;
     match command {
+        Command::Overview { window } => overview::overview(&remote, &window, json).await,
+        Command::Audit { limit } => overview::audit(&remote, limit, json).await,
         Command::Events(action) => events::run(&remote, action, json).await,
         Command::Jobs(action) => jobs::run(&remote, action, json).await,
         Command::Deliveries(action) => deliveries::run(&remote, action, json).await,

@@ -9,6 +9,20 @@ use super::SourcesAction;
 pub async fn run(remote: &Remote, action: SourcesAction, as_json: bool) -> Result<(), RemoteError> {
     let shown: Vec<SourceSummary> = match action {
         SourcesAction::List => remote.get("sources", &[]).await?,
+        SourcesAction::Show { slug, window } => {
+            let detail: serde_json::Value = remote
+                .get(&format!("sources/{slug}"), &[("window", window)])
+                .await?;
+            if as_json {
+                json(&detail);
+            } else {
+                let figures: app::api::overview::Overview =
+                    serde_json::from_value(detail["figures"].clone())
+                        .map_err(|e| RemoteError::Decode(e.to_string()))?;
+                super::overview::print_summary(&format!("source {slug}"), &figures);
+            }
+            return Ok(());
+        }
         SourcesAction::Pause { slug } => {
             vec![
                 remote

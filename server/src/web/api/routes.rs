@@ -24,6 +24,7 @@ use axum::Json;
 pub fn router() -> OpenApiRouter<ApiState> {
     OpenApiRouter::new()
         .routes(routes!(me))
+        .routes(routes!(show_overview))
         .routes(routes!(list_sources))
         .routes(routes!(show_source))
         .routes(routes!(pause_source))
@@ -64,6 +65,18 @@ fn utc(value: Option<String>) -> String {
 #[utoipa::path(get, path = "/me", tag = "tokens", responses((status = 200, body = Caller)))]
 async fn me(ApiCx(cx): ApiCx) -> ApiResult<Caller> {
     Ok(Json(cx.require(Role::Viewer)?.clone()))
+}
+
+/// The dashboard's overview: every source's figures over a window, the
+/// backlog and the alerts.
+#[utoipa::path(get, path = "/overview", tag = "sources", params(WindowParams),
+    responses((status = 200, body = Overview)))]
+async fn show_overview(
+    ApiCx(cx): ApiCx,
+    ApiQuery(params): ApiQuery<WindowParams>,
+) -> ApiResult<Overview> {
+    let window = Window::parse(params.window.as_deref().unwrap_or("hour"));
+    Ok(Json(overview::server::overview(&cx, None, window).await?))
 }
 
 /// Every source (removed ones with history too), without secrets.
