@@ -6,7 +6,8 @@
 //! - `web`: the router, the dashboard's gate and operations, `/hooks`,
 //!   health and metrics endpoints; below `cli`, the only module that knows
 //!   axum.
-//! - `jobs`: retention, rollups, the session sweeper.
+//! - `jobs`: retention, rollups, the session sweeper, bulk re-delivery.
+//! - `alerts`: the alert evaluator and its channels (webhook, Slack, email).
 //! - `processing`: receiving end to end, forwarding, retries, workers and
 //!   sync mode; `Services`, the handles they share.
 //! - `receiver`: verify, key and claim a delivery; answers.
@@ -16,6 +17,7 @@
 //! - `providers`, `telemetry`, `secret`: provider rules, logs and metrics,
 //!   redacted secrets.
 
+pub mod alerts;
 pub mod cli;
 pub mod config;
 pub mod db;

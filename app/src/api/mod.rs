@@ -2,6 +2,7 @@
 //! the server (`ssr`); the browser sees these types and nothing else.
 
 pub mod actions;
+pub mod alerts;
 pub mod deliveries;
 pub mod events;
 pub mod jobs;

@@ -129,21 +129,6 @@ pub struct Point {
     pub e2e_p99_ms: Option<f64>,
 }
 
-/// Why the banner is up.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
-pub enum Alert {
-    /// The last 10 minutes' duplicate rate is over twice the 24-hour baseline.
-    DuplicateStorm {
-        source: String,
-        recent_rate: f64,
-        baseline_rate: f64,
-        recent_verified: i64,
-    },
-    /// Events were dead-lettered in the last 10 minutes.
-    DeadLettersGrowing { source: String, count: i64 },
-}
-
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct Overview {
@@ -156,18 +141,8 @@ pub struct Overview {
     pub per_source: Vec<SourceFigures>,
     pub series: Vec<Point>,
     pub bucket_minutes: i64,
-    pub alerts: Vec<Alert>,
-}
-
-/// A storm needs at least this many verified deliveries in 10 minutes and a
-/// rate of at least this much, so a handful of retries raises no banner.
-pub const STORM_MIN_VERIFIED: i64 = 20;
-pub const STORM_MIN_RATE: f64 = 0.05;
-
-pub fn is_storm(recent_rate: f64, baseline_rate: f64, recent_verified: i64) -> bool {
-    recent_verified >= STORM_MIN_VERIFIED
-        && recent_rate >= STORM_MIN_RATE
-        && recent_rate > 2.0 * baseline_rate
+    /// The alert rules that hold now (`api::alerts`), for the banner.
+    pub alerts: Vec<crate::api::alerts::Condition>,
 }
 
 #[server(endpoint = "overview")]
@@ -198,9 +173,16 @@ pub mod server {
     ) -> Result<Overview, AppError> {
         cx.require(Role::Viewer)?;
         let source = source.filter(|s| !s.is_empty());
-        load(&cx.pool, source, window)
+        let mut overview = load(&cx.pool, source.clone(), window)
             .await
-            .map_err(AppError::database)
+            .map_err(AppError::database)?;
+        overview.alerts = crate::api::alerts::ssr::evaluate(&cx.pool, cx.operations.alert_rules())
+            .await
+            .map_err(AppError::database)?
+            .into_iter()
+            .filter(|c| source.as_ref().is_none_or(|s| *s == c.source))
+            .collect();
+        Ok(overview)
     }
 
     struct MinuteRow {
@@ -260,14 +242,6 @@ pub mod server {
         oldest_due_secs: Option<f64>,
     }
 
-    struct StormRow {
-        source: String,
-        recent_verified: i64,
-        recent_duplicates: i64,
-        baseline_verified: i64,
-        baseline_duplicates: i64,
-    }
-
     async fn load(
         pool: &PgPool,
         source: Option<String>,
@@ -320,23 +294,6 @@ pub mod server {
         .into_iter()
         .map(|r| (r.source, r.dead, r.recent))
         .collect();
-        let storms = sqlx::query_as!(
-StormRow,
-r#"SELECT source,
-                 coalesce(sum(claimed + completed + in_progress + dead)
-                     FILTER (WHERE minute >= now() - interval '10 minutes'), 0)::bigint AS "recent_verified!",
-                 coalesce(sum(completed + in_progress + dead)
-                     FILTER (WHERE minute >= now() - interval '10 minutes'), 0)::bigint AS "recent_duplicates!",
-                 coalesce(sum(claimed + completed + in_progress + dead)
-                     FILTER (WHERE minute < now() - interval '10 minutes'), 0)::bigint AS "baseline_verified!",
-                 coalesce(sum(completed + in_progress + dead)
-                     FILTER (WHERE minute < now() - interval '10 minutes'), 0)::bigint AS "baseline_duplicates!"
-             FROM minute_stats
-             WHERE minute >= now() - interval '24 hours 10 minutes'
-             GROUP BY source"#
-)
-        .fetch_all(pool)
-        .await?;
         let generated_at: String = sqlx::query_scalar!(
             r#"SELECT to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') || ' UTC' AS "at!""#
         )
@@ -395,7 +352,6 @@ r#"SELECT source,
                     };
             }
         }
-        let mut alerts = Vec::new();
         for (slug, count, recent) in dead {
             if let Some(s) = per_source.iter_mut().find(|s| s.slug == slug) {
                 s.backlog.dead_letters = count;
@@ -404,34 +360,6 @@ r#"SELECT source,
             if wanted(&slug) {
                 backlog_total.dead_letters += count;
                 backlog_total.dead_last_10m += recent;
-                if recent > 0 {
-                    alerts.push(Alert::DeadLettersGrowing {
-                        source: slug,
-                        count: recent,
-                    });
-                }
-            }
-        }
-        for s in storms.into_iter().filter(|s| wanted(&s.source)) {
-            let rate = |dup: i64, all: i64| {
-                if all > 0 {
-                    dup as f64 / all as f64
-                } else {
-                    0.0
-                }
-            };
-            let recent_rate = rate(s.recent_duplicates, s.recent_verified);
-            let baseline_rate = rate(s.baseline_duplicates, s.baseline_verified);
-            if is_storm(recent_rate, baseline_rate, s.recent_verified) {
-                alerts.insert(
-                    0,
-                    Alert::DuplicateStorm {
-                        source: s.source,
-                        recent_rate,
-                        baseline_rate,
-                        recent_verified: s.recent_verified,
-                    },
-                );
             }
         }
         let series = bars
@@ -454,7 +382,7 @@ r#"SELECT source,
             per_source,
             series,
             bucket_minutes: window.bucket_minutes(),
-            alerts,
+            alerts: Vec::new(),
         })
     }
 }

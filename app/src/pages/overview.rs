@@ -3,9 +3,8 @@ use std::time::Duration;
 use leptos::prelude::*;
 use leptos_router::hooks::use_query_map;
 
-use crate::api::overview::{
-    load_overview, Alert, Figures, Overview, SourceFigures, Window, COUNT_CAP,
-};
+use crate::api::alerts::Condition;
+use crate::api::overview::{load_overview, Figures, Overview, SourceFigures, Window, COUNT_CAP};
 use crate::components::*;
 
 /// The overview refreshes itself this often (it reads rollups: cheap).
@@ -148,27 +147,18 @@ fn OverviewBody(o: Overview) -> impl IntoView {
 }
 
 #[component]
-fn Alerts(alerts: Vec<Alert>) -> impl IntoView {
+fn Alerts(alerts: Vec<Condition>) -> impl IntoView {
     alerts
         .into_iter()
-        .map(|a| match a {
-            Alert::DuplicateStorm { source, recent_rate, baseline_rate, recent_verified } => view! {
-                <div class="banner banner-bad" role="alert" data-testid="duplicate-storm">
-                    <strong>"Duplicate storm on " <code>{source.clone()}</code></strong>
-                    {format!(
-                        ": {} of the last 10 minutes' {} verified deliveries were duplicates, against a 24-hour baseline of {}. ",
-                        fmt_rate(Some(recent_rate)), fmt_count(recent_verified), fmt_rate(Some(baseline_rate))
-                    )}
-                    <a href=format!("/deliveries?source={source}")>"See its deliveries"</a>
+        .map(|a| {
+            let class = if a.rule == "duplicate_storm" { "banner banner-bad" } else { "banner banner-warn" };
+            view! {
+                <div class=class role="alert" data-testid=a.rule.replace('_', "-") data-source=a.source.clone()>
+                    <strong>{a.title()} " on " <code>{a.source.clone()}</code></strong>
+                    {format!(": {}. ", a.summary)}
+                    <a href=a.link.clone()>{a.link_text()}</a>
                 </div>
-            }.into_any(),
-            Alert::DeadLettersGrowing { source, count } => view! {
-                <div class="banner banner-warn" role="alert" data-testid="dead-letters-growing">
-                    <strong>"Dead letters growing on " <code>{source.clone()}</code></strong>
-                    {format!(": {} dead-lettered in the last 10 minutes. ", fmt_count(count))}
-                    <a href=format!("/dead?source={source}")>"See dead letters"</a>
-                </div>
-            }.into_any(),
+            }
         })
         .collect_view()
 }

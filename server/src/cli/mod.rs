@@ -1,6 +1,7 @@
 //! The command line (spec section 8). Every subcommand takes `--config` and
 //! honours `$REPLAYSAFE_CONFIG` and `$DATABASE_URL`.
 
+pub mod alert;
 pub mod migrate;
 pub mod remote;
 pub mod seed;
@@ -70,6 +71,11 @@ pub enum Command {
     Source {
         #[command(subcommand)]
         action: SourceAction,
+    },
+    /// Alert channels: send a test message to one
+    Alert {
+        #[command(subcommand)]
+        action: alert::AlertAction,
     },
     /// Manage API tokens for /api/v1 and the CLI: create (printed once), list, revoke
     Token {
@@ -145,6 +151,8 @@ pub enum CliError {
     Token(#[from] app::api::tokens::ssr::TokenError),
     #[error(transparent)]
     Remote(#[from] remote::RemoteError),
+    #[error(transparent)]
+    Alert(#[from] alert::AlertError),
     #[error("server error: {0}")]
     Serve(std::io::Error),
 }
@@ -164,6 +172,7 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             pool.close().await;
             Ok(result?)
         }
+        Command::Alert { action } => Ok(alert::run(&load()?, action).await?),
         Command::Token { action } => {
             let (_database, pool) = open_migrated(&load()?).await?;
             let result = token::run(&pool, action).await;

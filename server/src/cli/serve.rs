@@ -104,6 +104,11 @@ pub async fn run(config: Config, args: ServeArgs) -> Result<(), CliError> {
                 return;
             }
             let rollup = tokio::spawn(crate::jobs::rollup::run(pool.clone(), shutdown.clone()));
+            let alerts = tokio::spawn(crate::alerts::run(
+                pool.clone(),
+                config.clone(),
+                shutdown.clone(),
+            ));
             let sessions = tokio::spawn(crate::jobs::sessions::run(pool.clone(), shutdown.clone()));
             let unrecorded = tokio::spawn(crate::jobs::unrecorded::run(
                 pool,
@@ -118,6 +123,7 @@ pub async fn run(config: Config, args: ServeArgs) -> Result<(), CliError> {
             );
             while workers.join_next().await.is_some() {}
             let _ = rollup.await;
+            let _ = alerts.await;
             let _ = sessions.await;
             let _ = unrecorded.await;
         }

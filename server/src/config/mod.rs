@@ -13,6 +13,7 @@ use crate::providers::{self, Provider, Scheme, Settings};
 pub use crate::secret::Secret;
 
 pub mod address;
+pub mod alerts;
 
 pub const DEFAULT_CONFIG_PATH: &str = "./replaysafe.toml";
 pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
@@ -93,6 +94,10 @@ pub struct Config {
     /// that in a burst); beyond, 429 with `Retry-After`.
     pub api_requests_per_second: u32,
     pub sources: Vec<SourceConfig>,
+    /// Each source's alert rules (`[alerts.rules]`, `[source.alerts]`).
+    pub alert_rules: app::api::alerts::AlertRules,
+    /// How often rules are evaluated, and where alerts go.
+    pub alerts: alerts::AlertsConfig,
 }
 
 pub const DEFAULT_API_REQUESTS_PER_SECOND: u32 = 20;
@@ -187,6 +192,7 @@ struct RawConfig {
     max_connections_per_address: Option<usize>,
     trusted_proxies: Option<Vec<String>>,
     api_requests_per_second: Option<u32>,
+    alerts: Option<alerts::RawAlerts>,
     #[serde(default)]
     source: Vec<RawSource>,
 }
@@ -213,6 +219,8 @@ struct RawSource {
     platform_keys: BTreeMap<String, String>,
     api_v3_key: Option<String>,
     public_url: Option<String>,
+    /// This source's alert rules over `[alerts.rules]`.
+    alerts: Option<alerts::RawRules>,
 }
 
 /// Where the config comes from: `--config`, else `$REPLAYSAFE_CONFIG` (clap
@@ -431,7 +439,9 @@ pub fn parse_and_validate(
     };
 
     let mut sources: Vec<SourceConfig> = Vec::with_capacity(raw.source.len());
-    for (i, s) in raw.source.into_iter().enumerate() {
+    let mut source_rules = Vec::with_capacity(raw.source.len());
+    for (i, mut s) in raw.source.into_iter().enumerate() {
+        source_rules.push((s.slug.clone(), s.alerts.take()));
         let at = |field: &str| format!("source[{i}].{field}");
         if !valid_slug(&s.slug) {
             return Err(invalid(
@@ -517,6 +527,8 @@ pub fn parse_and_validate(
         });
     }
 
+    let (alert_rules, alerts) = alerts::build(raw.alerts, &source_rules, &invalid, &secret)?;
+
     Ok(Config {
         path: path.map(Path::to_owned),
         listen,
@@ -541,6 +553,8 @@ pub fn parse_and_validate(
         trusted_proxies,
         api_requests_per_second,
         sources,
+        alert_rules,
+        alerts,
     })
 }
 
@@ -684,8 +698,71 @@ mod tests {
     }
 
     #[test]
+    fn alert_rules_take_the_defaults_then_alerts_rules_then_the_sources_own() {
+        let config = parse(
+            r#"
+            [alerts]
+            repeat_after_minutes = 0
+            [alerts.rules.dead_letters]
+            threshold = 5
+            [alerts.rules.backlog]
+            enabled = false
+            [[source]]
+            slug = "a"
+            provider = "github"
+            secrets = ["x"]
+            [source.alerts.dead_letters]
+            window_minutes = 30
+            [source.alerts.backlog]
+            oldest_due_minutes = 15
+            [[source]]
+            slug = "b"
+            provider = "github"
+            secrets = ["x"]
+            [source.alerts.duplicate_storm]
+            enabled = false
+            "#,
+            &[],
+        )
+        .unwrap();
+        let (a, b) = (
+            &config.alert_rules.per_source["a"],
+            &config.alert_rules.per_source["b"],
+        );
+        let dead = a.dead_letters.as_ref().unwrap();
+        assert_eq!((dead.window_minutes, dead.threshold), (30, 5));
+        assert_eq!(
+            a.backlog.as_ref().unwrap().oldest_due_minutes,
+            15,
+            "a section turns a rule on"
+        );
+        assert!(b.backlog.is_none(), "off in [alerts.rules]");
+        assert!(b.duplicate_storm.is_none());
+        assert_eq!(b.dead_letters.as_ref().unwrap().window_minutes, 10);
+        assert_eq!(
+            a.signature_failures,
+            app::api::alerts::RuleSet::default().signature_failures
+        );
+        assert_eq!(config.alerts.repeat_after, None);
+        assert_eq!(config.alerts.every, std::time::Duration::from_secs(30));
+        assert!(config.alerts.channels.is_empty());
+    }
+
+    #[test]
     fn invalid_values_name_their_key() {
         let cases = [
+            ("[alerts.rules.dead_letters]\nthreshold = 0", "alerts.rules.dead_letters.threshold"),
+            ("[alerts.rules.duplicate_storm]\nmin_rate = 2.0", "alerts.rules.duplicate_storm.min_rate"),
+            ("[[alerts.channel]]\nname = \"x\"\nkind = \"pager\"", "alerts.channel[0].kind"),
+            ("[[alerts.channel]]\nname = \"x\"\nkind = \"webhook\"\nurl = \"http://h/\"", "alerts.channel[0].secret"),
+            (
+                "[[alerts.channel]]\nname = \"m\"\nkind = \"email\"\nsmtp_host = \"h\"\nfrom = \"not an address\"\nto = [\"a@b.c\"]",
+                "alerts.channel[0].from",
+            ),
+            (
+                "[[alerts.channel]]\nname = \"s\"\nkind = \"slack\"\nurl = \"http://h/\"\nrules = [\"everything\"]",
+                "alerts.channel[0].rules",
+            ),
             ("dedup_ttl_days = 3", "dedup_ttl_days"),
             ("listen = \"nowhere\"", "listen"),
             ("database_url = \"mysql://x\"", "database_url"),

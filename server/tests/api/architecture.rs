@@ -7,10 +7,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// Highest first: a module may use any module after it, none before.
-const LAYERS: [&str; 11] = [
+const LAYERS: [&str; 12] = [
     "cli",
     "web",
     "jobs",
+    "alerts",
     "processing",
     "receiver",
     "events",

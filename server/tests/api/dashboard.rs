@@ -196,9 +196,10 @@ async fn the_overview_reports_figures_backlog_and_a_duplicate_storm(pool: PgPool
     replaysafe::jobs::rollup::fold_all(&pool).await.unwrap();
     let (_, o) = app.server_fn("overview", "window=day&source=gh").await;
     assert_eq!(o["totals"]["duplicates"], 30);
-    let storm = &o["alerts"][0]["DuplicateStorm"];
+    let storm = &o["alerts"][0];
+    assert_eq!(storm["rule"], "duplicate_storm");
     assert_eq!(storm["source"], "gh");
-    assert_eq!(storm["recent_rate"], 0.75);
+    assert_eq!(storm["figures"]["recent_rate"], 0.75);
     assert_eq!(o["per_source"][0]["figures"]["deliveries"], 40);
 }
 

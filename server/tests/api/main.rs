@@ -2,6 +2,7 @@
 //! database per test (sqlx::test, from $DATABASE_URL).
 
 mod accounts;
+mod alerts;
 mod architecture;
 mod bulk_jobs;
 mod dashboard;

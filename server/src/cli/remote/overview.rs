@@ -2,7 +2,8 @@
 //! dashboard's figures and audit log, as text.
 
 use app::api::actions::{AuditEntry, AuditPage};
-use app::api::overview::{Alert, Backlog, Figures, Overview};
+use app::api::alerts::Condition;
+use app::api::overview::{Backlog, Figures, Overview};
 use app::components::{fmt_count, fmt_ms, fmt_rate};
 
 use super::client::{Remote, RemoteError};
@@ -108,23 +109,8 @@ fn print_figures(f: &Figures, b: &Backlog) {
     );
 }
 
-fn alert_text(alert: &Alert) -> String {
-    match alert {
-        Alert::DuplicateStorm {
-            source,
-            recent_rate,
-            baseline_rate,
-            recent_verified,
-        } => format!(
-            "duplicate storm on {source}: {} of the last 10 minutes' {} verified deliveries, against a 24-hour baseline of {}",
-            fmt_rate(Some(*recent_rate)),
-            fmt_count(*recent_verified),
-            fmt_rate(Some(*baseline_rate))
-        ),
-        Alert::DeadLettersGrowing { source, count } => {
-            format!("{} events of {source} dead-lettered in the last 10 minutes", fmt_count(*count))
-        }
-    }
+fn alert_text(alert: &Condition) -> String {
+    format!("{} on {}: {}", alert.title(), alert.source, alert.summary)
 }
 
 /// The audit log, newest first, up to `limit` entries.

@@ -1,0 +1,144 @@
+//! One evaluation: the rules that hold now against the firing alerts.
+
+use std::collections::BTreeMap;
+
+use sqlx::PgPool;
+
+use crate::config::Config;
+
+/// What one evaluation changed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Transitions {
+    /// Another process held the lock: it evaluated instead.
+    pub skipped: bool,
+    pub fired: Vec<(String, String)>,
+    pub resolved: Vec<(String, String)>,
+    pub repeated: Vec<(String, String)>,
+}
+
+/// Evaluates the rules once, if no other process is at it: a condition
+/// with no firing alert fires one; a firing alert whose condition is gone
+/// is resolved; one still firing past `repeat_after` is sent again. Each
+/// transition queues its notifications in the same transaction.
+pub async fn evaluate_once(pool: &PgPool, config: &Config) -> Result<Transitions, sqlx::Error> {
+    let mut tx = pool.begin().await?;
+    let leader: bool = sqlx::query_scalar!(
+        r#"SELECT pg_try_advisory_xact_lock(hashtext('replaysafe.alerts')) AS "got!""#
+    )
+    .fetch_one(&mut *tx)
+    .await?;
+    if !leader {
+        return Ok(Transitions {
+            skipped: true,
+            ..Default::default()
+        });
+    }
+    let holding = app::api::alerts::ssr::evaluate(pool, &config.alert_rules).await?;
+    let repeat_secs = config.alerts.repeat_after.map(|d| d.as_secs_f64());
+    let firing: BTreeMap<(String, String), (i64, bool)> = sqlx::query!(
+        r#"SELECT id, rule, source,
+                  ($1::float8 IS NOT NULL AND last_sent_at < now() - make_interval(secs => $1)) AS "repeat_due!"
+           FROM alerts WHERE state = 'firing'"#,
+        repeat_secs
+    )
+    .fetch_all(&mut *tx)
+    .await?
+    .into_iter()
+    .map(|r| ((r.rule, r.source), (r.id, r.repeat_due)))
+    .collect();
+    let mut done = Transitions::default();
+    for c in &holding {
+        let figures = serde_json::to_value(&c.figures).expect("figures serialise");
+        let key = (c.rule.clone(), c.source.clone());
+        match firing.get(&key) {
+            None => {
+                let id = sqlx::query_scalar!(
+                    "INSERT INTO alerts (rule, source, summary, figures, link)
+                     VALUES ($1, $2, $3, $4, $5) RETURNING id",
+                    c.rule,
+                    c.source,
+                    c.summary,
+                    figures,
+                    c.link
+                )
+                .fetch_one(&mut *tx)
+                .await?;
+                queue(&mut tx, config, id, &c.rule, "firing").await?;
+                done.fired.push(key);
+            }
+            Some((id, repeat_due)) => {
+                // The latest figures; sent again when the repeat is due.
+                sqlx::query!(
+                    "UPDATE alerts SET summary = $2, figures = $3,
+                         last_sent_at = CASE WHEN $4 THEN now() ELSE last_sent_at END
+                     WHERE id = $1 AND state = 'firing'",
+                    id,
+                    c.summary,
+                    figures,
+                    repeat_due
+                )
+                .execute(&mut *tx)
+                .await?;
+                if *repeat_due {
+                    queue(&mut tx, config, *id, &c.rule, "repeat").await?;
+                    done.repeated.push(key);
+                }
+            }
+        }
+    }
+    for ((rule, source), (id, _)) in &firing {
+        if holding
+            .iter()
+            .any(|c| &c.rule == rule && &c.source == source)
+        {
+            continue;
+        }
+        let resolved = sqlx::query!(
+            "UPDATE alerts SET state = 'resolved', resolved_at = now()
+             WHERE id = $1 AND state = 'firing'",
+            id
+        )
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        if resolved == 1 {
+            queue(&mut tx, config, *id, rule, "resolved").await?;
+            done.resolved.push((rule.clone(), source.clone()));
+        }
+    }
+    tx.commit().await?;
+    for (rule, source) in &done.fired {
+        tracing::warn!(rule, source, "alert firing");
+    }
+    for (rule, source) in &done.resolved {
+        tracing::info!(rule, source, "alert resolved");
+    }
+    Ok(done)
+}
+
+/// A notification of `kind` for every channel that takes `rule`.
+async fn queue(
+    tx: &mut sqlx::PgConnection,
+    config: &Config,
+    alert: i64,
+    rule: &str,
+    kind: &str,
+) -> Result<(), sqlx::Error> {
+    let channels: Vec<String> = config
+        .alerts
+        .channels
+        .iter()
+        .filter(|c| c.rules.as_ref().is_none_or(|r| r.iter().any(|r| r == rule)))
+        .map(|c| c.name.clone())
+        .collect();
+    sqlx::query!(
+        "INSERT INTO alert_notifications (alert_id, channel, kind)
+         SELECT $1, unnest($2::text[]), $3",
+        alert,
+        &channels,
+        kind
+    )
+    .execute(&mut *tx)
+    .await?;
+    Ok(())
+}

@@ -1,0 +1,41 @@
+//! Alerts pushed out (issue 17): the evaluator turns the rules that hold
+//! (`app::api::alerts`) into alerts with a lifecycle, one process at a time,
+//! and writes what each channel is to be sent in the same transaction; the
+//! sender delivers those notifications with retries. Every `serve` process
+//! runs both: the advisory lock makes one evaluate, the leases make one
+//! send each notification.
+
+pub mod channels;
+mod evaluator;
+mod sender;
+
+use std::sync::Arc;
+
+use sqlx::PgPool;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Config;
+
+pub use evaluator::{evaluate_once, Transitions};
+pub use sender::send_due;
+
+/// Evaluates every `alerts.every` and sends what is due, until shutdown.
+pub async fn run(pool: PgPool, config: Arc<Config>, shutdown: CancellationToken) {
+    let http = channels::client();
+    let mut evaluated = tokio::time::Instant::now() - config.alerts.every;
+    loop {
+        if evaluated.elapsed() >= config.alerts.every {
+            evaluated = tokio::time::Instant::now();
+            if let Err(e) = evaluate_once(&pool, &config).await {
+                tracing::warn!(error = %e, "could not evaluate the alert rules; trying again");
+            }
+        }
+        if let Err(e) = send_due(&pool, &config, &http).await {
+            tracing::warn!(error = %e, "could not send alert notifications; trying again");
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(sender::POLL) => {}
+        }
+    }
+}
