@@ -33,6 +33,10 @@ writeFileSync(
 public_url = "${baseURL}"
 data_dir = "./data"
 
+# Alerts (and so the banner) within a second of what fires them.
+[alerts]
+evaluate_every_secs = 1
+
 [[source]]
 slug = "e2e-standard"
 provider = "standard"

@@ -20,14 +20,19 @@ CREATE UNIQUE INDEX alerts_firing ON alerts (rule, source) WHERE state = 'firing
 CREATE INDEX alerts_recent ON alerts (started_at DESC);
 
 -- What each channel is to be sent, written in the same transaction as the
--- alert's transition (so each transition is sent once, even across a
--- crash), then sent with retries by whichever process leases it.
+-- alert's transition, then sent with retries by whichever process leases
+-- it, in order per alert and channel. At least once: a process that dies
+-- between sending and recording it leaves it to be sent again (a webhook's
+-- stable webhook-id lets its receiver drop the copy).
 CREATE TABLE alert_notifications (
     id              bigserial PRIMARY KEY,
     alert_id        bigint REFERENCES alerts (id) ON DELETE CASCADE,
     channel         text NOT NULL,
-    -- firing, resolved, repeat or test
+    -- firing, resolved or repeat
     kind            text NOT NULL,
+    -- The alert as it was when this was queued (a late retry tells of its
+    -- own transition).
+    payload         jsonb NOT NULL,
     created_at      timestamptz NOT NULL DEFAULT now(),
     attempts        integer NOT NULL DEFAULT 0,
     next_attempt_at timestamptz NOT NULL DEFAULT now(),
@@ -38,4 +43,4 @@ CREATE TABLE alert_notifications (
 );
 CREATE INDEX alert_notifications_due ON alert_notifications (next_attempt_at)
     WHERE sent_at IS NULL AND failed_at IS NULL;
-CREATE INDEX alert_notifications_of_alert ON alert_notifications (alert_id);
+CREATE INDEX alert_notifications_of_alert ON alert_notifications (alert_id, channel, id);

@@ -127,8 +127,6 @@ pub mod ssr {
             past_window_reason: Option<String>,
             bulk_job: Option<i64>,
         ) -> BoxFuture<'_, Result<RedeliveryResult, AppError>>;
-        /// The alert rules in force (the config's), for the banner.
-        fn alert_rules(&self) -> &crate::api::alerts::AlertRules;
         fn set_paused(
             &self,
             slug: String,

@@ -174,50 +174,50 @@ pub mod ssr {
         }
     }
 
-    /// The largest window a rule takes over every source (one query per
-    /// rule reads that; each source's own window is applied per minute).
-    fn widest(rules: &AlertRules, window: impl Fn(&RuleSet) -> Option<u32>) -> Option<u32> {
-        rules.per_source.values().filter_map(window).max()
-    }
-
-    /// Every rule that holds now, per source, storms first.
+    /// Every rule that holds now, per source. `firing`: the alerts firing
+    /// now, so a destination that failed stays failing until an attempt
+    /// succeeds (its retries grow apart, and fewer attempts are no cure).
+    /// Each rule is one statement over every source, with each source's
+    /// own thresholds; counts stop at `COUNT_CAP`.
     pub async fn evaluate(
         pool: &PgPool,
         rules: &AlertRules,
+        firing: &std::collections::BTreeSet<(String, String)>,
     ) -> Result<Vec<Condition>, sqlx::Error> {
+        let cap = crate::api::overview::COUNT_CAP;
         let mut found = Vec::new();
-        if let Some(widest_hours) = widest(rules, |r| {
-            r.duplicate_storm
-                .as_ref()
-                .map(|s| s.baseline_hours * 60 + s.window_minutes)
-        }) {
-            // Per minute, so each source's own windows apply.
+        // A window of N minutes takes the minutes that overlap it: a
+        // minute's row counts while any of it is within the window.
+        let storms: Vec<(&String, &StormRule)> = rules
+            .per_source
+            .iter()
+            .filter_map(|(s, r)| r.duplicate_storm.as_ref().map(|d| (s, d)))
+            .collect();
+        if !storms.is_empty() {
             let rows = sqlx::query!(
-                r#"SELECT source, (extract(epoch FROM now() - minute) / 60)::float8 AS "age_minutes!",
-                          (claimed + completed + in_progress + dead)::bigint AS "verified!",
-                          (completed + in_progress + dead)::bigint AS "duplicates!"
-                   FROM minute_stats
-                   WHERE minute >= now() - make_interval(mins => $1)"#,
-                widest_hours as i32
+                r#"WITH r AS (SELECT * FROM unnest($1::text[], $2::int[], $3::int[]) AS r(source, w, b))
+                   SELECT r.source AS "source!",
+                          coalesce(sum(m.claimed + m.completed + m.in_progress + m.dead)
+                              FILTER (WHERE m.minute > now() - make_interval(mins => r.w + 1)), 0)::bigint AS "recent!",
+                          coalesce(sum(m.completed + m.in_progress + m.dead)
+                              FILTER (WHERE m.minute > now() - make_interval(mins => r.w + 1)), 0)::bigint AS "recent_dup!",
+                          coalesce(sum(m.claimed + m.completed + m.in_progress + m.dead)
+                              FILTER (WHERE m.minute <= now() - make_interval(mins => r.w + 1)), 0)::bigint AS "base!",
+                          coalesce(sum(m.completed + m.in_progress + m.dead)
+                              FILTER (WHERE m.minute <= now() - make_interval(mins => r.w + 1)), 0)::bigint AS "base_dup!"
+                   FROM r JOIN minute_stats m ON m.source = r.source
+                        AND m.minute > now() - make_interval(mins => r.w + 1, hours => r.b)
+                   GROUP BY r.source"#,
+                &storms.iter().map(|(s, _)| (*s).clone()).collect::<Vec<_>>(),
+                &storms.iter().map(|(_, r)| r.window_minutes as i32).collect::<Vec<_>>(),
+                &storms.iter().map(|(_, r)| r.baseline_hours as i32).collect::<Vec<_>>()
             )
             .fetch_all(pool)
             .await?;
-            for (slug, set) in &rules.per_source {
-                let Some(rule) = &set.duplicate_storm else {
+            for r in rows {
+                let Some((slug, rule)) = storms.iter().find(|(s, _)| **s == r.source) else {
                     continue;
                 };
-                let (mut recent, mut recent_dup, mut base, mut base_dup) = (0i64, 0i64, 0i64, 0i64);
-                for r in rows.iter().filter(|r| &r.source == slug) {
-                    if r.age_minutes < rule.window_minutes as f64 {
-                        recent += r.verified;
-                        recent_dup += r.duplicates;
-                    } else if r.age_minutes
-                        < (rule.baseline_hours * 60 + rule.window_minutes) as f64
-                    {
-                        base += r.verified;
-                        base_dup += r.duplicates;
-                    }
-                }
                 let rate = |dup: i64, all: i64| {
                     if all > 0 {
                         dup as f64 / all as f64
@@ -225,8 +225,9 @@ pub mod ssr {
                         0.0
                     }
                 };
-                let (recent_rate, baseline_rate) = (rate(recent_dup, recent), rate(base_dup, base));
-                if recent >= rule.min_deliveries
+                let (recent_rate, baseline_rate) =
+                    (rate(r.recent_dup, r.recent), rate(r.base_dup, r.base));
+                if r.recent >= rule.min_deliveries
                     && recent_rate >= rule.min_rate
                     && recent_rate > rule.ratio * baseline_rate
                 {
@@ -237,62 +238,73 @@ pub mod ssr {
                             "{} of the last {} minutes' {} verified deliveries were duplicates, against a {}-hour baseline of {}",
                             percent(recent_rate),
                             rule.window_minutes,
-                            recent,
+                            r.recent,
                             rule.baseline_hours,
                             percent(baseline_rate)
                         ),
                         &[
                             ("recent_rate", recent_rate),
                             ("baseline_rate", baseline_rate),
-                            ("recent_verified", recent as f64),
+                            ("recent_verified", r.recent as f64),
                         ],
                         format!("/deliveries?source={slug}"),
                     ));
                 }
             }
         }
-        if let Some(minutes) = widest(rules, |r| r.dead_letters.as_ref().map(|d| d.window_minutes))
-        {
+        let dead: Vec<(&String, &DeadLettersRule)> = rules
+            .per_source
+            .iter()
+            .filter_map(|(s, r)| r.dead_letters.as_ref().map(|d| (s, d)))
+            .collect();
+        if !dead.is_empty() {
             let rows = sqlx::query!(
-                r#"SELECT source, (extract(epoch FROM now() - state_changed_at) / 60)::float8 AS "age_minutes!"
-                   FROM events
-                   WHERE state = 'dead' AND state_changed_at > now() - make_interval(mins => $1)
-                   ORDER BY state_changed_at DESC LIMIT $2"#,
-                minutes as i32,
-                super::super::overview::COUNT_CAP
+                r#"SELECT r.source AS "source!", count(d.*) AS "dead!"
+                   FROM unnest($1::text[], $2::int[]) AS r(source, w)
+                   JOIN LATERAL (SELECT 1 FROM events e
+                                 WHERE e.state = 'dead' AND e.source = r.source
+                                   AND e.state_changed_at > now() - make_interval(mins => r.w)
+                                 LIMIT $3) d ON true
+                   GROUP BY r.source"#,
+                &dead.iter().map(|(s, _)| (*s).clone()).collect::<Vec<_>>(),
+                &dead
+                    .iter()
+                    .map(|(_, r)| r.window_minutes as i32)
+                    .collect::<Vec<_>>(),
+                cap
             )
             .fetch_all(pool)
             .await?;
-            for (slug, set) in &rules.per_source {
-                let Some(rule) = &set.dead_letters else {
+            for r in rows {
+                let Some((slug, rule)) = dead.iter().find(|(s, _)| **s == r.source) else {
                     continue;
                 };
-                let count = rows
-                    .iter()
-                    .filter(|r| &r.source == slug && r.age_minutes < rule.window_minutes as f64)
-                    .count() as i64;
-                if count >= rule.threshold {
+                if r.dead >= rule.threshold {
                     found.push(condition(
                         "dead_letters",
                         slug,
                         format!(
-                            "{count} events dead-lettered in the last {} minutes",
-                            rule.window_minutes
+                            "{} events dead-lettered in the last {} minutes",
+                            r.dead, rule.window_minutes
                         ),
-                        &[("dead_letters", count as f64)],
+                        &[("dead_letters", r.dead as f64)],
                         format!("/dead?source={slug}"),
                     ));
                 }
             }
         }
         if rules.per_source.values().any(|r| r.backlog.is_some()) {
+            // The most overdue first, capped, as the overview counts them.
             let rows = sqlx::query!(
-                r#"SELECT e.source, count(*) AS "waiting!",
-                          (extract(epoch FROM now() - min(e.next_attempt_at)) / 60)::float8 AS "oldest_due_minutes!"
-                   FROM events e JOIN sources s ON s.slug = e.source
-                   WHERE e.state IN ('queued', 'retrying') AND e.next_attempt_at <= now()
-                     AND NOT coalesce(s.paused_override, s.config_paused)
-                   GROUP BY e.source"#
+                r#"SELECT w.source AS "source!", count(*) AS "due!",
+                          (extract(epoch FROM now() - min(w.next_attempt_at)) / 60)::float8 AS "oldest_due_minutes!"
+                   FROM (SELECT e.source, e.next_attempt_at FROM events e
+                         WHERE e.state IN ('queued', 'retrying') AND e.next_attempt_at <= now()
+                         ORDER BY e.next_attempt_at LIMIT $1) w
+                   JOIN sources s ON s.slug = w.source
+                   WHERE NOT coalesce(s.paused_override, s.config_paused)
+                   GROUP BY w.source"#,
+                cap
             )
             .fetch_all(pool)
             .await?;
@@ -310,39 +322,55 @@ pub mod ssr {
                         &r.source,
                         format!(
                             "the oldest due event has waited {:.0} minutes; {} are due",
-                            r.oldest_due_minutes, r.waiting
+                            r.oldest_due_minutes, r.due
                         ),
                         &[
                             ("oldest_due_minutes", r.oldest_due_minutes),
-                            ("due", r.waiting as f64),
+                            ("due", r.due as f64),
                         ],
                         format!("/deliveries?source={}", r.source),
                     ));
                 }
             }
         }
-        let signature_window = widest(rules, |r| {
-            r.signature_failures.as_ref().map(|s| s.window_minutes)
-        });
-        let failing_window = widest(rules, |r| r.destination_failing.as_ref().map(|f| f.minutes));
-        if let Some(minutes) = signature_window.max(failing_window) {
+        let windows: Vec<(&String, i32, i32)> = rules
+            .per_source
+            .iter()
+            .filter(|(_, r)| r.signature_failures.is_some() || r.destination_failing.is_some())
+            .map(|(s, r)| {
+                (
+                    s,
+                    r.signature_failures
+                        .as_ref()
+                        .map_or(0, |x| x.window_minutes as i32),
+                    r.destination_failing
+                        .as_ref()
+                        .map_or(0, |x| x.minutes as i32),
+                )
+            })
+            .collect();
+        if !windows.is_empty() {
             let rows = sqlx::query!(
-                r#"SELECT source, (extract(epoch FROM now() - minute) / 60)::float8 AS "age_minutes!",
-                          bad_signature::bigint AS "bad_signature!", attempts::bigint AS "attempts!",
-                          attempts_failed::bigint AS "attempts_failed!"
-                   FROM minute_stats
-                   WHERE minute >= now() - make_interval(mins => $1)"#,
-                minutes as i32
+                r#"SELECT r.source AS "source!",
+                          coalesce(sum(m.bad_signature) FILTER (WHERE m.minute > now() - make_interval(mins => r.sw + 1)), 0)::bigint AS "bad!",
+                          coalesce(sum(m.attempts) FILTER (WHERE m.minute > now() - make_interval(mins => r.fw + 1)), 0)::bigint AS "attempts!",
+                          coalesce(sum(m.attempts_failed) FILTER (WHERE m.minute > now() - make_interval(mins => r.fw + 1)), 0)::bigint AS "failed!"
+                   FROM unnest($1::text[], $2::int[], $3::int[]) AS r(source, sw, fw)
+                   JOIN minute_stats m ON m.source = r.source
+                        AND m.minute > now() - make_interval(mins => greatest(r.sw, r.fw) + 1)
+                   GROUP BY r.source"#,
+                &windows.iter().map(|(s, _, _)| (*s).clone()).collect::<Vec<_>>(),
+                &windows.iter().map(|(_, w, _)| *w).collect::<Vec<_>>(),
+                &windows.iter().map(|(_, _, w)| *w).collect::<Vec<_>>()
             )
             .fetch_all(pool)
             .await?;
             for (slug, set) in &rules.per_source {
-                let within = |m: u32| {
-                    rows.iter()
-                        .filter(move |r| &r.source == slug && r.age_minutes < m as f64)
-                };
+                let (bad, attempts, failed) = rows
+                    .iter()
+                    .find(|r| &r.source == slug)
+                    .map_or((0, 0, 0), |r| (r.bad, r.attempts, r.failed));
                 if let Some(rule) = &set.signature_failures {
-                    let bad: i64 = within(rule.window_minutes).map(|r| r.bad_signature).sum();
                     if bad >= rule.threshold {
                         found.push(condition(
                             "signature_failures",
@@ -357,14 +385,20 @@ pub mod ssr {
                     }
                 }
                 if let Some(rule) = &set.destination_failing {
-                    let attempts: i64 = within(rule.minutes).map(|r| r.attempts).sum();
-                    let failed: i64 = within(rule.minutes).map(|r| r.attempts_failed).sum();
-                    if attempts >= rule.min_attempts && failed == attempts {
+                    let was = firing.contains(&("destination_failing".to_owned(), slug.clone()));
+                    // Starts on enough failures, none succeeding; ends on a success.
+                    let holds = failed == attempts
+                        && if was {
+                            true
+                        } else {
+                            attempts >= rule.min_attempts
+                        };
+                    if holds {
                         found.push(condition(
                             "destination_failing",
                             slug,
                             format!(
-                                "all {attempts} forward attempts of the last {} minutes failed",
+                                "every forward attempt of the last {} minutes failed ({failed})",
                                 rule.minutes
                             ),
                             &[("attempts", attempts as f64), ("failed", failed as f64)],
@@ -375,5 +409,24 @@ pub mod ssr {
             }
         }
         Ok(found)
+    }
+
+    /// The alerts firing now, as the overview's banner shows them.
+    pub async fn firing(pool: &PgPool) -> Result<Vec<Condition>, sqlx::Error> {
+        Ok(sqlx::query!(
+            "SELECT rule, source, summary, figures, link FROM alerts
+             WHERE state = 'firing' ORDER BY rule <> 'duplicate_storm', started_at"
+        )
+        .fetch_all(pool)
+        .await?
+        .into_iter()
+        .map(|r| Condition {
+            rule: r.rule,
+            source: r.source,
+            summary: r.summary,
+            figures: serde_json::from_value(r.figures).unwrap_or_default(),
+            link: r.link,
+        })
+        .collect())
     }
 }

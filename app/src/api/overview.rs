@@ -141,7 +141,7 @@ pub struct Overview {
     pub per_source: Vec<SourceFigures>,
     pub series: Vec<Point>,
     pub bucket_minutes: i64,
-    /// The alert rules that hold now (`api::alerts`), for the banner.
+    /// The alerts firing now (`api::alerts`), for the banner.
     pub alerts: Vec<crate::api::alerts::Condition>,
 }
 
@@ -176,7 +176,7 @@ pub mod server {
         let mut overview = load(&cx.pool, source.clone(), window)
             .await
             .map_err(AppError::database)?;
-        overview.alerts = crate::api::alerts::ssr::evaluate(&cx.pool, cx.operations.alert_rules())
+        overview.alerts = crate::api::alerts::ssr::firing(&cx.pool)
             .await
             .map_err(AppError::database)?
             .into_iter()

@@ -6,10 +6,8 @@ use std::time::Duration;
 
 use lettre::AsyncTransport;
 use serde::Serialize;
-use sqlx::PgPool;
 
 use crate::config::alerts::{AlertChannel, ChannelKind, SmtpSecurity};
-use crate::config::Config;
 
 /// A channel that does not answer within this is tried again later.
 const TIMEOUT: Duration = Duration::from_secs(15);
@@ -48,50 +46,6 @@ pub struct Message {
     /// firing, resolved, repeat or test
     pub kind: String,
     pub alert: AlertBody,
-}
-
-/// The message of notification `id` about `alert`, as it stands now.
-pub async fn message_of(
-    pool: &PgPool,
-    config: &Config,
-    id: i64,
-    kind: &str,
-    alert: i64,
-) -> Result<Option<Message>, sqlx::Error> {
-    let row = sqlx::query!(
-        r#"SELECT id, rule, source, state, summary, figures, link,
-                  to_char(started_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') AS "started_at!",
-                  to_char(resolved_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') AS resolved_at
-           FROM alerts WHERE id = $1"#,
-        alert
-    )
-    .fetch_optional(pool)
-    .await?;
-    Ok(row.map(|r| {
-        let condition = app::api::alerts::Condition {
-            rule: r.rule.clone(),
-            source: r.source.clone(),
-            summary: r.summary.clone(),
-            figures: serde_json::from_value(r.figures).unwrap_or_default(),
-            link: r.link.clone(),
-        };
-        Message {
-            id: format!("alert_notification_{id}"),
-            kind: kind.to_owned(),
-            alert: AlertBody {
-                id: r.id,
-                title: condition.title().to_owned(),
-                rule: r.rule,
-                source: r.source,
-                state: r.state,
-                started_at: r.started_at,
-                resolved_at: r.resolved_at,
-                summary: r.summary,
-                figures: condition.figures,
-                url: format!("{}{}", config.public_url, r.link),
-            },
-        }
-    }))
 }
 
 impl Message {
@@ -146,7 +100,8 @@ pub async fn send(
                 .body(body)
                 .send()
                 .await
-                .map_err(|e| format!("{url}: {e}"))?;
+                // Without the URL: it may carry a token.
+                .map_err(|e| format!("the webhook: {}", e.without_url()))?;
             success(answer).await
         }
         ChannelKind::Slack { url } => {

@@ -33,7 +33,6 @@ pub async fn evaluate_once(pool: &PgPool, config: &Config) -> Result<Transitions
             ..Default::default()
         });
     }
-    let holding = app::api::alerts::ssr::evaluate(pool, &config.alert_rules).await?;
     let repeat_secs = config.alerts.repeat_after.map(|d| d.as_secs_f64());
     let firing: BTreeMap<(String, String), (i64, bool)> = sqlx::query!(
         r#"SELECT id, rule, source,
@@ -46,6 +45,8 @@ pub async fn evaluate_once(pool: &PgPool, config: &Config) -> Result<Transitions
     .into_iter()
     .map(|r| ((r.rule, r.source), (r.id, r.repeat_due)))
     .collect();
+    let keys = firing.keys().cloned().collect();
+    let holding = app::api::alerts::ssr::evaluate(pool, &config.alert_rules, &keys).await?;
     let mut done = Transitions::default();
     for c in &holding {
         let figures = serde_json::to_value(&c.figures).expect("figures serialise");
@@ -131,9 +132,18 @@ async fn queue(
         .filter(|c| c.rules.as_ref().is_none_or(|r| r.iter().any(|r| r == rule)))
         .map(|c| c.name.clone())
         .collect();
+    // What is sent is the alert as it is now: a late retry tells of the
+    // transition it was queued for.
     sqlx::query!(
-        "INSERT INTO alert_notifications (alert_id, channel, kind)
-         SELECT $1, unnest($2::text[]), $3",
+        r#"INSERT INTO alert_notifications (alert_id, channel, kind, payload)
+           SELECT a.id, c.channel, $3,
+                  jsonb_build_object(
+                      'id', a.id, 'rule', a.rule, 'source', a.source, 'state', a.state,
+                      'started_at', to_char(a.started_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'),
+                      'resolved_at', to_char(a.resolved_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'),
+                      'summary', a.summary, 'figures', a.figures, 'link', a.link)
+           FROM alerts a, unnest($2::text[]) AS c(channel)
+           WHERE a.id = $1"#,
         alert,
         &channels,
         kind

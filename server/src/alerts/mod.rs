@@ -19,23 +19,34 @@ use crate::config::Config;
 pub use evaluator::{evaluate_once, Transitions};
 pub use sender::send_due;
 
-/// Evaluates every `alerts.every` and sends what is due, until shutdown.
+/// Evaluates every `alerts.every`, and sends what is due every second,
+/// until shutdown (two loops: a slow channel does not hold evaluation up).
 pub async fn run(pool: PgPool, config: Arc<Config>, shutdown: CancellationToken) {
-    let http = channels::client();
-    let mut evaluated = tokio::time::Instant::now() - config.alerts.every;
-    loop {
-        if evaluated.elapsed() >= config.alerts.every {
-            evaluated = tokio::time::Instant::now();
-            if let Err(e) = evaluate_once(&pool, &config).await {
-                tracing::warn!(error = %e, "could not evaluate the alert rules; trying again");
+    let evaluating = {
+        let (pool, config, shutdown) = (pool.clone(), config.clone(), shutdown.clone());
+        async move {
+            loop {
+                if let Err(e) = evaluate_once(&pool, &config).await {
+                    tracing::warn!(error = %e, "could not evaluate the alert rules; trying again");
+                }
+                tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    _ = tokio::time::sleep(config.alerts.every) => {}
+                }
             }
         }
-        if let Err(e) = send_due(&pool, &config, &http).await {
-            tracing::warn!(error = %e, "could not send alert notifications; trying again");
+    };
+    let sending = async move {
+        let http = channels::client();
+        loop {
+            if let Err(e) = send_due(&pool, &config, &http).await {
+                tracing::warn!(error = %e, "could not send alert notifications; trying again");
+            }
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tokio::time::sleep(sender::POLL) => {}
+            }
         }
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            _ = tokio::time::sleep(sender::POLL) => {}
-        }
-    }
+    };
+    tokio::join!(evaluating, sending);
 }

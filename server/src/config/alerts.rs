@@ -137,10 +137,30 @@ fn positive<T: PartialOrd + Default + Copy>(
     default: T,
 ) -> Result<T, super::ConfigError> {
     match value {
-        Some(v) if v <= T::default() => Err(invalid(key, "must be above 0".into())),
+        // `!(v > 0)`: NaN is no number of anything.
+        Some(v) if !(v > T::default()) => Err(invalid(key, "must be above 0".into())),
         Some(v) => Ok(v),
         None => Ok(default),
     }
+}
+
+/// The longest window or wait a rule takes: a week (and a 30-day baseline).
+const MAX_MINUTES: u32 = 7 * 24 * 60;
+const MAX_BASELINE_HOURS: u32 = 30 * 24;
+
+/// A window in minutes: above 0, at most `max`.
+fn minutes(
+    invalid: Invalid,
+    key: &str,
+    value: Option<u32>,
+    default: u32,
+    max: u32,
+) -> Result<u32, super::ConfigError> {
+    let v = positive(invalid, key, value, default)?;
+    if v > max {
+        return Err(invalid(key, format!("must be at most {max}")));
+    }
+    Ok(v)
 }
 
 trait Section {
@@ -196,19 +216,25 @@ pub(super) fn rules(
                 if !(0.0..=1.0).contains(&min_rate) {
                     return Err(invalid(&k("min_rate"), "must be between 0 and 1".into()));
                 }
+                let ratio = positive(invalid, &k("ratio"), r.ratio, b.ratio)?;
+                if !ratio.is_finite() {
+                    return Err(invalid(&k("ratio"), "must be a finite number".into()));
+                }
                 Ok(StormRule {
-                    ratio: positive(invalid, &k("ratio"), r.ratio, b.ratio)?,
-                    window_minutes: positive(
+                    ratio,
+                    window_minutes: minutes(
                         invalid,
                         &k("window_minutes"),
                         r.window_minutes,
                         b.window_minutes,
+                        MAX_MINUTES,
                     )?,
-                    baseline_hours: positive(
+                    baseline_hours: minutes(
                         invalid,
                         &k("baseline_hours"),
                         r.baseline_hours,
                         b.baseline_hours,
+                        MAX_BASELINE_HOURS,
                     )?,
                     min_deliveries: positive(
                         invalid,
@@ -227,11 +253,12 @@ pub(super) fn rules(
             |r, b| {
                 let k = |f: &str| key("dead_letters", f);
                 Ok(DeadLettersRule {
-                    window_minutes: positive(
+                    window_minutes: minutes(
                         invalid,
                         &k("window_minutes"),
                         r.window_minutes,
                         b.window_minutes,
+                        MAX_MINUTES,
                     )?,
                     threshold: positive(invalid, &k("threshold"), r.threshold, b.threshold)?,
                 })
@@ -239,11 +266,12 @@ pub(super) fn rules(
         )?,
         backlog: overlay(&raw.backlog, &base.backlog, &d.backlog, |r, b| {
             Ok(BacklogRule {
-                oldest_due_minutes: positive(
+                oldest_due_minutes: minutes(
                     invalid,
                     &key("backlog", "oldest_due_minutes"),
                     r.oldest_due_minutes,
                     b.oldest_due_minutes,
+                    MAX_MINUTES,
                 )?,
             })
         })?,
@@ -254,11 +282,12 @@ pub(super) fn rules(
             |r, b| {
                 let k = |f: &str| key("signature_failures", f);
                 Ok(SignatureRule {
-                    window_minutes: positive(
+                    window_minutes: minutes(
                         invalid,
                         &k("window_minutes"),
                         r.window_minutes,
                         b.window_minutes,
+                        MAX_MINUTES,
                     )?,
                     threshold: positive(invalid, &k("threshold"), r.threshold, b.threshold)?,
                 })
@@ -271,7 +300,7 @@ pub(super) fn rules(
             |r, b| {
                 let k = |f: &str| key("destination_failing", f);
                 Ok(FailingRule {
-                    minutes: positive(invalid, &k("minutes"), r.minutes, b.minutes)?,
+                    minutes: minutes(invalid, &k("minutes"), r.minutes, b.minutes, MAX_MINUTES)?,
                     min_attempts: positive(
                         invalid,
                         &k("min_attempts"),
@@ -302,14 +331,27 @@ pub(super) fn build(
         };
         per_source.insert(slug.clone(), set);
     }
-    let every = Duration::from_secs(positive(
+    let every = positive(
         invalid,
         "alerts.evaluate_every_secs",
         raw.evaluate_every_secs,
         30,
-    )?);
+    )?;
+    if every > 3600 {
+        return Err(invalid(
+            "alerts.evaluate_every_secs",
+            "must be at most 3600".into(),
+        ));
+    }
+    let every = Duration::from_secs(every);
     let repeat_after = match raw.repeat_after_minutes {
         Some(0) => None,
+        Some(m) if m > MAX_MINUTES as u64 => {
+            return Err(invalid(
+                "alerts.repeat_after_minutes",
+                format!("must be at most {MAX_MINUTES} (0: never)"),
+            ))
+        }
         Some(m) => Some(Duration::from_secs(m * 60)),
         None => Some(Duration::from_secs(60 * 60)),
     };
@@ -355,7 +397,17 @@ pub(super) fn build(
             }
             "slack" => {
                 let url = secret(&at("url"), &required(c.url, "url")?)?;
-                super::check_http_url(url.expose()).map_err(|p| invalid(&at("url"), p))?;
+                // The URL is the secret: the error never repeats it.
+                let parsed = url::Url::parse(url.expose()).ok();
+                let fine = parsed.as_ref().is_some_and(|u| {
+                    u.scheme() == "https" || (u.scheme() == "http" && is_loopback(u.host_str()))
+                });
+                if !fine {
+                    return Err(invalid(
+                        &at("url"),
+                        "is not an https:// URL (a Slack incoming webhook's; http only to this machine)".into(),
+                    ));
+                }
                 ChannelKind::Slack { url }
             }
             "email" => {
@@ -386,6 +438,16 @@ pub(super) fn build(
                         ))
                     }
                 };
+                // A password goes in the clear only to this machine's relay.
+                if credentials.is_some()
+                    && security == SmtpSecurity::None
+                    && !is_loopback(Some(&host))
+                {
+                    return Err(invalid(
+                        &at("smtp_security"),
+                        "\"none\" would send the password in the clear: use starttls or tls, or a relay on this machine".into(),
+                    ));
+                }
                 let from = required(c.from, "from")?;
                 if c.to.is_empty() {
                     return Err(invalid(
@@ -436,4 +498,16 @@ pub(super) fn build(
             channels,
         },
     ))
+}
+
+fn is_loopback(host: Option<&str>) -> bool {
+    match host {
+        Some("localhost") => true,
+        Some(h) => h
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback()),
+        None => false,
+    }
 }

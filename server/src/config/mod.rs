@@ -752,6 +752,15 @@ mod tests {
     fn invalid_values_name_their_key() {
         let cases = [
             ("[alerts.rules.dead_letters]\nthreshold = 0", "alerts.rules.dead_letters.threshold"),
+            ("[alerts.rules.duplicate_storm]\nratio = nan", "alerts.rules.duplicate_storm.ratio"),
+            ("[alerts.rules.duplicate_storm]\nratio = inf", "alerts.rules.duplicate_storm.ratio"),
+            ("[alerts.rules.backlog]\noldest_due_minutes = 4000000000", "alerts.rules.backlog.oldest_due_minutes"),
+            ("[alerts]\nrepeat_after_minutes = 99999999999", "alerts.repeat_after_minutes"),
+            ("[[alerts.channel]]\nname = \"s\"\nkind = \"slack\"\nurl = \"http://hooks.example.com/T0/B0/x\"", "alerts.channel[0].url"),
+            (
+                "[[alerts.channel]]\nname = \"m\"\nkind = \"email\"\nsmtp_host = \"mail.example.com\"\nsmtp_security = \"none\"\nusername = \"u\"\npassword = \"p\"\nfrom = \"a@b.c\"\nto = [\"a@b.c\"]",
+                "alerts.channel[0].smtp_security",
+            ),
             ("[alerts.rules.duplicate_storm]\nmin_rate = 2.0", "alerts.rules.duplicate_storm.min_rate"),
             ("[[alerts.channel]]\nname = \"x\"\nkind = \"pager\"", "alerts.channel[0].kind"),
             ("[[alerts.channel]]\nname = \"x\"\nkind = \"webhook\"\nurl = \"http://h/\"", "alerts.channel[0].secret"),

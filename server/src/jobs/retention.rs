@@ -80,6 +80,21 @@ retention_days as i32
     )
     .execute(pool)
     .await?;
+    // Resolved alerts go with the deliveries (their notifications with
+    // them), and so do the sent or abandoned notifications of older ones.
+    sqlx::query!(
+        "DELETE FROM alerts WHERE state = 'resolved' AND resolved_at < now() - make_interval(days => $1)",
+        retention_days as i32
+    )
+    .execute(pool)
+    .await?;
+    sqlx::query!(
+        "DELETE FROM alert_notifications
+         WHERE coalesce(sent_at, failed_at) < now() - make_interval(days => $1)",
+        retention_days as i32
+    )
+    .execute(pool)
+    .await?;
     // Finished bulk jobs go with the deliveries they re-delivered; a few at
     // a time, as each takes its per-event outcomes along.
     loop {

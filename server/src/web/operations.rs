@@ -241,10 +241,6 @@ impl Operations for ServerOperations {
         Box::pin(self.redeliver_now(delivery_id, by, past_window_reason, bulk_job))
     }
 
-    fn alert_rules(&self) -> &app::api::alerts::AlertRules {
-        &self.services.config.alert_rules
-    }
-
     fn set_paused(
         &self,
         slug: String,

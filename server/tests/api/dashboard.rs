@@ -194,6 +194,10 @@ async fn the_overview_reports_figures_backlog_and_a_duplicate_storm(pool: PgPool
         }
     }
     replaysafe::jobs::rollup::fold_all(&pool).await.unwrap();
+    // The banner shows the alerts the evaluator fired.
+    replaysafe::alerts::evaluate_once(&pool, &app.config)
+        .await
+        .unwrap();
     let (_, o) = app.server_fn("overview", "window=day&source=gh").await;
     assert_eq!(o["totals"]["duplicates"], 30);
     let storm = &o["alerts"][0];
