@@ -137,8 +137,10 @@ fn positive<T: PartialOrd + Default + Copy>(
     default: T,
 ) -> Result<T, super::ConfigError> {
     match value {
-        // `!(v > 0)`: NaN is no number of anything.
-        Some(v) if !(v > T::default()) => Err(invalid(key, "must be above 0".into())),
+        // Not greater than 0, NaN included: it is no number of anything.
+        Some(v) if v.partial_cmp(&T::default()) != Some(std::cmp::Ordering::Greater) => {
+            Err(invalid(key, "must be above 0".into()))
+        }
         Some(v) => Ok(v),
         None => Ok(default),
     }
