@@ -44,3 +44,16 @@ CREATE TABLE alert_notifications (
 CREATE INDEX alert_notifications_due ON alert_notifications (next_attempt_at)
     WHERE sent_at IS NULL AND failed_at IS NULL;
 CREATE INDEX alert_notifications_of_alert ON alert_notifications (alert_id, channel, id);
+
+-- An admin's silence of a rule, for one source or all (NULL), until a time:
+-- its alerts still fire and resolve, but are not sent meanwhile.
+CREATE TABLE alert_silences (
+    id         bigserial PRIMARY KEY,
+    rule       text NOT NULL,
+    source     text,
+    until      timestamptz NOT NULL,
+    created_by text NOT NULL,
+    created_at timestamptz NOT NULL DEFAULT now(),
+    reason     text NOT NULL
+);
+CREATE INDEX alert_silences_in_force ON alert_silences (rule, until);

@@ -17,6 +17,7 @@ use leptos_router::hooks::use_location;
 use leptos_router::{ParamSegment, SsrMode, StaticSegment};
 
 use crate::auth::{who_am_i, Caller, Logout};
+use crate::pages::alerts::AlertsPage;
 use crate::pages::audit::AuditPage;
 use crate::pages::dead::DeadLettersPage;
 use crate::pages::deliveries::DeliveriesPage;
@@ -108,6 +109,7 @@ fn Layout() -> impl IntoView {
                     <Route path=StaticSegment("dead") ssr=SsrMode::Async view=DeadLettersPage/>
                     <Route path=StaticSegment("sources") ssr=SsrMode::Async view=SourcesPage/>
                     <Route path=StaticSegment("login") ssr=SsrMode::Async view=LoginPage/>
+                    <Route path=StaticSegment("alerts") ssr=SsrMode::Async view=AlertsPage/>
                     <Route path=StaticSegment("audit") ssr=SsrMode::Async view=AuditPage/>
                     <Route path=StaticSegment("tokens") ssr=SsrMode::Async view=TokensPage/>
                 </Routes>
@@ -130,6 +132,7 @@ fn TopBar(me: Me) -> impl IntoView {
                                 <A href="/deliveries">"Deliveries"</A>
                                 <A href="/dead">"Dead letters"</A>
                                 <A href="/sources">"Sources"</A>
+                                <A href="/alerts">"Alerts"</A>
                                 <A href="/audit">"Audit log"</A>
                                 {user.can(crate::auth::Role::Admin).then(|| view! { <A href="/tokens">"Tokens"</A> })}
                             </nav>

@@ -259,3 +259,32 @@ test('an admin revokes a token made on the command line, and the API refuses it 
   await page.getByRole('link', { name: 'Audit log' }).click();
   await expect(page.getByTestId('audit-table').locator('tr[data-action="token.revoke"]').first()).toContainText(name);
 });
+
+test('the alerts page shows a firing alert; an admin silences it and the audit log says so, a viewer cannot', async ({ page, browser, request }) => {
+  const id = eventId('refuse-alerts');
+  await sendSigned(request, 'e2e-standard', id, '{}');
+  await signIn(page, 'admin');
+  const row = page.locator('[data-testid="firing-alerts"] tr[data-rule="dead_letters"][data-source="e2e-standard"]');
+  await expect(async () => {
+    await openHydrated(page, '/alerts');
+    await expect(row).toBeVisible({ timeout: 1_000 });
+  }).toPass({ timeout: 30_000 });
+  await expect(row).toContainText('dead-lettered in the last 10 minutes');
+
+  const viewer = await browser.newPage();
+  await signIn(viewer, 'viewer');
+  await openHydrated(viewer, '/alerts');
+  await expect(viewer.locator('[data-testid="firing-alerts"] tr[data-rule="dead_letters"]').first()).toBeVisible();
+  await expect(viewer.getByRole('button', { name: /^Silence/ })).toHaveCount(0);
+  await viewer.close();
+
+  await row.getByLabel('Reason').fill('e2e: a known outage');
+  await row.getByRole('button', { name: 'Silence Dead letters on e2e-standard' }).click();
+  await expect(page.getByRole('status')).toContainText('dead_letters silenced until');
+  const silence = page.getByTestId('silences').locator('tr[data-rule="dead_letters"]');
+  await expect(silence).toContainText('e2e: a known outage');
+  await silence.getByRole('button', { name: 'End silence' }).click();
+  await expect(page.getByTestId('silences')).toHaveCount(0);
+  await page.getByRole('link', { name: 'Audit log' }).click();
+  await expect(page.getByTestId('audit-table').locator('tr[data-action="alert.silence"]').first()).toContainText('e2e-admin');
+});

@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 
+use leptos::prelude::*;
 use serde::{Deserialize, Serialize};
 
 /// The rules of one source; None: that rule is off for it.
@@ -148,11 +149,269 @@ impl Condition {
     }
 }
 
+/// An alert as the Alerts page and the API show it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
+pub struct AlertRow {
+    pub id: i64,
+    pub rule: String,
+    pub title: String,
+    pub source: String,
+    /// firing or resolved
+    pub state: String,
+    /// UTC, `YYYY-MM-DD HH:MM:SS`.
+    pub started_at: String,
+    pub resolved_at: Option<String>,
+    pub summary: String,
+    pub figures: BTreeMap<String, f64>,
+    pub link: String,
+    /// Notifications of it are held back until then (UTC), by a silence.
+    pub silenced_until: Option<String>,
+}
+
+/// A rule an admin silenced for a while: its alerts are still kept and
+/// shown, but not sent.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
+pub struct SilenceRow {
+    pub id: i64,
+    pub rule: String,
+    /// None: every source.
+    pub source: Option<String>,
+    pub until: String,
+    pub by: String,
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
+pub struct AlertsPage {
+    pub firing: Vec<AlertRow>,
+    /// The most recent resolved ones, newest first.
+    pub resolved: Vec<AlertRow>,
+    pub silences: Vec<SilenceRow>,
+}
+
+/// Resolved alerts the page lists.
+pub const RECENT_ALERTS: i64 = 50;
+/// The longest silence: a week.
+pub const MAX_SILENCE_MINUTES: i64 = 7 * 24 * 60;
+
+#[server(endpoint = "alerts")]
+pub async fn list_alerts() -> Result<AlertsPage, ServerFnError> {
+    Ok(ssr::page(&crate::api::ssr::cx().await?).await?)
+}
+
+/// Silences a rule (for one source, or all) for `minutes` (admin; audit-logged).
+#[server(endpoint = "alert-silence")]
+pub async fn silence_rule(
+    rule: String,
+    #[server(default)] source: String,
+    minutes: i64,
+    reason: String,
+) -> Result<SilenceRow, ServerFnError> {
+    Ok(ssr::silence(&crate::api::ssr::cx().await?, rule, source, minutes, reason).await?)
+}
+
+/// Ends a silence now (admin; audit-logged).
+#[server(endpoint = "alert-unsilence")]
+pub async fn end_silence(id: i64) -> Result<(), ServerFnError> {
+    Ok(ssr::unsilence(&crate::api::ssr::cx().await?, id).await?)
+}
+
 #[cfg(feature = "ssr")]
 pub mod ssr {
     use sqlx::PgPool;
 
     use super::*;
+
+    use crate::api::ssr::Cx;
+    use crate::auth::Role;
+    use crate::error::AppError;
+
+    struct Row {
+        id: i64,
+        rule: String,
+        source: String,
+        state: String,
+        started_at: String,
+        resolved_at: Option<String>,
+        summary: String,
+        figures: serde_json::Value,
+        link: String,
+        silenced_until: Option<String>,
+    }
+
+    impl Row {
+        fn into_alert(self) -> AlertRow {
+            let condition = Condition {
+                rule: self.rule,
+                source: self.source,
+                summary: self.summary,
+                figures: serde_json::from_value(self.figures).unwrap_or_default(),
+                link: self.link,
+            };
+            AlertRow {
+                id: self.id,
+                title: condition.title().to_owned(),
+                rule: condition.rule,
+                source: condition.source,
+                state: self.state,
+                started_at: self.started_at,
+                resolved_at: self.resolved_at,
+                summary: condition.summary,
+                figures: condition.figures,
+                link: condition.link,
+                silenced_until: self.silenced_until,
+            }
+        }
+    }
+
+    /// The silence that holds back notifications of `rule` for `source`
+    /// now, if any (its end, UTC).
+    pub async fn silenced(
+        executor: impl sqlx::PgExecutor<'_>,
+        rule: &str,
+        source: &str,
+    ) -> Result<bool, sqlx::Error> {
+        sqlx::query_scalar!(
+            r#"SELECT EXISTS (SELECT 1 FROM alert_silences
+                              WHERE rule = $1 AND (source IS NULL OR source = $2)
+                                AND until > now()) AS "silenced!""#,
+            rule,
+            source
+        )
+        .fetch_one(executor)
+        .await
+    }
+
+    /// Firing alerts, the recent resolved ones, and the silences in force (viewer).
+    pub async fn page(cx: &Cx) -> Result<AlertsPage, AppError> {
+        cx.require(Role::Viewer)?;
+        let rows = sqlx::query_as!(
+            Row,
+            r#"SELECT a.id AS "id!", a.rule AS "rule!", a.source AS "source!", a.state AS "state!",
+                      to_char(a.started_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') AS "started_at!",
+                      to_char(a.resolved_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') AS resolved_at,
+                      a.summary AS "summary!", a.figures AS "figures!", a.link AS "link!",
+                      (SELECT to_char(max(s.until) AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS')
+                       FROM alert_silences s
+                       WHERE s.rule = a.rule AND (s.source IS NULL OR s.source = a.source)
+                         AND s.until > now()) AS silenced_until
+               FROM ((SELECT * FROM alerts WHERE state = 'firing')
+                     UNION ALL
+                     (SELECT * FROM alerts WHERE state = 'resolved'
+                      ORDER BY resolved_at DESC LIMIT $1)) a
+               ORDER BY a.state, coalesce(a.resolved_at, a.started_at) DESC"#,
+            RECENT_ALERTS
+        )
+        .fetch_all(&cx.pool)
+        .await
+        .map_err(AppError::database)?;
+        let (firing, resolved): (Vec<AlertRow>, Vec<AlertRow>) = rows
+            .into_iter()
+            .map(Row::into_alert)
+            .partition(|a| a.state == "firing");
+        let silences = sqlx::query_as!(
+            SilenceRow,
+            r#"SELECT id, rule, source,
+                      to_char(until AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') AS "until!",
+                      created_by AS by, reason
+               FROM alert_silences WHERE until > now() ORDER BY until"#
+        )
+        .fetch_all(&cx.pool)
+        .await
+        .map_err(AppError::database)?;
+        Ok(AlertsPage {
+            firing,
+            resolved,
+            silences,
+        })
+    }
+
+    /// Holds back notifications of `rule` (for `source`, or every source
+    /// when empty) for `minutes` (admin; audit-logged, with a reason).
+    pub async fn silence(
+        cx: &Cx,
+        rule: String,
+        source: String,
+        minutes: i64,
+        reason: String,
+    ) -> Result<SilenceRow, AppError> {
+        let admin = cx.require(Role::Admin)?;
+        if !RULES.contains(&rule.as_str()) {
+            return Err(AppError::BadRequest(format!(
+                "{rule:?} is not one of {}",
+                RULES.join(", ")
+            )));
+        }
+        if !(1..=MAX_SILENCE_MINUTES).contains(&minutes) {
+            return Err(AppError::BadRequest(format!(
+                "silence for 1 to {MAX_SILENCE_MINUTES} minutes"
+            )));
+        }
+        let reason = reason.trim();
+        if reason.is_empty() {
+            return Err(AppError::BadRequest(
+                "give a reason: it goes into the audit log".into(),
+            ));
+        }
+        let source = Some(source.trim().to_owned()).filter(|s| !s.is_empty());
+        let row = sqlx::query_as!(
+            SilenceRow,
+            r#"INSERT INTO alert_silences (rule, source, until, created_by, reason)
+               VALUES ($1, $2, now() + make_interval(mins => $3), $4, $5)
+               RETURNING id, rule, source,
+                         to_char(until AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') AS "until!",
+                         created_by AS by, reason"#,
+            rule,
+            source,
+            minutes as i32,
+            admin.username,
+            reason
+        )
+        .fetch_one(&cx.pool)
+        .await
+        .map_err(AppError::database)?;
+        cx.audit(
+            admin,
+            "alert.silence",
+            Some(&format!(
+                "{rule} on {}",
+                source.as_deref().unwrap_or("every source")
+            )),
+            &format!("until {} UTC", row.until),
+            serde_json::json!({ "reason": reason, "minutes": minutes }),
+        )
+        .await?;
+        Ok(row)
+    }
+
+    /// Ends a silence now (admin; audit-logged).
+    pub async fn unsilence(cx: &Cx, id: i64) -> Result<(), AppError> {
+        let admin = cx.require(Role::Admin)?;
+        let ended = sqlx::query!(
+            "UPDATE alert_silences SET until = now() WHERE id = $1 AND until > now()
+             RETURNING rule, source",
+            id
+        )
+        .fetch_optional(&cx.pool)
+        .await
+        .map_err(AppError::database)?
+        .ok_or_else(|| AppError::NotFound("no silence in force has that id".into()))?;
+        cx.audit(
+            admin,
+            "alert.unsilence",
+            Some(&format!(
+                "{} on {}",
+                ended.rule,
+                ended.source.as_deref().unwrap_or("every source")
+            )),
+            "ended",
+            serde_json::json!({}),
+        )
+        .await
+    }
 
     fn percent(rate: f64) -> String {
         format!("{:.1}%", rate * 100.0)

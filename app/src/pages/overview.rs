@@ -156,7 +156,7 @@ fn Alerts(alerts: Vec<Condition>) -> impl IntoView {
                 <div class=class role="alert" data-testid=a.rule.replace('_', "-") data-source=a.source.clone()>
                     <strong>{a.title()} " on " <code>{a.source.clone()}</code></strong>
                     {format!(": {}. ", a.summary)}
-                    <a href=a.link.clone()>{a.link_text()}</a>
+                    <a href=a.link.clone()>{a.link_text()}</a> " · " <a href="/alerts">"All alerts"</a>
                 </div>
             }
         })

@@ -64,7 +64,7 @@ pub async fn evaluate_once(pool: &PgPool, config: &Config) -> Result<Transitions
                 )
                 .fetch_one(&mut *tx)
                 .await?;
-                queue(&mut tx, config, id, &c.rule, "firing").await?;
+                queue(&mut tx, config, id, (&c.rule, &c.source), "firing").await?;
                 done.fired.push(key);
             }
             Some((id, repeat_due)) => {
@@ -81,7 +81,7 @@ pub async fn evaluate_once(pool: &PgPool, config: &Config) -> Result<Transitions
                 .execute(&mut *tx)
                 .await?;
                 if *repeat_due {
-                    queue(&mut tx, config, *id, &c.rule, "repeat").await?;
+                    queue(&mut tx, config, *id, (&c.rule, &c.source), "repeat").await?;
                     done.repeated.push(key);
                 }
             }
@@ -103,7 +103,7 @@ pub async fn evaluate_once(pool: &PgPool, config: &Config) -> Result<Transitions
         .await?
         .rows_affected();
         if resolved == 1 {
-            queue(&mut tx, config, *id, rule, "resolved").await?;
+            queue(&mut tx, config, *id, (rule, source), "resolved").await?;
             done.resolved.push((rule.clone(), source.clone()));
         }
     }
@@ -117,14 +117,19 @@ pub async fn evaluate_once(pool: &PgPool, config: &Config) -> Result<Transitions
     Ok(done)
 }
 
-/// A notification of `kind` for every channel that takes `rule`.
+/// A notification of `kind` for every channel that takes `rule`, unless
+/// an admin silenced it.
 async fn queue(
     tx: &mut sqlx::PgConnection,
     config: &Config,
     alert: i64,
-    rule: &str,
+    (rule, source): (&str, &str),
     kind: &str,
 ) -> Result<(), sqlx::Error> {
+    // Silenced by an admin: kept and shown, not sent.
+    if app::api::alerts::ssr::silenced(&mut *tx, rule, source).await? {
+        return Ok(());
+    }
     let channels: Vec<String> = config
         .alerts
         .channels

@@ -83,6 +83,7 @@ async fn every_page_and_server_function_checks_session_and_role(pool: PgPool) {
         "/dead".to_owned(),
         "/sources".to_owned(),
         "/audit".to_owned(),
+        "/alerts".to_owned(),
         "/tokens".to_owned(),
     ];
     for (who, cookie) in &sessions {
@@ -104,6 +105,13 @@ async fn every_page_and_server_function_checks_session_and_role(pool: PgPool) {
     let job: i64 = sqlx::query_scalar(
         "INSERT INTO bulk_jobs (filter, up_to, started_by, total, state, finished_at)
          VALUES ('{}', 0, 'test', 0, 'done', now()) RETURNING id",
+    )
+    .fetch_one(&app.pool)
+    .await
+    .unwrap();
+    let silence: i64 = sqlx::query_scalar(
+        "INSERT INTO alert_silences (rule, until, created_by, reason)
+         VALUES ('backlog', now() + interval '1 hour', 'test', 'test') RETURNING id",
     )
     .fetch_one(&app.pool)
     .await
@@ -130,6 +138,13 @@ async fn every_page_and_server_function_checks_session_and_role(pool: PgPool) {
             "operator",
         ),
         ("bulk-jobs", String::new(), "viewer"),
+        ("alerts", String::new(), "viewer"),
+        (
+            "alert-silence",
+            "rule=backlog&minutes=60&reason=the+role+matrix".to_owned(),
+            "admin",
+        ),
+        ("alert-unsilence", format!("id={silence}"), "admin"),
         ("bulk-job", format!("id={job}"), "viewer"),
         ("bulk-job-cancel", format!("id={job}"), "operator"),
         (

@@ -466,3 +466,74 @@ async fn alert_test_sends_a_signed_test_message_to_one_channel() {
     assert!(!unknown.status.success());
     assert!(String::from_utf8_lossy(&unknown.stderr).contains("(the config has: hook)"));
 }
+
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn an_admins_silence_keeps_an_alert_shown_but_unsent(pool: PgPool) {
+    let destination = Destination::start(vec![Scripted::status(400)]).await;
+    let webhook = Destination::start(vec![]).await;
+    let top = format!(
+        "[[alerts.channel]]\nname = \"hook\"\nkind = \"webhook\"\nurl = \"{}\"\nsecret = \"{WEBHOOK_SECRET}\"\n",
+        webhook.url
+    );
+    let app = spawn_app(pool.clone(), gh_config(&destination.url, &top)).await;
+    let (status, silence) = app
+        .server_fn(
+            "alert-silence",
+            "rule=dead_letters&source=gh&minutes=60&reason=a+known+outage",
+        )
+        .await;
+    assert_eq!(status, 200, "{silence}");
+    let (status, refused) = app
+        .server_fn("alert-silence", "rule=no_such_rule&minutes=60&reason=x")
+        .await;
+    assert_eq!(status, 400, "{refused}");
+
+    assert_eq!(deliver(&app, "silenced", b"gh-secret").await, 200);
+    app.drain().await;
+    let t = evaluate_once(&pool, &app.config).await.unwrap();
+    assert_eq!(names(&t.fired), ["dead_letters"]);
+    let queued: i64 = sqlx::query_scalar("SELECT count(*) FROM alert_notifications")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(queued, 0, "silenced: nothing to send");
+
+    // The page shows it firing, silenced, and the silence with its reason.
+    let (_, page) = app.server_fn("alerts", "").await;
+    assert_eq!(page["firing"][0]["rule"], "dead_letters");
+    assert!(page["firing"][0]["silenced_until"].is_string(), "{page}");
+    assert_eq!(page["silences"][0]["reason"], "a known outage");
+
+    // Ended: the next transition is sent.
+    let (status, _) = app
+        .server_fn("alert-unsilence", &format!("id={}", silence["id"]))
+        .await;
+    assert_eq!(status, 200);
+    sqlx::query("UPDATE events SET state_changed_at = now() - interval '1 hour'")
+        .execute(&pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        names(&evaluate_once(&pool, &app.config).await.unwrap().resolved),
+        ["dead_letters"]
+    );
+    let http = replaysafe::alerts::channels::client();
+    assert_eq!(
+        replaysafe::alerts::send_due(&pool, &app.config, &http)
+            .await
+            .unwrap(),
+        1
+    );
+    assert_eq!(webhook.count(), 1);
+    let (_, audit) = app.server_fn("audit", "").await;
+    let actions: Vec<&str> = audit["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["action"].as_str().unwrap())
+        .collect();
+    assert!(
+        actions.contains(&"alert.silence") && actions.contains(&"alert.unsilence"),
+        "{actions:?}"
+    );
+}
