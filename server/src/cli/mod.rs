@@ -89,6 +89,13 @@ pub enum Command {
         #[arg(long, default_value = "hour", value_parser = ["hour", "day", "week"])]
         window: String,
     },
+    /// Alerts on a running server (over its API): list, silence, unsilence
+    Alerts {
+        #[command(flatten)]
+        target: remote::Target,
+        #[command(subcommand)]
+        action: remote::AlertsAction,
+    },
     /// The audit log of a running server, newest first (over its API)
     Audit {
         #[command(flatten)]
@@ -181,6 +188,9 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
         }
         Command::Overview { target, window } => {
             Ok(remote::run(target, remote::Command::Overview { window }).await?)
+        }
+        Command::Alerts { target, action } => {
+            Ok(remote::run(target, remote::Command::Alerts(action)).await?)
         }
         Command::Audit { target, limit } => {
             Ok(remote::run(target, remote::Command::Audit { limit }).await?)

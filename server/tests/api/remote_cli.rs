@@ -307,6 +307,37 @@ async fn the_dashboards_figures_audit_and_deliveries_from_a_shell(pool: PgPool) 
     assert_eq!(code, 0);
     assert!(stdout.starts_with("source gh, last hour"), "{stdout}");
 
+    // Alerts: listed (the evaluator fired one for the dead letter);
+    // silencing is an admin's, refused to this operator token.
+    replaysafe::alerts::evaluate_once(&pool, &app.config)
+        .await
+        .unwrap();
+    let (code, stdout, stderr) = run(&app, &token, &["alerts", "list"]).await;
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l.contains("firing") && l.contains("dead_letters") && l.contains("gh")),
+        "{stdout}"
+    );
+    let (code, _, stderr) = run(
+        &app,
+        &token,
+        &[
+            "alerts",
+            "silence",
+            "--rule",
+            "dead_letters",
+            "--for",
+            "1h",
+            "--reason",
+            "x",
+        ],
+    )
+    .await;
+    assert_ne!(code, 0);
+    assert!(stderr.contains("403"), "{stderr}");
+
     // A stored delivery re-delivered by id: its dead event is queued again.
     let delivery: i64 = sqlx::query_scalar("SELECT id FROM deliveries WHERE idem_key = 'figured'")
         .fetch_one(&pool)

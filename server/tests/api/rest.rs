@@ -112,6 +112,9 @@ const ROUTES: &[(&str, &str, &str)] = &[
     ("get", "/jobs/{id}", "viewer"),
     ("delete", "/jobs/{id}", "operator"),
     ("get", "/jobs/{id}/results", "viewer"),
+    ("get", "/alerts", "viewer"),
+    ("post", "/alerts/silences", "admin"),
+    ("delete", "/alerts/silences/{id}", "admin"),
     ("get", "/audit", "viewer"),
     ("get", "/tokens", "admin"),
     ("delete", "/tokens/{id}", "admin"),
@@ -169,6 +172,13 @@ async fn every_documented_route_checks_the_token_and_its_role(pool: PgPool) {
         job.body
     );
     let job = job.body["id"].as_i64().unwrap();
+    let silence: i64 = sqlx::query_scalar(
+        "INSERT INTO alert_silences (rule, until, created_by, reason)
+         VALUES ('backlog', now() + interval '1 hour', 'test', 'test') RETURNING id",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
     let rank = |role: &str| {
         ["viewer", "operator", "admin"]
             .iter()
@@ -191,6 +201,7 @@ async fn every_documented_route_checks_the_token_and_its_role(pool: PgPool) {
                     Some("deliveries") => delivery,
                     Some("events") => event,
                     Some("jobs") => job,
+                    Some("alerts") => silence,
                     _ => victim_id,
                 }
                 .to_string(),
@@ -198,6 +209,9 @@ async fn every_documented_route_checks_the_token_and_its_role(pool: PgPool) {
             let body = (*method != "get" && *method != "delete").then(|| match *path {
                 "/events/{id}/force" => json!({"key": "m-1", "reason": "the role matrix"}),
                 "/dead-letters/redeliver" => json!({"source": "nothing-matches"}),
+                "/alerts/silences" => {
+                    json!({"rule": "backlog", "minutes": 5, "reason": "the role matrix"})
+                }
                 _ => json!({}),
             });
             let answer = call(&app, method, &concrete, presented.as_deref(), body).await;

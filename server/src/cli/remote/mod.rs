@@ -5,6 +5,7 @@
 //! refused. `--url` / `$REPLAYSAFE_URL` and `--token` / `$REPLAYSAFE_TOKEN`
 //! say where and as whom; no config file and no database are needed.
 
+mod alerts;
 mod client;
 mod deliveries;
 mod events;
@@ -102,6 +103,29 @@ pub enum SourcesAction {
 }
 
 #[derive(Subcommand, Debug)]
+pub enum AlertsAction {
+    /// Firing and recently resolved alerts, and the silences in force
+    List,
+    /// Hold back a rule's notifications for a while (admin; audit-logged)
+    Silence {
+        /// duplicate_storm, dead_letters, backlog, signature_failures or destination_failing
+        #[arg(long)]
+        rule: String,
+        /// Only this source (default: every source)
+        #[arg(long)]
+        source: Option<String>,
+        /// How long: 30m, 4h, 1d (at most a week)
+        #[arg(long = "for", value_name = "DURATION")]
+        duration: String,
+        /// Why: it goes into the audit log
+        #[arg(long)]
+        reason: String,
+    },
+    /// End a silence now (admin)
+    Unsilence { id: i64 },
+}
+
+#[derive(Subcommand, Debug)]
 pub enum JobsAction {
     /// The most recent bulk re-delivery jobs
     List,
@@ -116,6 +140,7 @@ pub enum JobsAction {
 pub enum Command {
     Overview { window: String },
     Audit { limit: usize },
+    Alerts(AlertsAction),
     Events(EventsAction),
     Jobs(JobsAction),
     Deliveries(DeliveriesAction),
@@ -128,6 +153,7 @@ pub async fn run(target: Target, command: Command) -> Result<(), RemoteError> {
     match command {
         Command::Overview { window } => overview::overview(&remote, &window, json).await,
         Command::Audit { limit } => overview::audit(&remote, limit, json).await,
+        Command::Alerts(action) => alerts::run(&remote, action, json).await,
         Command::Events(action) => events::run(&remote, action, json).await,
         Command::Jobs(action) => jobs::run(&remote, action, json).await,
         Command::Deliveries(action) => deliveries::run(&remote, action, json).await,

@@ -9,6 +9,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use app::api::actions::{self, AuditPage, DeadFilter, RedeliveryResult};
+use app::api::alerts::{self, AlertsPage, SilenceRow};
 use app::api::deliveries::{self, DeliveryFilter, DeliveryPage};
 use app::api::events::{self, DeadLetterPage, DeliveryDetail, EventDetail, EventFilter, EventPage};
 use app::api::jobs::{self, BulkJob, JobResults};
@@ -41,6 +42,9 @@ pub fn router() -> OpenApiRouter<ApiState> {
         .routes(routes!(list_jobs))
         .routes(routes!(show_job, cancel_job))
         .routes(routes!(job_results))
+        .routes(routes!(list_alerts))
+        .routes(routes!(silence_alerts))
+        .routes(routes!(end_silence))
         .routes(routes!(list_audit))
         .routes(routes!(list_tokens))
         .routes(routes!(revoke_token))
@@ -448,6 +452,48 @@ async fn job_results(
               (status = 409, body = super::ErrorBody)))]
 async fn cancel_job(ApiCx(cx): ApiCx, ApiPath(id): ApiPath<i64>) -> ApiResult<BulkJob> {
     Ok(Json(jobs::ssr::cancel(&cx, id).await?))
+}
+
+/// Firing and recently resolved alerts, and the silences in force.
+#[utoipa::path(get, path = "/alerts", tag = "alerts",
+    responses((status = 200, body = AlertsPage)))]
+async fn list_alerts(ApiCx(cx): ApiCx) -> ApiResult<AlertsPage> {
+    Ok(Json(alerts::ssr::page(&cx).await?))
+}
+
+#[derive(Deserialize, ToSchema)]
+struct SilenceBody {
+    /// One of the rules: duplicate_storm, dead_letters, backlog,
+    /// signature_failures, destination_failing.
+    rule: String,
+    /// Absent: every source.
+    #[serde(default)]
+    source: String,
+    /// 1 to 10080 (a week).
+    minutes: i64,
+    /// Goes into the audit log.
+    reason: String,
+}
+
+/// Silences a rule for a while (admin; audit-logged): its alerts are still
+/// kept and shown, not sent.
+#[utoipa::path(post, path = "/alerts/silences", tag = "alerts", request_body(content = SilenceBody),
+    responses((status = 200, body = SilenceRow), (status = 400, body = super::ErrorBody)))]
+async fn silence_alerts(
+    ApiCx(cx): ApiCx,
+    ApiJson(body): ApiJson<SilenceBody>,
+) -> ApiResult<SilenceRow> {
+    Ok(Json(
+        alerts::ssr::silence(&cx, body.rule, body.source, body.minutes, body.reason).await?,
+    ))
+}
+
+/// Ends a silence now (admin; audit-logged).
+#[utoipa::path(delete, path = "/alerts/silences/{id}", tag = "alerts", params(("id" = i64, Path)),
+    responses((status = 200, description = "Ended"), (status = 404, body = super::ErrorBody)))]
+async fn end_silence(ApiCx(cx): ApiCx, ApiPath(id): ApiPath<i64>) -> ApiResult<serde_json::Value> {
+    alerts::ssr::unsilence(&cx, id).await?;
+    Ok(Json(serde_json::json!({"ended": id})))
 }
 
 #[derive(Deserialize, IntoParams)]
