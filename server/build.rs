@@ -1,5 +1,17 @@
-// sqlx::migrate! embeds migrations/ at compile time: a new migration file
-// must rebuild the crate even when no Rust source changed.
+//! The commit a build is of, for `--version` and `replaysafe_build_info`:
+//! `git rev-parse` at build time ("unknown" outside a checkout).
 fn main() {
-    println!("cargo:rerun-if-changed=../migrations");
+    let commit = std::process::Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .filter(|c| !c.is_empty())
+        .unwrap_or_else(|| "unknown".into());
+    println!("cargo:rustc-env=REPLAYSAFE_COMMIT={commit}");
+    // Built again when HEAD moves (a commit, a checkout).
+    for path in ["../.git/HEAD", "../.git/refs/heads", "../.git/packed-refs"] {
+        println!("cargo:rerun-if-changed={path}");
+    }
 }

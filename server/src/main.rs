@@ -1,8 +1,8 @@
 use clap::Parser;
 
 fn main() -> std::process::ExitCode {
-    replaysafe::telemetry::init();
     let cli = replaysafe::cli::Cli::parse();
+    replaysafe::telemetry::init(replaysafe::config::log_format(cli.config.as_deref()));
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(cli.runtime_threads())
         .enable_all()

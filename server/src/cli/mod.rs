@@ -2,6 +2,7 @@
 //! honours `$REPLAYSAFE_CONFIG` and `$DATABASE_URL`.
 
 pub mod alert;
+pub mod config_check;
 pub mod migrate;
 pub mod remote;
 pub mod seed;
@@ -23,7 +24,7 @@ use source::SourceAction;
 #[derive(Parser, Debug)]
 #[command(
     name = "replaysafe",
-    version,
+    version = concat!(env!("CARGO_PKG_VERSION"), " (", env!("REPLAYSAFE_COMMIT"), ")"),
     about = "Inbound-webhook gateway with safe-replay semantics"
 )]
 pub struct Cli {
@@ -72,6 +73,13 @@ pub enum Command {
         #[command(subcommand)]
         action: SourceAction,
     },
+    /// Check the configuration as `serve` reads it and print what is in force (secrets hidden); exit 1 naming a bad key
+    Config {
+        #[command(subcommand)]
+        action: ConfigAction,
+    },
+    /// Print a shell completion script: `replaysafe completions bash > /etc/bash_completion.d/replaysafe`
+    Completions { shell: clap_complete::Shell },
     /// Alert channels: send a test message to one
     Alert {
         #[command(subcommand)]
@@ -135,6 +143,12 @@ pub enum Command {
     },
 }
 
+#[derive(Subcommand, Debug)]
+pub enum ConfigAction {
+    /// Read and validate the configuration (`--config`, `$REPLAYSAFE_CONFIG`, ./replaysafe.toml)
+    Check,
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum CliError {
     #[error(transparent)]
@@ -180,6 +194,22 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             Ok(result?)
         }
         Command::Alert { action } => Ok(alert::run(&load()?, action).await?),
+        Command::Config {
+            action: ConfigAction::Check,
+        } => {
+            config_check::print(&load()?);
+            Ok(())
+        }
+        Command::Completions { shell } => {
+            use clap::CommandFactory;
+            clap_complete::generate(
+                shell,
+                &mut Cli::command(),
+                "replaysafe",
+                &mut std::io::stdout(),
+            );
+            Ok(())
+        }
         Command::Token { action } => {
             let (_database, pool) = open_migrated(&load()?).await?;
             let result = token::run(&pool, action).await;

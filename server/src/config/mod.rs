@@ -94,6 +94,7 @@ pub struct Config {
     /// that in a burst); beyond, 429 with `Retry-After`.
     pub api_requests_per_second: u32,
     pub sources: Vec<SourceConfig>,
+    pub log_format: crate::telemetry::LogFormat,
     /// Each source's alert rules (`[alerts.rules]`, `[source.alerts]`).
     pub alert_rules: app::api::alerts::AlertRules,
     /// How often rules are evaluated, and where alerts go.
@@ -192,6 +193,7 @@ struct RawConfig {
     max_connections_per_address: Option<usize>,
     trusted_proxies: Option<Vec<String>>,
     api_requests_per_second: Option<u32>,
+    log_format: Option<crate::telemetry::LogFormat>,
     alerts: Option<alerts::RawAlerts>,
     #[serde(default)]
     source: Vec<RawSource>,
@@ -264,6 +266,22 @@ pub fn parse_and_validate(
         problem,
     };
     let secret = |key: &str, value: &str| -> Result<Secret, ConfigError> {
+        // `file:PATH` (relative to the config file): systemd's
+        // LoadCredential=, a mounted secret; one trailing newline dropped.
+        if let Some(file) = value.strip_prefix("file:") {
+            let at = path
+                .and_then(Path::parent)
+                .map(|dir| dir.join(file))
+                .unwrap_or_else(|| PathBuf::from(file));
+            let text = std::fs::read_to_string(&at)
+                .map_err(|e| invalid(key, format!("cannot read {}: {e}", at.display())))?;
+            let text = text.strip_suffix('\n').unwrap_or(&text);
+            let text = text.strip_suffix('\r').unwrap_or(text);
+            if text.is_empty() {
+                return Err(invalid(key, format!("{} is empty", at.display())));
+            }
+            return Ok(Secret::new(text));
+        }
         match value.strip_prefix("env:") {
             Some(name) => env(name)
                 .filter(|v| !v.is_empty())
@@ -553,9 +571,26 @@ pub fn parse_and_validate(
         trusted_proxies,
         api_requests_per_second,
         sources,
+        log_format: raw.log_format.unwrap_or_default(),
         alert_rules,
         alerts,
     })
+}
+
+/// The log format the config file asks for, read before anything is
+/// logged (the file is checked fully later; a mistake there is reported
+/// then, in text).
+pub fn log_format(explicit: Option<&Path>) -> crate::telemetry::LogFormat {
+    let path = explicit.unwrap_or(Path::new(DEFAULT_CONFIG_PATH));
+    std::fs::read_to_string(path)
+        .ok()
+        .and_then(|text| toml::from_str::<toml::Table>(&text).ok())
+        .and_then(|table| table.get("log_format")?.as_str().map(str::to_owned))
+        .and_then(|f| match f.as_str() {
+            "json" => Some(crate::telemetry::LogFormat::Json),
+            _ => None,
+        })
+        .unwrap_or_default()
 }
 
 impl Config {

@@ -32,11 +32,17 @@ pub fn install() -> &'static PrometheusHandle {
             tracing::warn!("a metrics recorder was already installed; /metrics may be empty");
         }
         describe();
+        metrics::gauge!("replaysafe_build_info", "version" => super::VERSION, "commit" => super::COMMIT)
+            .set(1.0);
         handle
     })
 }
 
 fn describe() {
+    metrics::describe_gauge!(
+        "replaysafe_build_info",
+        "Always 1; its labels say which version and commit runs"
+    );
     metrics::describe_counter!(
         "replaysafe_deliveries_total",
         "Deliveries received, by source and outcome (spec section 4)"

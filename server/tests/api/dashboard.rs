@@ -386,6 +386,11 @@ async fn metrics_are_prometheus_text_with_outcomes_latency_and_backlog(pool: PgP
         r#"replaysafe_backlog_events{source="metrics-gh"} 1"#,
         r#"replaysafe_dead_letters{source="metrics-gh"} 0"#,
         "# TYPE replaysafe_ack_seconds histogram",
+        &format!(
+            r#"replaysafe_build_info{{version="{}",commit="{}"}} 1"#,
+            env!("CARGO_PKG_VERSION"),
+            replaysafe::telemetry::COMMIT
+        ),
     ] {
         assert!(
             text.lines().any(|l| l == line),

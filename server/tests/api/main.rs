@@ -14,6 +14,7 @@ mod health;
 mod helpers;
 mod hostile;
 mod model;
+mod ops;
 mod outage;
 mod processes;
 mod processing;

@@ -1,0 +1,110 @@
+//! `replaysafe config check`: reads and validates the configuration as
+//! `serve` would, and prints what is in force, secrets hidden; a mistake
+//! exits 1 naming the key.
+
+use crate::config::alerts::ChannelKind;
+use crate::config::Config;
+
+/// What `serve` would run with, secrets hidden.
+pub fn print(config: &Config) {
+    let shown = |s: &Option<crate::secret::Secret>| {
+        if s.is_some() {
+            "(set, hidden)"
+        } else {
+            "(none)"
+        }
+    };
+    println!(
+        "config       {}",
+        config
+            .path
+            .as_ref()
+            .map_or("(no file: the defaults)".to_owned(), |p| p
+                .display()
+                .to_string())
+    );
+    println!("listen       {}", config.listen);
+    println!("public_url   {}", config.public_url);
+    println!(
+        "database     {}",
+        match &config.database_url {
+            Some(_) => "database_url (set, hidden)".to_owned(),
+            None => format!("embedded PostgreSQL under {}", config.data_dir.display()),
+        }
+    );
+    println!(
+        "retention    deliveries {} days, keys {} days, audit log {} days",
+        config.retention_days, config.dedup_ttl_days, config.audit_retention_days
+    );
+    println!(
+        "limits       bodies {} bytes (memory {}), {} connections ({} per address), API {} requests/s a token",
+        config.max_body_bytes,
+        config.max_body_memory_bytes,
+        config.http.max_connections,
+        config.http.max_connections_per_address,
+        config.api_requests_per_second
+    );
+    println!(
+        "metrics      {}, token {}",
+        config
+            .metrics_listen
+            .map_or("beside the receiver".to_owned(), |a| format!("on {a}")),
+        shown(&config.metrics_token)
+    );
+    println!("log_format   {:?}", config.log_format);
+    for s in &config.sources {
+        println!();
+        println!("[source {}]", s.slug);
+        println!("  provider        {}", s.provider.name);
+        println!("  mode            {}", s.mode.as_str());
+        println!(
+            "  destination     {}",
+            s.destination
+                .as_deref()
+                .unwrap_or("(none: nothing is forwarded)")
+        );
+        println!("  signing         {}", shown(&s.destination_secret));
+        println!(
+            "  attempts        {} of {} s each{}",
+            s.max_attempts,
+            s.attempt_timeout_secs,
+            if s.paused { ", paused" } else { "" }
+        );
+        if let Some(rules) = config.alert_rules.per_source.get(&s.slug) {
+            let on: Vec<&str> = app::api::alerts::RULES
+                .iter()
+                .copied()
+                .filter(|r| match *r {
+                    "duplicate_storm" => rules.duplicate_storm.is_some(),
+                    "dead_letters" => rules.dead_letters.is_some(),
+                    "backlog" => rules.backlog.is_some(),
+                    "signature_failures" => rules.signature_failures.is_some(),
+                    _ => rules.destination_failing.is_some(),
+                })
+                .collect();
+            println!("  alert rules     {}", on.join(", "));
+        }
+    }
+    println!();
+    println!(
+        "[alerts] every {} s, repeated {}",
+        config.alerts.every.as_secs(),
+        config
+            .alerts
+            .repeat_after
+            .map_or("never".to_owned(), |d| format!(
+                "every {} minutes",
+                d.as_secs() / 60
+            ))
+    );
+    for c in &config.alerts.channels {
+        let kind = match &c.kind {
+            ChannelKind::Webhook { url, .. } => format!("webhook to {url}, signed (secret hidden)"),
+            ChannelKind::Slack { .. } => "slack (URL hidden)".to_owned(),
+            ChannelKind::Email { host, port, to, .. } => {
+                format!("email via {host}:{port} to {}", to.join(", "))
+            }
+        };
+        println!("  channel {}: {kind}", c.name);
+    }
+}

@@ -1,0 +1,146 @@
+//! Running it for real (issue 17, spec section 9): `config check`,
+//! `completions`, `--version` with the commit, `file:` secrets, JSON logs
+//! that carry no secret, and `replaysafe_build_info`.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+fn replaysafe() -> std::process::Command {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_replaysafe"));
+    command
+        .env_remove("REPLAYSAFE_CONFIG")
+        .env_remove("DATABASE_URL");
+    command
+}
+
+const SECRET: &str = "gh-secret-that-must-never-show";
+
+fn config_file(dir: &std::path::Path, extra: &str) -> std::path::PathBuf {
+    std::fs::write(dir.join("gh.secret"), format!("{SECRET}\n")).unwrap();
+    let path = dir.join("replaysafe.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "{extra}\n[[source]]\nslug = \"gh\"\nprovider = \"github\"\nsecrets = [\"file:gh.secret\"]\ndestination = \"http://127.0.0.1:9/hook\"\n"
+        ),
+    )
+    .unwrap();
+    path
+}
+
+#[test]
+fn config_check_prints_what_is_in_force_without_secrets_and_names_a_bad_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = config_file(
+        dir.path(),
+        "metrics_token = \"a-metrics-token-never-shown\"",
+    );
+    let out = replaysafe()
+        .args(["config", "check", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("[source gh]"), "{stdout}");
+    assert!(stdout.contains("provider        github"), "{stdout}");
+    assert!(stdout.contains("token (set, hidden)"), "{stdout}");
+    assert!(
+        !stdout.contains(SECRET) && !stdout.contains("a-metrics-token"),
+        "{stdout}"
+    );
+
+    std::fs::write(&path, "dedup_ttl_days = 3\n").unwrap();
+    let bad = replaysafe()
+        .args(["config", "check", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("`dedup_ttl_days`"));
+    // A `file:` secret that is not there names its key too.
+    std::fs::write(
+        &path,
+        "[[source]]\nslug = \"gh\"\nprovider = \"github\"\nsecrets = [\"file:/nonexistent/x\"]\n",
+    )
+    .unwrap();
+    let missing = replaysafe()
+        .args(["config", "check", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(missing.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("`source[0].secrets[0]`"));
+}
+
+#[test]
+fn completions_and_version() {
+    for (shell, marker) in [
+        ("bash", "complete -F"),
+        ("zsh", "#compdef replaysafe"),
+        ("fish", "complete -c replaysafe"),
+    ] {
+        let out = replaysafe().args(["completions", shell]).output().unwrap();
+        assert!(out.status.success());
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains(marker), "{shell}: {text}");
+        assert!(text.contains("redeliver"), "{shell} completes subcommands");
+    }
+    let out = replaysafe().arg("--version").output().unwrap();
+    let version = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        version.starts_with(&format!("replaysafe {} (", env!("CARGO_PKG_VERSION"))),
+        "{version}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_logs_are_one_object_a_line_and_carry_no_secret() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let path = config_file(
+        dir.path(),
+        &format!("listen = \"127.0.0.1:{port}\"\nlog_format = \"json\"\ndatabase_url = \"postgres://u:db-password-never-shown@127.0.0.1:9/x\""),
+    );
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_replaysafe"))
+        .args(["serve", "--config"])
+        .arg(&path)
+        .env_remove("DATABASE_URL")
+        .env("RUST_LOG", "info")
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut seen = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), async {
+        while let Ok(Some(line)) = lines.next_line().await {
+            seen.push(line);
+        }
+    })
+    .await;
+    child.kill().await.unwrap();
+    assert!(!seen.is_empty(), "serve logged nothing");
+    for line in &seen {
+        let v: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+        for field in ["timestamp", "level", "target"] {
+            assert!(v.get(field).is_some(), "{field} in {line}");
+        }
+        assert!(
+            !line.contains(SECRET) && !line.contains("db-password-never-shown"),
+            "{line}"
+        );
+    }
+    assert!(seen.iter().any(|l| l.contains("listening")), "{seen:?}");
+}
