@@ -10,8 +10,11 @@ fn main() {
         .filter(|c| !c.is_empty())
         .unwrap_or_else(|| "unknown".into());
     println!("cargo:rustc-env=REPLAYSAFE_COMMIT={commit}");
-    // Built again when HEAD moves (a commit, a checkout).
+    // Built again when HEAD moves (a commit, a checkout); only paths that
+    // exist, as cargo reruns a script every build for a missing one.
     for path in ["../.git/HEAD", "../.git/refs/heads", "../.git/packed-refs"] {
-        println!("cargo:rerun-if-changed={path}");
+        if std::path::Path::new(path).exists() {
+            println!("cargo:rerun-if-changed={path}");
+        }
     }
 }

@@ -732,6 +732,81 @@ mod tests {
         assert!(e.contains("listne"), "{e}");
     }
 
+    /// The names of a `struct NAME { ... }`'s fields in Rust source.
+    fn fields(source: &str, name: &str) -> Vec<String> {
+        let start = source
+            .find(&format!("struct {name} {{"))
+            .unwrap_or_else(|| panic!("struct {name}"));
+        let body = &source[start..];
+        let body = &body[..body.find("\n}").unwrap()];
+        body.lines()
+            .skip(1)
+            .map(str::trim)
+            .filter(|l| !l.starts_with("//") && !l.starts_with('#') && l.contains(':'))
+            .map(|l| l.split(':').next().unwrap().trim().to_owned())
+            .collect()
+    }
+
+    #[test]
+    fn the_example_config_parses_and_shows_every_key() {
+        let example = include_str!("../../../replaysafe.example.toml");
+        let config = parse(example, &[]).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(config.sources.len(), 7);
+        assert_eq!(config.alerts.channels.len(), 3);
+        assert_eq!(
+            config.alert_rules.per_source["stripe"]
+                .dead_letters
+                .as_ref()
+                .unwrap()
+                .threshold,
+            5
+        );
+        let shown = |key: &str| {
+            example.lines().any(|l| {
+                let l = l.trim_start_matches('#').trim_start();
+                l.starts_with(&format!("{key} ="))
+                    || l.starts_with(&format!("[{key}]"))
+                    || l.contains(&format!(".{key}]"))
+                    || l.starts_with(&format!("[[{key}]]"))
+            })
+        };
+        let mut missing = Vec::new();
+        let mut checked = 0;
+        for (file, structs) in [
+            (include_str!("mod.rs"), &["RawConfig", "RawSource"][..]),
+            (
+                include_str!("alerts.rs"),
+                &[
+                    "RawAlerts",
+                    "RawRules",
+                    "RawStorm",
+                    "RawWindowed",
+                    "RawBacklog",
+                    "RawFailing",
+                    "RawChannel",
+                ][..],
+            ),
+        ] {
+            for s in structs {
+                for key in fields(file, s) {
+                    // `channel` and `source` are array tables, named as such.
+                    let key = match key.as_str() {
+                        "channel" => "alerts.channel".to_owned(),
+                        _ => key,
+                    };
+                    checked += 1;
+                    if !shown(&key) {
+                        missing.push(format!("{s}.{key}"));
+                    }
+                }
+            }
+        }
+        assert!(
+            missing.is_empty(),
+            "replaysafe.example.toml lacks {missing:?}"
+        );
+    }
+
     #[test]
     fn alert_rules_take_the_defaults_then_alerts_rules_then_the_sources_own() {
         let config = parse(

@@ -144,3 +144,41 @@ async fn json_logs_are_one_object_a_line_and_carry_no_secret() {
     }
     assert!(seen.iter().any(|l| l.contains("listening")), "{seen:?}");
 }
+
+/// `deploy/replaysafe.service` as systemd reads it: `systemd-analyze
+/// verify` passes, and `security` rates its exposure low.
+#[test]
+fn the_systemd_unit_verifies_and_is_hardened() {
+    let unit = include_str!("../../../deploy/replaysafe.service").replace(
+        "/usr/local/bin/replaysafe",
+        env!("CARGO_BIN_EXE_replaysafe"),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("replaysafe.service");
+    std::fs::write(&path, unit).unwrap();
+    let verify = std::process::Command::new("systemd-analyze")
+        .args(["verify", "--man=no"])
+        .arg(&path)
+        .output()
+        .expect("systemd-analyze (Debian's systemd; scripts/test installs it)");
+    assert!(
+        verify.status.success() && verify.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&verify.stderr)
+    );
+    let security = std::process::Command::new("systemd-analyze")
+        .args(["security", "--offline=true", "--no-pager"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&security.stdout);
+    let exposure: f64 = text
+        .lines()
+        .find_map(|l| {
+            l.split("Overall exposure level for replaysafe.service: ")
+                .nth(1)
+        })
+        .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(exposure <= 2.0, "exposure {exposure}: {text}");
+}
