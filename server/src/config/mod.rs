@@ -801,6 +801,7 @@ mod tests {
                 }
             }
         }
+        assert!(checked > 60, "only {checked} keys found in the Raw structs");
         assert!(
             missing.is_empty(),
             "replaysafe.example.toml lacks {missing:?}"
