@@ -12,6 +12,7 @@ pub mod listener;
 pub mod metrics;
 pub mod operations;
 pub mod shares;
+mod trace;
 
 use std::net::SocketAddr;
 use std::sync::{Arc, LazyLock};
@@ -91,9 +92,11 @@ fn router(state: AppState, operations: Option<Arc<dyn Operations>>) -> Router {
         if state.services.config.metrics_listen.is_none() {
             router = router.route("/metrics", get(metrics::handler));
         }
-        return router
-            .with_state(state)
-            .layer(axum::middleware::map_response(security_headers));
+        return trace::traced(
+            router
+                .with_state(state)
+                .layer(axum::middleware::map_response(security_headers)),
+        );
     };
     let routes = DASHBOARD_ROUTES.clone();
     let pool = state.services.pool.clone();
@@ -154,7 +157,7 @@ fn router(state: AppState, operations: Option<Arc<dyn Operations>>) -> Router {
     } else {
         router
     };
-    router.layer(axum::middleware::map_response(security_headers))
+    trace::traced(router.layer(axum::middleware::map_response(security_headers)))
 }
 
 /// On every response: no content sniffing, no referrer beyond this site,

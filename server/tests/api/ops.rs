@@ -1,6 +1,7 @@
 //! Running it for real (issue 17, spec section 9): `config check`,
 //! `completions`, `--version` with the commit, `file:` secrets, JSON logs
-//! that carry no secret, and `replaysafe_build_info`.
+//! that carry no secret, a request id per request, and
+//! `replaysafe_build_info`.
 
 use std::process::Stdio;
 use std::time::Duration;
@@ -181,4 +182,66 @@ fn the_systemd_unit_verifies_and_is_hardened() {
         .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
         .unwrap_or_else(|| panic!("{text}"));
     assert!(exposure <= 2.0, "exposure {exposure}: {text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_request_has_an_id_echoed_back_and_named_in_its_log_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let path = config_file(
+        dir.path(),
+        &format!("listen = \"127.0.0.1:{port}\"\nlog_format = \"json\"\ndatabase_url = \"postgres://u:p@127.0.0.1:9/x\""),
+    );
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_replaysafe"))
+        .args(["serve", "--config"])
+        .arg(&path)
+        .env_remove("DATABASE_URL")
+        .env("RUST_LOG", "info")
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let base = format!("http://127.0.0.1:{port}");
+    let client = reqwest::Client::new();
+    let mut answered = None;
+    for _ in 0..100 {
+        if let Ok(r) = client.get(format!("{base}/healthz")).send().await {
+            answered = Some(r);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let generated = answered.expect("serve answers /healthz").headers()["x-request-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(generated.len(), 36, "a UUID: {generated}");
+    let given = client
+        .get(format!("{base}/readyz?token=never-logged"))
+        .header("x-request-id", "req-from-the-proxy-1")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(given.headers()["x-request-id"], "req-from-the-proxy-1");
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut seen = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(3), async {
+        while let Ok(Some(line)) = lines.next_line().await {
+            seen.push(line);
+        }
+    })
+    .await;
+    child.kill().await.unwrap();
+    assert!(seen.iter().all(|l| !l.contains("never-logged")), "{seen:?}");
+    // readyz logs that the database is unreachable, inside the request's span.
+    let traced = seen
+        .iter()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|v| v["span"]["request_id"] == "req-from-the-proxy-1");
+    let traced = traced.unwrap_or_else(|| panic!("no line in the request's span: {seen:?}"));
+    assert_eq!(traced["span"]["path"], "/readyz");
 }

@@ -1,0 +1,35 @@
+//! A span per HTTP request with its request id: taken from `x-request-id`
+//! when the caller sent one (a proxy, a provider), else a new UUID, and
+//! echoed back, so one id ties a caller's request to every log line it
+//! caused. The span names the method and the path only: a query string may
+//! carry a secret.
+
+use axum::http::{HeaderName, Request};
+use axum::Router;
+use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+use tower_http::trace::TraceLayer;
+
+const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+
+pub fn traced(router: Router) -> Router {
+    // The last layer added sees the request first: the id is set, then the
+    // span opened with it, and the id copied onto the response.
+    router
+        .layer(PropagateRequestIdLayer::new(REQUEST_ID))
+        .layer(
+            TraceLayer::new_for_http().make_span_with(|request: &Request<_>| {
+                let id = request
+                    .headers()
+                    .get(&REQUEST_ID)
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or_default();
+                tracing::info_span!(
+                    "request",
+                    method = %request.method(),
+                    path = %request.uri().path(),
+                    request_id = %id,
+                )
+            }),
+        )
+        .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid))
+}
