@@ -1,7 +1,7 @@
 //! Running it for real (issue 17, spec section 9): `config check`,
 //! `completions`, `--version` with the commit, `file:` secrets, JSON logs
-//! that carry no secret, a request id per request, and
-//! `replaysafe_build_info`.
+//! that carry no secret, a request id per request, `replaysafe_build_info`,
+//! the systemd unit and the Prometheus rules.
 
 use std::process::Stdio;
 use std::time::Duration;
@@ -244,4 +244,70 @@ async fn each_request_has_an_id_echoed_back_and_named_in_its_log_lines() {
         .find(|v| v["span"]["request_id"] == "req-from-the-proxy-1");
     let traced = traced.unwrap_or_else(|| panic!("no line in the request's span: {seen:?}"));
     assert_eq!(traced["span"]["path"], "/readyz");
+}
+
+/// `deploy/prometheus/`: the rules pass `promtool check rules` and their
+/// unit tests (`promtool test rules`), and every series they name is one a
+/// live replaysafe serves on `/metrics`.
+#[sqlx::test(migrator = "replaysafe::db::MIGRATOR")]
+async fn the_prometheus_rules_pass_promtool_and_name_only_series_replaysafe_serves(
+    pool: sqlx::PgPool,
+) {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/prometheus");
+    for args in [
+        &["check", "rules", "replaysafe.rules.yml"][..],
+        &["test", "rules", "replaysafe.rules.test.yml"][..],
+    ] {
+        let out = std::process::Command::new("promtool")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .expect("promtool (Debian's prometheus; scripts/test installs it)");
+        assert!(
+            out.status.success(),
+            "promtool {args:?}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    let destination =
+        crate::helpers::Destination::start(vec![crate::helpers::Scripted::status(400)]).await;
+    let app =
+        crate::helpers::spawn_app(pool, crate::helpers::gh_config(&destination.url, "")).await;
+    let body = r#"{"id":"prom-1"}"#;
+    app.github_delivery("gh", "prom-1", body, b"gh-secret")
+        .await;
+    app.github_delivery("gh", "prom-1", body, b"gh-secret")
+        .await;
+    app.github_delivery("gh", "prom-2", body, b"forged").await;
+    app.drain().await;
+    let text = app
+        .client
+        .get(app.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let served: std::collections::BTreeSet<&str> = text
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .map(|l| l.split(['{', ' ']).next().unwrap())
+        .collect();
+    let rules = std::fs::read_to_string(format!("{dir}/replaysafe.rules.yml")).unwrap();
+    let named: std::collections::BTreeSet<&str> = rules
+        .match_indices("replaysafe_")
+        .map(|(at, _)| {
+            let rest = &rules[at..];
+            &rest[..rest
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .unwrap_or(rest.len())]
+        })
+        .collect();
+    assert!(named.len() >= 5, "{named:?}");
+    for name in named {
+        assert!(served.contains(name), "{name} is not on /metrics:\n{text}");
+    }
 }
