@@ -138,7 +138,8 @@ async fn queue(
         .map(|c| c.name.clone())
         .collect();
     // What is sent is the alert as it is now: a late retry tells of the
-    // transition it was queued for.
+    // transition it was queued for. A resolution goes only where the alert
+    // was told (not where a silence held its firing back).
     sqlx::query!(
         r#"INSERT INTO alert_notifications (alert_id, channel, kind, payload)
            SELECT a.id, c.channel, $3,
@@ -148,7 +149,9 @@ async fn queue(
                       'resolved_at', to_char(a.resolved_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'),
                       'summary', a.summary, 'figures', a.figures, 'link', a.link)
            FROM alerts a, unnest($2::text[]) AS c(channel)
-           WHERE a.id = $1"#,
+           WHERE a.id = $1
+             AND ($3 <> 'resolved' OR EXISTS (SELECT 1 FROM alert_notifications n
+                                              WHERE n.alert_id = a.id AND n.channel = c.channel))"#,
         alert,
         &channels,
         kind

@@ -469,7 +469,7 @@ async fn alert_test_sends_a_signed_test_message_to_one_channel() {
 
 #[sqlx::test(migrator = "MIGRATOR")]
 async fn an_admins_silence_keeps_an_alert_shown_but_unsent(pool: PgPool) {
-    let destination = Destination::start(vec![Scripted::status(400)]).await;
+    let destination = Destination::start(vec![Scripted::status(400); 2]).await;
     let webhook = Destination::start(vec![]).await;
     let top = format!(
         "[[alerts.channel]]\nname = \"hook\"\nkind = \"webhook\"\nurl = \"{}\"\nsecret = \"{WEBHOOK_SECRET}\"\n",
@@ -504,15 +504,16 @@ async fn an_admins_silence_keeps_an_alert_shown_but_unsent(pool: PgPool) {
     assert!(page["firing"][0]["silenced_until"].is_string(), "{page}");
     assert_eq!(page["silences"][0]["reason"], "a known outage");
 
-    // Ended: the next transition is sent.
+    // Ended: its resolution goes nowhere (no channel was told it fired);
+    // the next alert is sent, and so is its resolution.
     let (status, _) = app
         .server_fn("alert-unsilence", &format!("id={}", silence["id"]))
         .await;
     assert_eq!(status, 200);
-    sqlx::query("UPDATE events SET state_changed_at = now() - interval '1 hour'")
-        .execute(&pool)
-        .await
-        .unwrap();
+    let age = || {
+        sqlx::query("UPDATE events SET state_changed_at = now() - interval '1 hour'").execute(&pool)
+    };
+    age().await.unwrap();
     assert_eq!(
         names(&evaluate_once(&pool, &app.config).await.unwrap().resolved),
         ["dead_letters"]
@@ -522,9 +523,33 @@ async fn an_admins_silence_keeps_an_alert_shown_but_unsent(pool: PgPool) {
         replaysafe::alerts::send_due(&pool, &app.config, &http)
             .await
             .unwrap(),
-        1
+        0
     );
-    assert_eq!(webhook.count(), 1);
+    assert_eq!(deliver(&app, "after-the-silence", b"gh-secret").await, 200);
+    app.drain().await;
+    assert_eq!(
+        names(&evaluate_once(&pool, &app.config).await.unwrap().fired),
+        ["dead_letters"]
+    );
+    age().await.unwrap();
+    assert_eq!(
+        names(&evaluate_once(&pool, &app.config).await.unwrap().resolved),
+        ["dead_letters"]
+    );
+    assert_eq!(
+        replaysafe::alerts::send_due(&pool, &app.config, &http)
+            .await
+            .unwrap(),
+        2
+    );
+    let kinds: Vec<Value> = webhook
+        .received
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|h| serde_json::from_slice::<Value>(&h.body).unwrap()["type"].clone())
+        .collect();
+    assert_eq!(kinds, ["alert.firing", "alert.resolved"]);
     let (_, audit) = app.server_fn("audit", "").await;
     let actions: Vec<&str> = audit["rows"]
         .as_array()
