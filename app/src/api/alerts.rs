@@ -124,21 +124,23 @@ pub struct Condition {
     pub link: String,
 }
 
-impl Condition {
-    /// The rule's name for people: "Duplicate storm".
-    pub fn title(&self) -> &'static str {
-        match self.rule.as_str() {
-            "duplicate_storm" => "Duplicate storm",
-            "dead_letters" => "Dead letters",
-            "backlog" => "Backlog",
-            "signature_failures" => "Signature failures",
-            "destination_failing" => "Destination failing",
-            _ => "Alert",
-        }
+/// A rule's name for people: "Duplicate storm".
+pub fn title(rule: &str) -> &'static str {
+    match rule {
+        "duplicate_storm" => "Duplicate storm",
+        "dead_letters" => "Dead letters",
+        "backlog" => "Backlog",
+        "signature_failures" => "Signature failures",
+        "destination_failing" => "Destination failing",
+        _ => "Alert",
     }
 }
 
 impl Condition {
+    pub fn title(&self) -> &'static str {
+        title(&self.rule)
+    }
+
     /// What its link shows.
     pub fn link_text(&self) -> &'static str {
         match self.rule.as_str() {

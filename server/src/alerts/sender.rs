@@ -89,15 +89,7 @@ pub async fn send_due(
         let outcome = match serde_json::from_value::<Snapshot>(n.payload) {
             Err(e) => Err(format!("an unreadable notification: {e}")),
             Ok(a) => {
-                let title = app::api::alerts::Condition {
-                    rule: a.rule.clone(),
-                    source: a.source.clone(),
-                    summary: String::new(),
-                    figures: Default::default(),
-                    link: String::new(),
-                }
-                .title()
-                .to_owned();
+                let title = app::api::alerts::title(&a.rule).to_owned();
                 let message = Message {
                     id: format!("alert_notification_{}", n.id),
                     kind: n.kind.clone(),

@@ -101,36 +101,62 @@ fn completions_and_version() {
     );
 }
 
+/// A real `serve` with JSON logs on a free port and an unreachable
+/// database (`database_url`), its stderr piped.
+struct JsonServe {
+    port: u16,
+    child: tokio::process::Child,
+    _dir: tempfile::TempDir,
+}
+
+impl JsonServe {
+    fn start(database_url: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let path = config_file(
+            dir.path(),
+            &format!("listen = \"127.0.0.1:{port}\"\nlog_format = \"json\"\ndatabase_url = \"{database_url}\""),
+        );
+        let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_replaysafe"))
+            .args(["serve", "--config"])
+            .arg(&path)
+            .env_remove("DATABASE_URL")
+            .env("RUST_LOG", "info")
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        Self {
+            port,
+            child,
+            _dir: dir,
+        }
+    }
+
+    /// Every line it logs within `wait`, then it is stopped.
+    async fn lines_within(mut self, wait: Duration) -> Vec<String> {
+        let mut lines = BufReader::new(self.child.stderr.take().unwrap()).lines();
+        let mut seen = Vec::new();
+        let _ = tokio::time::timeout(wait, async {
+            while let Ok(Some(line)) = lines.next_line().await {
+                seen.push(line);
+            }
+        })
+        .await;
+        self.child.kill().await.unwrap();
+        seen
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn json_logs_are_one_object_a_line_and_carry_no_secret() {
-    let dir = tempfile::tempdir().unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let path = config_file(
-        dir.path(),
-        &format!("listen = \"127.0.0.1:{port}\"\nlog_format = \"json\"\ndatabase_url = \"postgres://u:db-password-never-shown@127.0.0.1:9/x\""),
-    );
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_replaysafe"))
-        .args(["serve", "--config"])
-        .arg(&path)
-        .env_remove("DATABASE_URL")
-        .env("RUST_LOG", "info")
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let mut seen = Vec::new();
-    let _ = tokio::time::timeout(Duration::from_secs(5), async {
-        while let Ok(Some(line)) = lines.next_line().await {
-            seen.push(line);
-        }
-    })
-    .await;
-    child.kill().await.unwrap();
+    let seen = JsonServe::start("postgres://u:db-password-never-shown@127.0.0.1:9/x")
+        .lines_within(Duration::from_secs(5))
+        .await;
     assert!(!seen.is_empty(), "serve logged nothing");
     for line in &seen {
         let v: serde_json::Value =
@@ -186,25 +212,8 @@ fn the_systemd_unit_verifies_and_is_hardened() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_request_has_an_id_echoed_back_and_named_in_its_log_lines() {
-    let dir = tempfile::tempdir().unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let path = config_file(
-        dir.path(),
-        &format!("listen = \"127.0.0.1:{port}\"\nlog_format = \"json\"\ndatabase_url = \"postgres://u:p@127.0.0.1:9/x\""),
-    );
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_replaysafe"))
-        .args(["serve", "--config"])
-        .arg(&path)
-        .env_remove("DATABASE_URL")
-        .env("RUST_LOG", "info")
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+    let serve = JsonServe::start("postgres://u:p@127.0.0.1:9/x");
+    let port = serve.port;
     let base = format!("http://127.0.0.1:{port}");
     let client = reqwest::Client::new();
     let mut answered = None;
@@ -227,15 +236,7 @@ async fn each_request_has_an_id_echoed_back_and_named_in_its_log_lines() {
         .await
         .unwrap();
     assert_eq!(given.headers()["x-request-id"], "req-from-the-proxy-1");
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let mut seen = Vec::new();
-    let _ = tokio::time::timeout(Duration::from_secs(3), async {
-        while let Ok(Some(line)) = lines.next_line().await {
-            seen.push(line);
-        }
-    })
-    .await;
-    child.kill().await.unwrap();
+    let seen = serve.lines_within(Duration::from_secs(3)).await;
     assert!(seen.iter().all(|l| !l.contains("never-logged")), "{seen:?}");
     // readyz logs that the database is unreachable, inside the request's span.
     let traced = seen
