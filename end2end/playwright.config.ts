@@ -36,6 +36,7 @@ data_dir = "./data"
 # Alerts (and so the banner) within a second of what fires them.
 [alerts]
 evaluate_every_secs = 1
+resolve_after_secs = 0
 
 [[source]]
 slug = "e2e-standard"

@@ -3,7 +3,6 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-CARGO_LEPTOS_VERSION=0.3.10      # 0.3.11 needs a newer rustc (toolchain.md)
 WASM_BINDGEN_VERSION=0.2.130     # must equal the wasm-bindgen crate pin in Cargo.toml
 SQLX_CLI_VERSION=0.8.6           # must equal the sqlx crate version in Cargo.toml
 CARGO_DENY_VERSION=0.20.2
@@ -31,17 +30,16 @@ ensure_build_tools() {
     log "adding the wasm32-unknown-unknown target"
     rustup target add wasm32-unknown-unknown
   fi
-  if ! cargo leptos --version 2>/dev/null | grep -q "$CARGO_LEPTOS_VERSION"; then
-    log "installing cargo-leptos $CARGO_LEPTOS_VERSION (about 14 minutes on 2 cores, once per machine)"
-    cargo install cargo-leptos --locked --version "$CARGO_LEPTOS_VERSION" --features no_downloads
-  fi
   if ! wasm-bindgen --version 2>/dev/null | grep -q "$WASM_BINDGEN_VERSION"; then
     log "installing wasm-bindgen-cli $WASM_BINDGEN_VERSION"
     # Not --locked: its lockfile names a crate version the registry mirror lacks.
     cargo install wasm-bindgen-cli --version "$WASM_BINDGEN_VERSION" --force
   fi
+}
+
+ensure_sqlx_cli() {  # only the tests need it (check_sqlx_data)
   if ! cargo sqlx --version 2>/dev/null | grep -q "$SQLX_CLI_VERSION"; then
-    log "installing sqlx-cli $SQLX_CLI_VERSION (about 5 minutes, once per machine)"
+    log "installing sqlx-cli $SQLX_CLI_VERSION (about 1.5 minutes, once per machine)"
     cargo install sqlx-cli --locked --version "$SQLX_CLI_VERSION" --no-default-features --features postgres,rustls
   fi
 }
@@ -59,11 +57,15 @@ check_sqlx_data() {
 # live database is, is out of reach here): made into the git checkout that
 # cargo-deny reads at deny.toml's db-path, under the name it gives the
 # RustSec URL, dated as the snapshot.
-check_supply_chain() {
+ensure_cargo_deny() {
   if ! cargo deny --version 2>/dev/null | grep -q "$CARGO_DENY_VERSION"; then
-    log "installing cargo-deny $CARGO_DENY_VERSION (about 5 minutes, once per machine)"
+    log "installing cargo-deny $CARGO_DENY_VERSION (about 2 minutes, once per machine)"
     cargo install cargo-deny --locked --version "$CARGO_DENY_VERSION"
   fi
+}
+
+check_supply_chain() {
+  ensure_cargo_deny
   local db=$ROOT/target/advisory-dbs/advisory-db-3157b0e258782691 date
   date=$(awk '/^date/ {print $2}' "$ROOT/deny/advisories/SNAPSHOT")
   rm -rf "$db" && mkdir -p "$db" && cp -r "$ROOT/deny/advisories/." "$db/"
@@ -72,6 +74,25 @@ check_supply_chain() {
       git -c user.name=replaysafe -c user.email=ci@localhost commit -qm "RustSec snapshot of $date")
   log "cargo deny check (advisories as of $date, licences, duplicate versions, sources)"
   (cd "$ROOT" && cargo deny --offline check)
+}
+
+# Minutes-long steps (a `cargo install`) run beside steps that wait on the
+# network or the disk: in_background NAME COMMAND... starts one, its output
+# kept aside; await_background NAME waits for it, shows its output, and
+# stops the script if it failed.
+declare -A BG_PID BG_LOG
+in_background() {
+  local name=$1; shift
+  BG_LOG[$name]=$(mktemp)
+  ("$@") >"${BG_LOG[$name]}" 2>&1 &
+  BG_PID[$name]=$!
+}
+await_background() {
+  local name=$1 status=0
+  wait "${BG_PID[$name]}" || status=$?
+  cat "${BG_LOG[$name]}" >&2
+  rm -f "${BG_LOG[$name]}"
+  [ "$status" = 0 ] || die "$name failed (exit $status)"
 }
 
 ensure_postgres_binaries() {
@@ -89,9 +110,23 @@ pg_bin_dir() {  # the directory holding initdb, pg_ctl and postgres
   return 1
 }
 
-build_site() {  # the server binary and the hydrated UI bundle (debug: one build shared by run and test)
-  log "building replaysafe (cargo leptos build)"
-  (cd "$ROOT" && cargo leptos build)
+# The server binary and the hydrated UI bundle, laid out as cargo-leptos lays
+# them out (target/site/pkg/replaysafe.{js,wasm,css}), built with plain cargo
+# and wasm-bindgen: compiling cargo-leptos itself took a fresh machine longer
+# than the whole project (README, "A fresh machine"). Debug only: one build
+# shared by scripts/run and scripts/test; `cargo leptos watch` still works
+# for development.
+build_site() {
+  log "building replaysafe (server, then the UI's wasm)"
+  (cd "$ROOT" && cargo build -p replaysafe &&
+    cargo build -p app --lib --target wasm32-unknown-unknown --no-default-features --features hydrate)
+  local pkg=$ROOT/target/site/pkg
+  mkdir -p "$pkg"
+  wasm-bindgen --target web --no-typescript --out-dir "$pkg" --out-name replaysafe \
+    "$ROOT/target/wasm32-unknown-unknown/debug/app.wasm"
+  # leptos built with LEPTOS_OUTPUT_NAME (.cargo/config.toml) loads replaysafe.wasm
+  mv -f "$pkg/replaysafe_bg.wasm" "$pkg/replaysafe.wasm"
+  cp "$ROOT/style/main.css" "$pkg/replaysafe.css"
 }
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }

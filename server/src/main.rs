@@ -2,12 +2,19 @@ use clap::Parser;
 
 fn main() -> std::process::ExitCode {
     let cli = replaysafe::cli::Cli::parse();
-    replaysafe::telemetry::init(replaysafe::config::log_format(cli.config.as_deref()));
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(cli.runtime_threads())
         .enable_all()
         .build()
         .expect("starting the tokio runtime");
+    // Dropped before the runtime: the last spans are exported on it.
+    let _telemetry = {
+        let _inside = runtime.enter();
+        replaysafe::telemetry::init(&replaysafe::config::telemetry_settings(
+            cli.config.as_deref(),
+            cli.serves(),
+        ))
+    };
     match runtime.block_on(replaysafe::cli::run(cli)) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {

@@ -94,10 +94,31 @@ impl Default for RuleSet {
     }
 }
 
+impl RuleSet {
+    /// Whether `rule` (one of `RULES`) is on.
+    pub fn has(&self, rule: &str) -> bool {
+        match rule {
+            "duplicate_storm" => self.duplicate_storm.is_some(),
+            "dead_letters" => self.dead_letters.is_some(),
+            "backlog" => self.backlog.is_some(),
+            "signature_failures" => self.signature_failures.is_some(),
+            "destination_failing" => self.destination_failing.is_some(),
+            _ => false,
+        }
+    }
+}
+
 /// Every configured source's rules (the defaults with its overrides).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct AlertRules {
     pub per_source: BTreeMap<String, RuleSet>,
+}
+
+impl AlertRules {
+    /// Whether these rules evaluate `rule` for `source`.
+    pub fn evaluates(&self, rule: &str, source: &str) -> bool {
+        self.per_source.get(source).is_some_and(|set| set.has(rule))
+    }
 }
 
 /// The rules' names, as alerts, the config and the channels call them.

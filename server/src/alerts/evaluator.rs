@@ -34,16 +34,30 @@ pub async fn evaluate_once(pool: &PgPool, config: &Config) -> Result<Transitions
         });
     }
     let repeat_secs = config.alerts.repeat_after.map(|d| d.as_secs_f64());
-    let firing: BTreeMap<(String, String), (i64, bool)> = sqlx::query!(
+    let resolve_after = config.alerts.resolve_after;
+    let unevaluated_after = resolve_after.max(unevaluated_after(config.alerts.every));
+    let firing: BTreeMap<(String, String), Firing> = sqlx::query!(
         r#"SELECT id, rule, source,
-                  ($1::float8 IS NOT NULL AND last_sent_at < now() - make_interval(secs => $1)) AS "repeat_due!"
+                  ($1::float8 IS NOT NULL AND last_sent_at < now() - make_interval(secs => $1)) AS "repeat_due!",
+                  held_at <= now() - make_interval(secs => $2) AS "quiet!",
+                  held_at <= now() - make_interval(secs => $3) AS "abandoned!"
            FROM alerts WHERE state = 'firing'"#,
-        repeat_secs
+        repeat_secs,
+        resolve_after.as_secs_f64(),
+        unevaluated_after.as_secs_f64()
     )
     .fetch_all(&mut *tx)
     .await?
     .into_iter()
-    .map(|r| ((r.rule, r.source), (r.id, r.repeat_due)))
+    .map(|r| {
+        let firing = Firing {
+            id: r.id,
+            repeat_due: r.repeat_due,
+            quiet: r.quiet,
+            abandoned: r.abandoned,
+        };
+        ((r.rule, r.source), firing)
+    })
     .collect();
     let keys = firing.keys().cloned().collect();
     let holding = app::api::alerts::ssr::evaluate(pool, &config.alert_rules, &keys).await?;
@@ -67,10 +81,10 @@ pub async fn evaluate_once(pool: &PgPool, config: &Config) -> Result<Transitions
                 queue(&mut tx, config, id, (&c.rule, &c.source), "firing").await?;
                 done.fired.push(key);
             }
-            Some((id, repeat_due)) => {
+            Some(&Firing { id, repeat_due, .. }) => {
                 // The latest figures; sent again when the repeat is due.
                 sqlx::query!(
-                    "UPDATE alerts SET summary = $2, figures = $3,
+                    "UPDATE alerts SET summary = $2, figures = $3, held_at = now(),
                          last_sent_at = CASE WHEN $4 THEN now() ELSE last_sent_at END
                      WHERE id = $1 AND state = 'firing'",
                     id,
@@ -80,20 +94,32 @@ pub async fn evaluate_once(pool: &PgPool, config: &Config) -> Result<Transitions
                 )
                 .execute(&mut *tx)
                 .await?;
-                if *repeat_due {
-                    queue(&mut tx, config, *id, (&c.rule, &c.source), "repeat").await?;
+                if repeat_due {
+                    queue(&mut tx, config, id, (&c.rule, &c.source), "repeat").await?;
                     done.repeated.push(key);
                 }
             }
         }
     }
-    for ((rule, source), (id, _)) in &firing {
+    for ((rule, source), alert) in &firing {
         if holding
             .iter()
             .any(|c| &c.rule == rule && &c.source == source)
         {
             continue;
         }
+        // Another process's config may evaluate what this one does not (a
+        // deploy changing the sources): such an alert is left to it, and
+        // resolved here only when nobody has seen it hold for long.
+        let ends = if config.alert_rules.evaluates(rule, source) {
+            alert.quiet
+        } else {
+            alert.abandoned
+        };
+        if !ends {
+            continue;
+        }
+        let id = &alert.id;
         let resolved = sqlx::query!(
             "UPDATE alerts SET state = 'resolved', resolved_at = now()
              WHERE id = $1 AND state = 'firing'",
@@ -115,6 +141,24 @@ pub async fn evaluate_once(pool: &PgPool, config: &Config) -> Result<Transitions
         tracing::info!(rule, source, "alert resolved");
     }
     Ok(done)
+}
+
+/// A firing alert as this evaluation finds it.
+struct Firing {
+    id: i64,
+    /// Its repeat is due.
+    repeat_due: bool,
+    /// Its condition has not held for `resolve_after`.
+    quiet: bool,
+    /// Nobody has seen it hold for `unevaluated_after`.
+    abandoned: bool,
+}
+
+/// How long a firing alert that this process does not evaluate (its source
+/// or rule is not in this config) may go unseen before it is resolved here:
+/// long enough for every process to take its turn at evaluating.
+fn unevaluated_after(every: std::time::Duration) -> std::time::Duration {
+    (every * 10).max(std::time::Duration::from_secs(600))
 }
 
 /// A notification of `kind` for every channel that takes `rule`, unless

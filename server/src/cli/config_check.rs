@@ -52,6 +52,20 @@ pub fn print(config: &Config) {
         shown(&config.metrics_token)
     );
     println!("log_format   {:?}", config.log_format);
+    println!(
+        "traces       {}",
+        config
+            .otlp_endpoint
+            .as_deref()
+            .and_then(|u| url::Url::parse(u).ok())
+            .map_or("not exported".to_owned(), |mut url| {
+                // A collector's credentials may sit in the URL.
+                if url.password().is_some() {
+                    let _ = url.set_password(Some("(hidden)"));
+                }
+                format!("OTLP/HTTP to {url}")
+            })
+    );
     for s in &config.sources {
         println!();
         println!("[source {}]", s.slug);
@@ -87,8 +101,9 @@ pub fn print(config: &Config) {
     }
     println!();
     println!(
-        "[alerts] every {} s, repeated {}",
+        "[alerts] every {} s, resolved after {} s quiet, repeated {}",
         config.alerts.every.as_secs(),
+        config.alerts.resolve_after.as_secs(),
         config
             .alerts
             .repeat_after

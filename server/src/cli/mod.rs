@@ -41,6 +41,11 @@ pub struct Cli {
 }
 
 impl Cli {
+    /// Runs the server (`serve`, or no command at all).
+    pub fn serves(&self) -> bool {
+        matches!(self.command, None | Some(Command::Serve(_)))
+    }
+
     /// The runtime's worker threads: half the cores leaves the rest to
     /// PostgreSQL beside it, and waking a parked thread for every hand-off
     /// between a request and its commit costs more than the work itself

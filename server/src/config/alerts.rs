@@ -16,6 +16,7 @@ use crate::secret::Secret;
 pub(super) struct RawAlerts {
     evaluate_every_secs: Option<u64>,
     repeat_after_minutes: Option<u64>,
+    resolve_after_secs: Option<u64>,
     #[serde(default)]
     rules: RawRules,
     #[serde(default)]
@@ -124,8 +125,15 @@ pub struct AlertsConfig {
     pub every: Duration,
     /// A firing alert is sent again this often; None: once.
     pub repeat_after: Option<Duration>,
+    /// A firing alert resolves once its condition has not held for this
+    /// long: a figure hovering at its threshold neither fires nor resolves
+    /// at every evaluation.
+    pub resolve_after: Duration,
     pub channels: Vec<AlertChannel>,
 }
+
+/// As Alertmanager's and most on-call tools' default: five quiet minutes.
+pub const DEFAULT_RESOLVE_AFTER: Duration = Duration::from_secs(300);
 
 pub(super) type Invalid<'a> = &'a dyn Fn(&str, String) -> super::ConfigError;
 pub(super) type SecretOf<'a> = &'a dyn Fn(&str, &str) -> Result<Secret, super::ConfigError>;
@@ -357,6 +365,16 @@ pub(super) fn build(
         Some(m) => Some(Duration::from_secs(m * 60)),
         None => Some(Duration::from_secs(60 * 60)),
     };
+    let resolve_after = match raw.resolve_after_secs {
+        Some(s) if s > MAX_MINUTES as u64 * 60 => {
+            return Err(invalid(
+                "alerts.resolve_after_secs",
+                format!("must be at most {}", MAX_MINUTES as u64 * 60),
+            ))
+        }
+        Some(s) => Duration::from_secs(s),
+        None => DEFAULT_RESOLVE_AFTER,
+    };
     let mut channels: Vec<AlertChannel> = Vec::new();
     for (i, c) in raw.channel.into_iter().enumerate() {
         let at = |field: &str| format!("alerts.channel[{i}].{field}");
@@ -497,6 +515,7 @@ pub(super) fn build(
         AlertsConfig {
             every,
             repeat_after,
+            resolve_after,
             channels,
         },
     ))

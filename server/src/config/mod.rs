@@ -95,6 +95,9 @@ pub struct Config {
     pub api_requests_per_second: u32,
     pub sources: Vec<SourceConfig>,
     pub log_format: crate::telemetry::LogFormat,
+    /// Where `serve` exports its spans over OTLP/HTTP (a base URL; traces go
+    /// to its `/v1/traces`), if anywhere.
+    pub otlp_endpoint: Option<String>,
     /// Each source's alert rules (`[alerts.rules]`, `[source.alerts]`).
     pub alert_rules: app::api::alerts::AlertRules,
     /// How often rules are evaluated, and where alerts go.
@@ -194,6 +197,7 @@ struct RawConfig {
     trusted_proxies: Option<Vec<String>>,
     api_requests_per_second: Option<u32>,
     log_format: Option<crate::telemetry::LogFormat>,
+    otlp_endpoint: Option<String>,
     alerts: Option<alerts::RawAlerts>,
     #[serde(default)]
     source: Vec<RawSource>,
@@ -546,6 +550,9 @@ pub fn parse_and_validate(
     }
 
     let (alert_rules, alerts) = alerts::build(raw.alerts, &source_rules, &invalid, &secret)?;
+    if let Some(url) = &raw.otlp_endpoint {
+        check_http_url(url).map_err(|e| invalid("otlp_endpoint", e))?;
+    }
 
     Ok(Config {
         path: path.map(Path::to_owned),
@@ -572,25 +579,33 @@ pub fn parse_and_validate(
         api_requests_per_second,
         sources,
         log_format: raw.log_format.unwrap_or_default(),
+        otlp_endpoint: raw.otlp_endpoint,
         alert_rules,
         alerts,
     })
 }
 
-/// The log format the config file asks for, read before anything is
-/// logged (the file is checked fully later; a mistake there is reported
-/// then, in text).
-pub fn log_format(explicit: Option<&Path>) -> crate::telemetry::LogFormat {
+/// The log format and trace endpoint the config file asks for, read before
+/// anything is logged (the file is checked fully later; a mistake there is
+/// reported then, in text). Only `serve` exports traces: a CLI command's
+/// spans are nobody's service.
+pub fn telemetry_settings(explicit: Option<&Path>, serves: bool) -> crate::telemetry::Settings {
     let path = explicit.unwrap_or(Path::new(DEFAULT_CONFIG_PATH));
-    std::fs::read_to_string(path)
+    let table = std::fs::read_to_string(path)
         .ok()
         .and_then(|text| toml::from_str::<toml::Table>(&text).ok())
-        .and_then(|table| table.get("log_format")?.as_str().map(str::to_owned))
-        .and_then(|f| match f.as_str() {
-            "json" => Some(crate::telemetry::LogFormat::Json),
-            _ => None,
-        })
-        .unwrap_or_default()
+        .unwrap_or_default();
+    let text = |key: &str| table.get(key).and_then(|v| v.as_str());
+    crate::telemetry::Settings {
+        log_format: match text("log_format") {
+            Some("json") => crate::telemetry::LogFormat::Json,
+            _ => crate::telemetry::LogFormat::Text,
+        },
+        otlp_endpoint: text("otlp_endpoint")
+            .filter(|_| serves)
+            .filter(|url| check_http_url(url).is_ok())
+            .and_then(|url| url::Url::parse(url).ok()),
+    }
 }
 
 impl Config {
@@ -745,6 +760,19 @@ mod tests {
             .filter(|l| !l.starts_with("//") && !l.starts_with('#') && l.contains(':'))
             .map(|l| l.split(':').next().unwrap().trim().to_owned())
             .collect()
+    }
+
+    #[test]
+    fn the_demo_config_parses_with_its_four_sources() {
+        let demo = include_str!("../../../demo/replaysafe.toml");
+        let config = parse(demo, &[]).unwrap_or_else(|e| panic!("{e}"));
+        let slugs: Vec<&str> = config.sources.iter().map(|s| s.slug.as_str()).collect();
+        assert_eq!(slugs, ["demo", "stripe", "github", "slack"]);
+        // scripts/run signs traffic for each.
+        for s in &config.sources {
+            let signed = s.scheme.sign_sample("evt_demo", 1_800_000_000);
+            assert!(signed.is_ok(), "{}: {:?}", s.slug, signed.err());
+        }
     }
 
     #[test]

@@ -24,6 +24,13 @@ const RETRY: Duration = Duration::from_secs(1);
 
 pub async fn run(pool: PgPool, operations: Arc<dyn Operations>, shutdown: CancellationToken) {
     let owner = format!("{}-{:016x}", std::process::id(), rand::random::<u64>());
+    // The listener, and so this, starts before the migrations have run.
+    while !matches!(crate::db::is_migrated(&pool).await, Ok(true)) {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(RETRY) => {}
+        }
+    }
     loop {
         match jobs::take(&pool, &owner, STALE).await {
             Ok(Some(job)) => run_job(&pool, &operations, &owner, job, &shutdown).await,

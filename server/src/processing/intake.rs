@@ -51,7 +51,7 @@ pub async fn oversized(
 
 /// A request refused unread because too much body is being read already.
 pub fn shed(source: &SourceConfig, receipt: Receipt) -> Reply {
-    metrics::counter!("replaysafe_shed_total", "reason" => "body_memory").increment(1);
+    crate::telemetry::metrics::shed("body_memory");
     counted(source, receiver::reply::shed(), receipt)
 }
 

@@ -141,6 +141,9 @@ async fn forward_inline(
         content_type: inbound.header("content-type").map(str::to_owned),
         headers: Some(stored_headers(&inbound.headers)),
         forced: false,
+        // The provider waits on this request's answer: its end to end is
+        // this request's, whatever earlier requests tried.
+        received: crate::telemetry::metrics::unix_now(),
     };
     let keep_bytes = services.config.max_body_bytes;
     let answer = forward::forward(&services.client, source, &leased, keep_bytes).await;
@@ -157,7 +160,12 @@ async fn forward_inline(
         response,
     };
     events::finish(pool, lease_owner, &done).await?;
-    crate::telemetry::metrics::attempt(&source.slug, done.next.as_str(), done.record.latency_ms);
+    crate::telemetry::metrics::attempt(
+        &source.slug,
+        done.next.as_str(),
+        done.record.latency_ms,
+        done.leased.received,
+    );
     Ok(match (done.next, done.response) {
         (Next::Completed, Some(response)) => SyncResult::Answered(response),
         _ => SyncResult::Failed(

@@ -380,6 +380,7 @@ impl Workers {
                 &d.leased.source,
                 d.next.as_str(),
                 d.record.latency_ms,
+                d.leased.received,
             );
         }
         if moved < done.len() {

@@ -175,7 +175,7 @@ impl ClaimBatcher {
 }
 
 fn shed(reason: &'static str) -> ClaimError {
-    metrics::counter!("replaysafe_shed_total", "reason" => reason).increment(1);
+    crate::telemetry::metrics::shed(reason);
     ClaimError::Saturated
 }
 
@@ -658,6 +658,8 @@ async fn commit_batch(connection: &mut Committer, shared: &Shared, batch: Vec<Jo
                                 content_type: claim.content_type.take(),
                                 headers: Some(claim.headers.take()),
                                 forced: false,
+                                received: crate::telemetry::metrics::unix_now()
+                                    - claim.started.elapsed().as_secs_f64(),
                             });
                         } else {
                             handoff.queued(&claim.source);

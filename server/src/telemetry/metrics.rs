@@ -32,6 +32,11 @@ pub fn install() -> &'static PrometheusHandle {
             tracing::warn!("a metrics recorder was already installed; /metrics may be empty");
         }
         describe();
+        // At zero from the start, so a dashboard's rate() of them is 0, not
+        // "no data", until the first shed.
+        for reason in SHED_REASONS {
+            metrics::counter!("replaysafe_shed_total", "reason" => *reason).absolute(0);
+        }
         metrics::gauge!("replaysafe_build_info", "version" => super::VERSION, "commit" => super::COMMIT)
             .set(1.0);
         handle
@@ -78,6 +83,15 @@ fn describe() {
         metrics::Unit::Seconds,
         "Destination response time per attempt"
     );
+    metrics::describe_histogram!(
+        "replaysafe_end_to_end_seconds",
+        metrics::Unit::Seconds,
+        "Time from an event's first receipt to its destination's accepting answer, retries included"
+    );
+    metrics::describe_counter!(
+        "replaysafe_shed_total",
+        "Requests answered 503 unread or unclaimed because the server was saturated, by reason"
+    );
     metrics::describe_gauge!(
         "replaysafe_backlog_events",
         "Events queued or waiting to retry (capped at 100000)"
@@ -114,12 +128,36 @@ pub fn delivery(
         .record(started.elapsed().as_secs_f64());
 }
 
+/// Why a request was shed: the claim queue was full, a delivery waited for
+/// its claim longer than it may, or too many bodies were being read.
+pub const SHED_REASONS: &[&str] = &["queue_full", "waited_too_long", "body_memory"];
+
+/// Counts one request shed (answered 503 with Retry-After); `reason` is one
+/// of `SHED_REASONS`.
+pub fn shed(reason: &'static str) {
+    debug_assert!(SHED_REASONS.contains(&reason), "{reason}");
+    metrics::counter!("replaysafe_shed_total", "reason" => reason).increment(1);
+}
+
 /// Counts one finished attempt; `result` is completed, retrying or dead.
-pub fn attempt(source: &str, result: &'static str, latency_ms: i32) {
+/// A completed one also records the event's end-to-end time, from its first
+/// receipt (`received`, seconds since the Unix epoch).
+pub fn attempt(source: &str, result: &'static str, latency_ms: i32, received: f64) {
     metrics::counter!("replaysafe_attempts_total", "source" => source.to_owned(), "result" => result)
         .increment(1);
     metrics::histogram!("replaysafe_attempt_seconds", "source" => source.to_owned())
         .record(latency_ms.max(0) as f64 / 1000.0);
+    if result == "completed" {
+        metrics::histogram!("replaysafe_end_to_end_seconds", "source" => source.to_owned())
+            .record((unix_now() - received).max(0.0));
+    }
+}
+
+/// Seconds since the Unix epoch, as `Leased::received` counts them.
+pub fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
 }
 
 /// How long the database gauges are reused: scrapes, however frequent,

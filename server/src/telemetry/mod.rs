@@ -1,6 +1,8 @@
-//! Logs (tracing to stderr) and metrics (a Prometheus recorder).
+//! Logs (tracing to stderr), traces (OTLP/HTTP, optional) and metrics (a
+//! Prometheus recorder).
 
 pub mod metrics;
+mod otlp;
 
 use tracing_subscriber::EnvFilter;
 
@@ -19,20 +21,66 @@ pub enum LogFormat {
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 pub const COMMIT: &str = env!("REPLAYSAFE_COMMIT");
 
-/// Logs go to stderr; `RUST_LOG` overrides the default filter.
-pub fn init(format: LogFormat) {
-    let filter = EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn,tower_http=warn,hyper=warn"));
-    let logs = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    let _ = match format {
-        LogFormat::Text => logs.try_init(),
+/// What logs and traces need before the config is read in full.
+#[derive(Clone, Debug, Default)]
+pub struct Settings {
+    pub log_format: LogFormat,
+    /// OTLP/HTTP base URL (`otlp_endpoint`): spans are exported when set.
+    pub otlp_endpoint: Option<url::Url>,
+}
+
+const DEFAULT_FILTER: &str = "info,sqlx=warn,tower_http=warn,hyper=warn";
+
+/// Flushes the spans not yet exported when dropped, at exit.
+#[must_use = "dropping it at once stops the trace export"]
+pub struct Guard(Option<opentelemetry_sdk::trace::SdkTracerProvider>);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        if let Some(provider) = self.0.take() {
+            if let Err(e) = provider.shutdown() {
+                eprintln!("replaysafe: exporting the last spans: {e}");
+            }
+        }
+    }
+}
+
+/// Logs go to stderr; spans also go to the OTLP endpoint when one is set
+/// (called inside the tokio runtime, on which the exporter's requests
+/// run). `RUST_LOG` overrides the logs' default filter.
+pub fn init(settings: &Settings) -> Guard {
+    use opentelemetry::trace::TracerProvider as _;
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::Layer;
+
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(DEFAULT_FILTER));
+    let logs = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let logs = match settings.log_format {
+        LogFormat::Text => logs.boxed(),
         LogFormat::Json => logs
             .json()
             .flatten_event(true)
             .with_current_span(true)
             .with_span_list(false)
-            .try_init(),
+            .boxed(),
     };
+    let provider = settings.otlp_endpoint.as_ref().and_then(|endpoint| {
+        otlp::provider(endpoint)
+            .map_err(|e| eprintln!("replaysafe: traces will not be exported to {endpoint}: {e}"))
+            .ok()
+    });
+    // The logs' RUST_LOG turned up for a debugging session must not flood
+    // the trace pipeline: spans keep the default filter.
+    let spans = provider.as_ref().map(|provider| {
+        tracing_opentelemetry::layer()
+            .with_tracer(provider.tracer("replaysafe"))
+            .with_filter(EnvFilter::new(DEFAULT_FILTER))
+    });
+    let _ = tracing_subscriber::registry()
+        .with(logs.with_filter(filter))
+        .with(spans)
+        .try_init();
+    Guard(provider)
 }

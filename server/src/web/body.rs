@@ -138,7 +138,7 @@ pub async fn bounded(State(state): State<AppState>, request: Request, next: Next
         match state.body_budget.reserve(room, client_of(&request)) {
             Some(reserved) => Some(reserved),
             None => {
-                metrics::counter!("replaysafe_shed_total", "reason" => "body_memory").increment(1);
+                crate::telemetry::metrics::shed("body_memory");
                 return (
                     StatusCode::SERVICE_UNAVAILABLE,
                     [(header::RETRY_AFTER, "5")],

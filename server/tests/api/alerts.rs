@@ -13,12 +13,21 @@ use serde_json::Value;
 use sqlx::PgPool;
 
 use crate::helpers::{
-    database_url, gh_config, spawn_app, Destination, Scripted, ServerProcess, TestApp,
+    database_url, gh_config, github_request, spawn_app, Destination, Scripted, ServerProcess,
+    TestApp,
 };
 
 async fn deliver(app: &TestApp, key: &str, secret: &[u8]) -> u16 {
     app.github_delivery("gh", key, &format!(r#"{{"id":"{key}"}}"#), secret)
         .await
+}
+
+/// Every dead letter so far leaves the rules' windows.
+async fn dead_letters_age_an_hour(pool: &PgPool) {
+    sqlx::query("UPDATE events SET state_changed_at = state_changed_at - interval '1 hour'")
+        .execute(pool)
+        .await
+        .unwrap();
 }
 
 fn names(list: &[(String, String)]) -> Vec<&str> {
@@ -33,6 +42,7 @@ async fn each_rule_fires_and_resolves_once_against_real_traffic(pool: PgPool) {
     let top = r#"
 [alerts]
 repeat_after_minutes = 1
+resolve_after_secs = 0
 [alerts.rules.duplicate_storm]
 min_deliveries = 5
 [alerts.rules.signature_failures]
@@ -149,10 +159,7 @@ oldest_due_minutes = 1
         .execute(&pool)
         .await
         .unwrap();
-    sqlx::query("UPDATE events SET state_changed_at = state_changed_at - interval '1 hour'")
-        .execute(&pool)
-        .await
-        .unwrap();
+    dead_letters_age_an_hour(&pool).await;
     let t = evaluate_once(&pool, &config).await.unwrap();
     assert_eq!(
         names(&t.resolved),
@@ -173,6 +180,177 @@ oldest_due_minutes = 1
     );
 }
 
+/// A sender that dies between sending a notification and recording it
+/// sent (SIGKILL while the receiver holds the request) loses nothing: once
+/// its lease runs out, another process sends it again, under the same
+/// Standard Webhooks id, so the receiver can tell the repeat. At least
+/// once, never zero.
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn a_sender_killed_mid_send_leaves_the_notification_to_another(pool: PgPool) {
+    let destination = Destination::start(vec![Scripted::status(400)]).await;
+    // The first send is held until the sender is gone; the next answered.
+    let webhook = Destination::start(vec![Scripted {
+        status: 200,
+        headers: vec![],
+        delay: Duration::from_secs(120),
+    }])
+    .await;
+    let top = format!(
+        "[alerts]\nevaluate_every_secs = 1\n[[alerts.channel]]\nname = \"hook\"\nkind = \"webhook\"\nurl = \"{}\"\nsecret = \"{WEBHOOK_SECRET}\"\n",
+        webhook.url
+    );
+    let source = format!(
+        "[[source]]\nslug = \"gh\"\nprovider = \"github\"\nsecrets = [\"gh-secret\"]\ndestination = \"{}\"\nmax_attempts = 1\n",
+        destination.url
+    );
+    let url = database_url(&pool).await;
+    let mut a = ServerProcess::start(&format!("{top}\n{source}"), &url, &[]).await;
+    post_doomed(&a).await;
+    eventually("the firing alert is being sent", || webhook.count() == 1).await;
+    a.child.kill().await.unwrap();
+
+    let (sent, attempts): (bool, i32) =
+        sqlx::query_as("SELECT sent_at IS NOT NULL, attempts FROM alert_notifications")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        (sent, attempts),
+        (false, 1),
+        "not recorded sent by the dead sender"
+    );
+    // Its lease runs out (180 s, shortened here).
+    sqlx::query("UPDATE alert_notifications SET leased_until = now() - interval '1 second'")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let app = spawn_app(pool.clone(), gh_config(&destination.url, &top)).await;
+    let http = reqwest::Client::new();
+    assert_eq!(
+        replaysafe::alerts::send_due(&pool, &app.config, &http)
+            .await
+            .unwrap(),
+        1
+    );
+    assert_eq!(webhook.count(), 2);
+    let ids: Vec<String> = webhook
+        .received
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|c| c.headers["webhook-id"].to_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(ids[0], ids[1], "the repeat carries the same id");
+    let (sent, attempts): (bool, i32) =
+        sqlx::query_as("SELECT sent_at IS NOT NULL, attempts FROM alert_notifications")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!((sent, attempts), (true, 2));
+    assert_eq!(
+        replaysafe::alerts::send_due(&pool, &app.config, &http)
+            .await
+            .unwrap(),
+        0,
+        "sent once it is recorded"
+    );
+}
+
+/// Hysteresis: a firing alert resolves only once its condition has not
+/// held for `resolve_after_secs`, so a figure that comes and goes keeps one
+/// alert instead of a firing and a resolution at every evaluation. An
+/// alert that no config evaluates any more (its source was removed from
+/// every process's) is left to whoever may still evaluate it, and resolved
+/// once nobody has seen it hold for ten minutes.
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn an_alert_resolves_after_a_quiet_spell_and_one_nobody_evaluates_after_a_long_one(
+    pool: PgPool,
+) {
+    let destination = Destination::start(vec![Scripted::status(400); 2]).await;
+    let top = "[alerts]\nresolve_after_secs = 120\n";
+    let app = spawn_app(pool.clone(), gh_config(&destination.url, top)).await;
+    let config = app.config.clone();
+    assert_eq!(deliver(&app, "dead-1", b"gh-secret").await, 200);
+    app.drain().await;
+    assert_eq!(
+        names(&evaluate_once(&pool, &config).await.unwrap().fired),
+        ["dead_letters"]
+    );
+    // A source that has left every config, with an alert still firing.
+    sqlx::query(
+        "INSERT INTO alerts (rule, source, summary, figures, link)
+         VALUES ('backlog', 'gone', 'an old backlog', '{}', '/deliveries?source=gone')",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let age = |rule: &'static str, secs: i64| {
+        let pool = pool.clone();
+        async move {
+            sqlx::query(
+                "UPDATE alerts SET held_at = now() - make_interval(secs => $2)
+                 WHERE rule = $1 AND state = 'firing'",
+            )
+            .bind(rule)
+            .bind(secs as f64)
+            .execute(&pool)
+            .await
+            .unwrap();
+        }
+    };
+
+    // The dead letter leaves the window: the condition is gone, but not
+    // for long enough.
+    dead_letters_age_an_hour(&pool).await;
+    assert_eq!(
+        evaluate_once(&pool, &config).await.unwrap(),
+        Default::default()
+    );
+    // It comes back within the spell: still the one alert, nothing sent.
+    assert_eq!(deliver(&app, "dead-2", b"gh-secret").await, 200);
+    app.drain().await;
+    age("dead_letters", 100).await;
+    assert_eq!(
+        evaluate_once(&pool, &config).await.unwrap(),
+        Default::default()
+    );
+    let held_again: bool = sqlx::query_scalar(
+        "SELECT held_at > now() - interval '10 seconds' FROM alerts WHERE rule = 'dead_letters'",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert!(held_again, "the evaluation that saw it hold noted so");
+    // Gone again, and quiet past resolve_after: resolved, once.
+    dead_letters_age_an_hour(&pool).await;
+    age("dead_letters", 119).await;
+    assert_eq!(
+        evaluate_once(&pool, &config).await.unwrap(),
+        Default::default()
+    );
+    age("dead_letters", 121).await;
+    assert_eq!(
+        names(&evaluate_once(&pool, &config).await.unwrap().resolved),
+        ["dead_letters"]
+    );
+
+    // Nobody evaluates the removed source's alert: it outlives the spell,
+    // then is resolved after ten minutes unseen.
+    age("backlog", 300).await;
+    assert_eq!(
+        evaluate_once(&pool, &config).await.unwrap(),
+        Default::default()
+    );
+    age("backlog", 601).await;
+    let t = evaluate_once(&pool, &config).await.unwrap();
+    assert_eq!(t.resolved, [("backlog".to_owned(), "gone".to_owned())]);
+    let lived: i64 = sqlx::query_scalar("SELECT count(*) FROM alerts")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(lived, 2, "no alert fired twice");
+}
+
 /// A real SMTP server (aiosmtpd, from PyPI) writing what it receives to a
 /// maildir; killed when dropped.
 struct SmtpSink {
@@ -183,11 +361,7 @@ struct SmtpSink {
 
 impl SmtpSink {
     async fn start() -> Self {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = crate::helpers::free_port();
         let maildir = tempfile::tempdir().unwrap();
         let python = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/sdk/.venv/bin/python");
         let child = tokio::process::Command::new(python)
@@ -256,6 +430,22 @@ fn verified_by_the_sdk(secret: &str, headers: &axum::http::HeaderMap, body: &[u8
     child.wait().unwrap().success()
 }
 
+/// One event to a `serve` process that its destination will refuse.
+async fn post_doomed(process: &ServerProcess) {
+    let status = github_request(
+        &reqwest::Client::new(),
+        &format!("{}/hooks/gh", process.base),
+        "doomed",
+        r#"{"id":"doomed"}"#,
+        b"gh-secret",
+    )
+    .send()
+    .await
+    .unwrap()
+    .status();
+    assert_eq!(status, 200);
+}
+
 const WEBHOOK_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 
 async fn eventually(what: &str, check: impl Fn() -> bool) {
@@ -276,6 +466,7 @@ async fn two_processes_send_each_transition_to_each_channel_once(pool: PgPool) {
         r#"
 [alerts]
 evaluate_every_secs = 1
+resolve_after_secs = 0
 [[alerts.channel]]
 name = "hook"
 kind = "webhook"
@@ -313,25 +504,7 @@ max_attempts = 1
     let b = ServerProcess::start(&config, &url, &[]).await;
 
     // One event the destination refuses: dead, and the alert fires.
-    let body = r#"{"id":"doomed"}"#;
-    let status = reqwest::Client::new()
-        .post(format!("{}/hooks/gh", a.base))
-        .header("content-type", "application/json")
-        .header("x-github-event", "push")
-        .header("x-github-delivery", "doomed")
-        .header(
-            "x-hub-signature-256",
-            format!(
-                "sha256={}",
-                crate::helpers::hmac_hex(b"gh-secret", body.as_bytes())
-            ),
-        )
-        .body(body)
-        .send()
-        .await
-        .unwrap()
-        .status();
-    assert_eq!(status, 200);
+    post_doomed(&a).await;
     eventually("the firing alert reaches every channel", || {
         webhook.count() == 1 && slack.count() == 1 && smtp.messages().len() == 1
     })
@@ -472,7 +645,7 @@ async fn an_admins_silence_keeps_an_alert_shown_but_unsent(pool: PgPool) {
     let destination = Destination::start(vec![Scripted::status(400); 2]).await;
     let webhook = Destination::start(vec![]).await;
     let top = format!(
-        "[[alerts.channel]]\nname = \"hook\"\nkind = \"webhook\"\nurl = \"{}\"\nsecret = \"{WEBHOOK_SECRET}\"\n",
+        "[alerts]\nresolve_after_secs = 0\n[[alerts.channel]]\nname = \"hook\"\nkind = \"webhook\"\nurl = \"{}\"\nsecret = \"{WEBHOOK_SECRET}\"\n",
         webhook.url
     );
     let app = spawn_app(pool.clone(), gh_config(&destination.url, &top)).await;

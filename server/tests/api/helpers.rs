@@ -310,13 +310,18 @@ pub struct ServerProcess {
     _dir: tempfile::TempDir,
 }
 
+/// A loopback port free now, for a server a test starts.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
 impl ServerProcess {
     pub async fn start(config: &str, database_url: &str, args: &[&str]) -> Self {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = free_port();
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("replaysafe.toml");
         std::fs::write(&path, format!("listen = \"127.0.0.1:{port}\"\n{config}")).unwrap();
@@ -496,22 +501,39 @@ impl TestApp {
     /// A GitHub `push` delivery to `/hooks/{slug}`, signed with `secret` as
     /// GitHub signs it; returns the status the receiver answered.
     pub async fn github_delivery(&self, slug: &str, id: &str, body: &str, secret: &[u8]) -> u16 {
-        self.client
-            .post(self.url(&format!("/hooks/{slug}")))
-            .header("content-type", "application/json")
-            .header("x-github-event", "push")
-            .header("x-github-delivery", id)
-            .header(
-                "x-hub-signature-256",
-                format!("sha256={}", hmac_hex(secret, body.as_bytes())),
-            )
-            .body(body.to_owned())
-            .send()
-            .await
-            .unwrap()
-            .status()
-            .as_u16()
+        github_request(
+            &self.client,
+            &self.url(&format!("/hooks/{slug}")),
+            id,
+            body,
+            secret,
+        )
+        .send()
+        .await
+        .unwrap()
+        .status()
+        .as_u16()
     }
+}
+
+/// A push event posted to `url` as GitHub signs it, under delivery `id`.
+pub fn github_request(
+    client: &reqwest::Client,
+    url: &str,
+    id: &str,
+    body: &str,
+    secret: &[u8],
+) -> reqwest::RequestBuilder {
+    client
+        .post(url)
+        .header("content-type", "application/json")
+        .header("x-github-event", "push")
+        .header("x-github-delivery", id)
+        .header(
+            "x-hub-signature-256",
+            format!("sha256={}", hmac_hex(secret, body.as_bytes())),
+        )
+        .body(body.to_owned())
 }
 
 impl TestApp {

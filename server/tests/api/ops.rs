@@ -112,11 +112,7 @@ struct JsonServe {
 impl JsonServe {
     fn start(database_url: &str) -> Self {
         let dir = tempfile::tempdir().unwrap();
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = crate::helpers::free_port();
         let path = config_file(
             dir.path(),
             &format!("listen = \"127.0.0.1:{port}\"\nlog_format = \"json\"\ndatabase_url = \"{database_url}\""),
@@ -247,31 +243,95 @@ async fn each_request_has_an_id_echoed_back_and_named_in_its_log_lines() {
     assert_eq!(traced["span"]["path"], "/readyz");
 }
 
-/// `deploy/prometheus/`: the rules pass `promtool check rules` and their
-/// unit tests (`promtool test rules`), and every series they name is one a
+fn promtool(dir: &str, args: &[&str]) {
+    let out = std::process::Command::new("promtool")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("promtool (Debian's prometheus; scripts/test installs it)");
+    assert!(
+        out.status.success(),
+        "promtool {args:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The `replaysafe_*` series a text of PromQL names.
+fn series_named(text: &str) -> std::collections::BTreeSet<&str> {
+    text.match_indices("replaysafe_")
+        .map(|(at, _)| {
+            let rest = &text[at..];
+            &rest[..rest
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .unwrap_or(rest.len())]
+        })
+        .collect()
+}
+
+/// The kit in `deploy/`: the Prometheus rules pass `promtool check rules`
+/// and their unit tests (`promtool test rules`); every query of the Grafana
+/// dashboard is valid PromQL (checked by promtool as a recording rule, its
+/// Grafana variables filled in); and every series either names is one a
 /// live replaysafe serves on `/metrics`.
 #[sqlx::test(migrator = "replaysafe::db::MIGRATOR")]
-async fn the_prometheus_rules_pass_promtool_and_name_only_series_replaysafe_serves(
+async fn the_prometheus_rules_and_grafana_dashboard_pass_promtool_and_name_only_series_replaysafe_serves(
     pool: sqlx::PgPool,
 ) {
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/prometheus");
-    for args in [
-        &["check", "rules", "replaysafe.rules.yml"][..],
-        &["test", "rules", "replaysafe.rules.test.yml"][..],
+    promtool(dir, &["check", "rules", "replaysafe.rules.yml"]);
+    promtool(dir, &["test", "rules", "replaysafe.rules.test.yml"]);
+
+    let dashboard_path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../deploy/grafana/replaysafe.json"
+    );
+    let dashboard: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dashboard_path).unwrap()).unwrap();
+    let mut queries = Vec::new();
+    for panel in dashboard["panels"].as_array().unwrap() {
+        for target in panel["targets"].as_array().unwrap() {
+            let expr = target["expr"].as_str().unwrap();
+            queries.push(
+                expr.replace("$__rate_interval", "5m")
+                    .replace("$source", ".*"),
+            );
+        }
+    }
+    for want in [
+        "replaysafe_deliveries_total",
+        "replaysafe_duplicates_total",
+        "replaysafe_ack_seconds_bucket",
+        "replaysafe_end_to_end_seconds_bucket",
+        "replaysafe_backlog_events",
+        "replaysafe_dead_letters",
+        "replaysafe_attempts_total",
+        "replaysafe_shed_total",
     ] {
-        let out = std::process::Command::new("promtool")
-            .args(args)
-            .current_dir(dir)
-            .output()
-            .expect("promtool (Debian's prometheus; scripts/test installs it)");
         assert!(
-            out.status.success(),
-            "promtool {args:?}: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
+            queries.iter().any(|q| q.contains(want)),
+            "the dashboard charts no {want}"
         );
     }
+    let checked = tempfile::tempdir().unwrap();
+    let rules: Vec<serde_json::Value> = queries
+        .iter()
+        .enumerate()
+        .map(|(i, q)| serde_json::json!({"record": format!("dashboard:query_{i}"), "expr": q}))
+        .collect();
+    // JSON is YAML: promtool reads it as a rules file.
+    std::fs::write(
+        checked.path().join("dashboard.rules.yml"),
+        serde_json::json!({"groups": [{"name": "dashboard", "rules": rules}]}).to_string(),
+    )
+    .unwrap();
+    promtool(
+        checked.path().to_str().unwrap(),
+        &["check", "rules", "dashboard.rules.yml"],
+    );
 
+    // A dead letter, a completion, a duplicate and a forged signature: every
+    // kind of series the rules and the dashboard chart.
     let destination =
         crate::helpers::Destination::start(vec![crate::helpers::Scripted::status(400)]).await;
     let app =
@@ -282,6 +342,8 @@ async fn the_prometheus_rules_pass_promtool_and_name_only_series_replaysafe_serv
     app.github_delivery("gh", "prom-1", body, b"gh-secret")
         .await;
     app.github_delivery("gh", "prom-2", body, b"forged").await;
+    app.github_delivery("gh", "prom-3", body, b"gh-secret")
+        .await;
     app.drain().await;
     let text = app
         .client
@@ -298,17 +360,219 @@ async fn the_prometheus_rules_pass_promtool_and_name_only_series_replaysafe_serv
         .map(|l| l.split(['{', ' ']).next().unwrap())
         .collect();
     let rules = std::fs::read_to_string(format!("{dir}/replaysafe.rules.yml")).unwrap();
-    let named: std::collections::BTreeSet<&str> = rules
-        .match_indices("replaysafe_")
-        .map(|(at, _)| {
-            let rest = &rules[at..];
-            &rest[..rest
-                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-                .unwrap_or(rest.len())]
-        })
-        .collect();
+    let mut named = series_named(&rules);
     assert!(named.len() >= 5, "{named:?}");
+    for query in &queries {
+        named.extend(series_named(query));
+    }
     for name in named {
         assert!(served.contains(name), "{name} is not on /metrics:\n{text}");
     }
+}
+
+/// An OTLP/HTTP collector on a free port: keeps every body posted to
+/// `/v1/traces`, as protobuf bytes.
+struct Collector {
+    endpoint: String,
+    bodies: std::sync::Arc<std::sync::Mutex<Vec<Vec<u8>>>>,
+}
+
+impl Collector {
+    async fn start() -> Self {
+        let bodies: std::sync::Arc<std::sync::Mutex<Vec<Vec<u8>>>> = Default::default();
+        let kept = bodies.clone();
+        let app = axum::Router::new().route(
+            "/v1/traces",
+            axum::routing::post(
+                move |headers: axum::http::HeaderMap, body: axum::body::Bytes| {
+                    let kept = kept.clone();
+                    async move {
+                        assert_eq!(headers["content-type"], "application/x-protobuf");
+                        kept.lock().unwrap().push(body.to_vec());
+                        axum::http::StatusCode::OK
+                    }
+                },
+            ),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let endpoint = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        Self { endpoint, bodies }
+    }
+}
+
+fn text_attribute<'a>(
+    attributes: &'a [opentelemetry_proto::tonic::common::v1::KeyValue],
+    key: &str,
+) -> Option<&'a str> {
+    use opentelemetry_proto::tonic::common::v1::any_value::Value;
+    attributes.iter().find(|kv| kv.key == key).and_then(|kv| {
+        match kv.value.as_ref()?.value.as_ref()? {
+            Value::StringValue(s) => Some(s.as_str()),
+            _ => None,
+        }
+    })
+}
+
+/// `otlp_endpoint`: a real `serve` exports its spans over OTLP/HTTP to a
+/// collector started here; the request's span arrives with its request id,
+/// method and path under the service `replaysafe`, the attempt's span with
+/// its source; and no secret, signature, query or body is in any of it, nor
+/// in any line it logs at `RUST_LOG=debug`.
+#[sqlx::test(migrator = "replaysafe::db::MIGRATOR")]
+async fn spans_are_exported_over_otlp_and_carry_no_secret(pool: sqlx::PgPool) {
+    use prost::Message as _;
+
+    let collector = Collector::start().await;
+    let destination = crate::helpers::Destination::start(vec![]).await;
+    let destination_secret = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
+    let config = format!(
+        r#"otlp_endpoint = "{}"
+[[source]]
+slug = "gh"
+provider = "github"
+secrets = ["{SECRET}"]
+destination = "{}"
+destination_secret = "{destination_secret}"
+"#,
+        collector.endpoint, destination.url
+    );
+    let url = crate::helpers::database_url(&pool).await;
+    // Its logs too, at their most talkative.
+    let dir = tempfile::tempdir().unwrap();
+    let port = crate::helpers::free_port();
+    let path = dir.path().join("replaysafe.toml");
+    std::fs::write(&path, format!("listen = \"127.0.0.1:{port}\"\n{config}")).unwrap();
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_replaysafe"))
+        .args(["serve", "--config"])
+        .arg(&path)
+        .env("DATABASE_URL", &url)
+        .env("RUST_LOG", "debug")
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let logged = tokio::spawn(async move {
+        let mut seen = Vec::new();
+        while let Ok(Some(line)) = lines.next_line().await {
+            seen.push(line);
+        }
+        seen
+    });
+    let base = format!("http://127.0.0.1:{port}");
+    let mut ready = false;
+    for _ in 0..100 {
+        if let Ok(r) = reqwest::get(format!("{base}/readyz")).await {
+            if r.status() == 200 {
+                ready = true;
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(ready, "serve did not become ready");
+
+    let body = r#"{"marker":"a-body-that-must-never-be-exported"}"#;
+    let signature = format!(
+        "sha256={}",
+        crate::helpers::hmac_hex(SECRET.as_bytes(), body.as_bytes())
+    );
+    let answer = crate::helpers::github_request(
+        &reqwest::Client::new(),
+        &format!("{base}/hooks/gh?token=a-query-that-must-never-be-exported"),
+        "otlp-1",
+        body,
+        SECRET.as_bytes(),
+    )
+    .header("x-request-id", "otlp-request-1")
+    .send()
+    .await
+    .unwrap();
+    assert_eq!(answer.status(), 200);
+    for _ in 0..100 {
+        if destination.count() == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(destination.count(), 1, "the event was not forwarded");
+
+    // Spans are batched; stopping the process exports what is left.
+    let pid = child.id().unwrap() as i32;
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    let exit = tokio::time::timeout(Duration::from_secs(30), child.wait())
+        .await
+        .expect("serve stopped within 30 s of SIGTERM")
+        .unwrap();
+    assert!(exit.success(), "{exit:?}");
+
+    let secrets: [&[u8]; 6] = [
+        SECRET.as_bytes(),
+        signature.as_bytes(),
+        &signature.as_bytes()["sha256=".len()..],
+        b"a-body-that-must-never-be-exported",
+        b"a-query-that-must-never-be-exported",
+        destination_secret.as_bytes(),
+    ];
+    let logged = logged.await.unwrap();
+    assert!(
+        logged.iter().any(|l| l.contains("/hooks/gh")),
+        "the request was logged: {logged:?}"
+    );
+    for line in &logged {
+        for secret in secrets {
+            assert!(
+                !line.as_bytes().windows(secret.len()).any(|w| w == secret),
+                "a log line holds {:?}: {line}",
+                String::from_utf8_lossy(secret)
+            );
+        }
+    }
+    let bodies = collector.bodies.lock().unwrap().clone();
+    assert!(!bodies.is_empty(), "nothing was exported");
+    let mut spans = Vec::new();
+    for raw in &bodies {
+        for secret in secrets.iter().chain([&url.as_bytes()]) {
+            assert!(
+                !raw.windows(secret.len()).any(|w| w == *secret),
+                "an export holds {:?}",
+                String::from_utf8_lossy(secret)
+            );
+        }
+        let request =
+            opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest::decode(
+                &raw[..],
+            )
+            .expect("an OTLP protobuf body");
+        for resource in request.resource_spans {
+            let attributes = resource.resource.map(|r| r.attributes).unwrap_or_default();
+            assert_eq!(
+                text_attribute(&attributes, "service.name"),
+                Some("replaysafe")
+            );
+            for scope in resource.scope_spans {
+                spans.extend(scope.spans);
+            }
+        }
+    }
+    let request = spans
+        .iter()
+        .find(|s| text_attribute(&s.attributes, "request_id") == Some("otlp-request-1"))
+        .unwrap_or_else(|| {
+            let names: Vec<&str> = spans.iter().map(|s| s.name.as_str()).collect();
+            panic!("no span carries the request id; spans: {names:?}")
+        });
+    assert_eq!(request.name, "request");
+    assert_eq!(text_attribute(&request.attributes, "method"), Some("POST"));
+    assert_eq!(
+        text_attribute(&request.attributes, "path"),
+        Some("/hooks/gh")
+    );
+    assert!(request.end_time_unix_nano >= request.start_time_unix_nano);
+    let attempt = spans
+        .iter()
+        .find(|s| s.name == "attempt")
+        .expect("a span for the forwarding attempt");
+    assert_eq!(text_attribute(&attempt.attributes, "source"), Some("gh"));
 }
