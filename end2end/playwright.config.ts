@@ -3,7 +3,7 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 
 // scripts/test exports these; the defaults let `npx playwright test` run by hand
-// against a server built with `cargo leptos build` and a database URL.
+// against a server built by ./scripts/test (or `cargo leptos build`) and a database URL.
 const port = Number(process.env.E2E_PORT ?? 3100);
 const baseURL = `http://127.0.0.1:${port}`;
 const destinationPort = Number(process.env.E2E_DEST_PORT ?? port + 1);

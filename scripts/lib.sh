@@ -77,22 +77,31 @@ check_supply_chain() {
 }
 
 # Minutes-long steps (a `cargo install`) run beside steps that wait on the
-# network or the disk: in_background NAME COMMAND... starts one, its output
-# kept aside; await_background NAME waits for it, shows its output, and
-# stops the script if it failed.
+# network or the disk: in_background NAME COMMAND... starts one in its own
+# process group, its output kept aside; await_background NAME waits for it,
+# shows its output, and stops the script if it failed; stop_background
+# (for an EXIT trap) stops those still running, compilers and all.
 declare -A BG_PID BG_LOG
 in_background() {
   local name=$1; shift
   BG_LOG[$name]=$(mktemp)
+  set -m
   ("$@") >"${BG_LOG[$name]}" 2>&1 &
   BG_PID[$name]=$!
+  set +m
 }
 await_background() {
   local name=$1 status=0
   wait "${BG_PID[$name]}" || status=$?
   cat "${BG_LOG[$name]}" >&2
   rm -f "${BG_LOG[$name]}"
+  unset "BG_PID[$name]" "BG_LOG[$name]"
   [ "$status" = 0 ] || die "$name failed (exit $status)"
+}
+stop_background() {
+  local pid
+  for pid in "${BG_PID[@]}"; do kill -TERM -- "-$pid" 2>/dev/null || true; done
+  [ ${#BG_LOG[@]} = 0 ] || rm -f "${BG_LOG[@]}"
 }
 
 ensure_postgres_binaries() {

@@ -712,3 +712,26 @@ pub mod ssr {
         .collect())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_rule_is_known_to_a_rule_set_by_name() {
+        let all = RuleSet::default();
+        let none = RuleSet {
+            duplicate_storm: None,
+            dead_letters: None,
+            backlog: None,
+            signature_failures: None,
+            destination_failing: None,
+        };
+        for rule in RULES {
+            assert!(all.has(rule), "{rule}");
+            assert!(!none.has(rule), "{rule}");
+            assert_ne!(title(rule), "Alert", "{rule} has its own title");
+        }
+        assert!(!all.has("no_such_rule"));
+    }
+}

@@ -29,9 +29,16 @@ pub async fn run(pool: PgPool, config: Arc<Config>, shutdown: CancellationToken)
                 if let Err(e) = evaluate_once(&pool, &config).await {
                     tracing::warn!(error = %e, "could not evaluate the alert rules; trying again");
                 }
+                // Jittered: processes on aligned timers would otherwise find
+                // the lock taken by the same one every time, and another
+                // config's sources would go unevaluated.
+                let every = config
+                    .alerts
+                    .every
+                    .mul_f64(rand::random::<f64>() * 0.4 + 0.8);
                 tokio::select! {
                     _ = shutdown.cancelled() => return,
-                    _ = tokio::time::sleep(config.alerts.every) => {}
+                    _ = tokio::time::sleep(every) => {}
                 }
             }
         }

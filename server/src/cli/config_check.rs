@@ -57,14 +57,9 @@ pub fn print(config: &Config) {
         config
             .otlp_endpoint
             .as_deref()
-            .and_then(|u| url::Url::parse(u).ok())
-            .map_or("not exported".to_owned(), |mut url| {
-                // A collector's credentials may sit in the URL.
-                if url.password().is_some() {
-                    let _ = url.set_password(Some("(hidden)"));
-                }
-                format!("OTLP/HTTP to {url}")
-            })
+            .map_or("not exported".to_owned(), |url| format!(
+                "OTLP/HTTP to {url}"
+            ))
     );
     for s in &config.sources {
         println!();

@@ -551,7 +551,7 @@ pub fn parse_and_validate(
 
     let (alert_rules, alerts) = alerts::build(raw.alerts, &source_rules, &invalid, &secret)?;
     if let Some(url) = &raw.otlp_endpoint {
-        check_http_url(url).map_err(|e| invalid("otlp_endpoint", e))?;
+        otlp_endpoint(url).map_err(|e| invalid("otlp_endpoint", e))?;
     }
 
     Ok(Config {
@@ -603,8 +603,7 @@ pub fn telemetry_settings(explicit: Option<&Path>, serves: bool) -> crate::telem
         },
         otlp_endpoint: text("otlp_endpoint")
             .filter(|_| serves)
-            .filter(|url| check_http_url(url).is_ok())
-            .and_then(|url| url::Url::parse(url).ok()),
+            .and_then(|url| otlp_endpoint(url).ok()),
     }
 }
 
@@ -650,6 +649,21 @@ fn valid_slug(slug: &str) -> bool {
         && slug
             .bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
+}
+
+/// An OTLP/HTTP base URL. Credentials go in OTEL_EXPORTER_OTLP_HEADERS:
+/// in the URL they would be printed by `config check` and in errors, and
+/// the exporter would not send them.
+fn otlp_endpoint(text: &str) -> Result<url::Url, String> {
+    check_http_url(text)?;
+    let url = url::Url::parse(text).map_err(|e| e.to_string())?;
+    if !url.username().is_empty() || url.password().is_some() || url.query().is_some() {
+        return Err(
+            "must not carry credentials or a query: give a collector's token in OTEL_EXPORTER_OTLP_HEADERS"
+                .into(),
+        );
+    }
+    Ok(url)
 }
 
 /// Written exactly as `http://` or `https://` and a host: the text is used
@@ -760,6 +774,35 @@ mod tests {
             .filter(|l| !l.starts_with("//") && !l.starts_with('#') && l.contains(':'))
             .map(|l| l.split(':').next().unwrap().trim().to_owned())
             .collect()
+    }
+
+    #[test]
+    fn an_otlp_endpoint_is_a_plain_url_and_credentials_are_refused_unrepeated() {
+        let ok = parse(
+            "otlp_endpoint = \"http://127.0.0.1:4318\"\n[[source]]\nslug = \"a\"\nprovider = \"github\"\nsecrets = [\"s\"]\n",
+            &[],
+        )
+        .unwrap();
+        assert_eq!(ok.otlp_endpoint.as_deref(), Some("http://127.0.0.1:4318"));
+        for bad in [
+            "https://user:collector-password@otel.example",
+            "https://token-as-user@otel.example",
+            "https://otel.example/?api_key=collector-password",
+            "ftp://otel.example",
+        ] {
+            let text = format!(
+                "otlp_endpoint = \"{bad}\"\n[[source]]\nslug = \"a\"\nprovider = \"github\"\nsecrets = [\"s\"]\n"
+            );
+            let e = parse(&text, &[]).unwrap_err().to_string();
+            assert!(e.contains("otlp_endpoint"), "{e}");
+            if !bad.starts_with("ftp") {
+                assert!(e.contains("OTEL_EXPORTER_OTLP_HEADERS"), "{e}");
+                assert!(
+                    !e.contains("collector-password") && !e.contains("token-as-user"),
+                    "{e}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -132,7 +132,7 @@ pub async fn revive(
 ) -> Result<Option<i64>, sqlx::Error> {
     sqlx::query_scalar!(
         "UPDATE events e SET state = 'queued', forwarder = 'workers', state_changed_at = now(),
-             next_attempt_at = now(), attempt_count = 0, dead_reason = NULL, last_error = NULL,
+             next_attempt_at = now(), attempt_count = 0, revived_at = now(), dead_reason = NULL, last_error = NULL,
              receive_count = receive_count + 1, last_seen_at = now(),
              first_delivery_id = CASE WHEN EXISTS (SELECT 1 FROM deliveries d
                                                    WHERE d.id = e.first_delivery_id

@@ -27,8 +27,9 @@ pub struct Leased {
     pub headers: Option<serde_json::Value>,
     /// An admin forced this completed event to run again (spec section 6).
     pub forced: bool,
-    /// When the event was first received, in seconds since the Unix epoch
-    /// (the end-to-end latency metric counts from it).
+    /// Since when the event waits to be delivered, in seconds since the Unix
+    /// epoch: its first receipt, or the operator's re-delivery that revived
+    /// it, or the admin's force (the end-to-end metric counts from it).
     pub received: f64,
 }
 
@@ -187,7 +188,7 @@ pub async fn lease(
              RETURNING e.id, locked.taken_over, locked.lost_by, locked.lost_forwarder,
                        locked.began,
                        e.source, e.idem_key, e.attempt_count,
-                       e.first_delivery_id, e.first_seen_at,
+                       e.first_delivery_id, e.first_seen_at, e.revived_at, e.forced_at,
                        CASE WHEN e.forced_at IS NOT NULL AND e.completed_at IS NULL
                             THEN e.forced_by END AS forced_by,
                        e.forced_at IS NOT NULL AND e.completed_at IS NULL AS forced
@@ -223,7 +224,8 @@ pub async fn lease(
                     AS content_type,
                 CASE WHEN d.body IS NULL THEN c.headers ELSE d.headers END AS headers,
                 l.forced AS "forced!",
-                extract(epoch FROM l.first_seen_at)::float8 AS "received!"
+                extract(epoch FROM greatest(l.first_seen_at, l.revived_at, l.forced_at))::float8
+                    AS "received!"
          FROM leased l
          LEFT JOIN deliveries d ON d.id = l.first_delivery_id
          -- Only when that payload is gone (retention racing a force or a

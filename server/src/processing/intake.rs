@@ -24,7 +24,7 @@ pub async fn receive(
     .await;
     let reply = match accepted {
         Accepted::Answered(reply) => reply,
-        Accepted::Forward(held) => sync::answer(services, source, inbound, &held).await,
+        Accepted::Forward(held) => sync::answer(services, source, inbound, &held, receipt).await,
     };
     counted(source, reply, receipt)
 }

@@ -19,8 +19,9 @@ pub async fn answer(
     source: &SourceConfig,
     inbound: &Inbound,
     held: &SyncClaim,
+    receipt: crate::receiver::Receipt,
 ) -> Reply {
-    answer_or_db_error(services, source, inbound, held)
+    answer_or_db_error(services, source, inbound, held, receipt)
         .await
         .unwrap_or_else(|e| {
             tracing::error!(error = %e, "database unavailable: answering 503 so the provider retries");
@@ -33,6 +34,7 @@ async fn answer_or_db_error(
     source: &SourceConfig,
     inbound: &Inbound,
     held: &SyncClaim,
+    receipt: crate::receiver::Receipt,
 ) -> Result<Reply, sqlx::Error> {
     let pool = &services.pool;
     let claimed = &held.claimed;
@@ -47,6 +49,8 @@ async fn answer_or_db_error(
             claimed,
             lease_owner: &held.lease_owner,
             idem_key: &held.key,
+            received: crate::telemetry::metrics::unix_now()
+                - receipt.started.elapsed().as_secs_f64(),
         };
         forward_inline(services, &call).await?
     };
@@ -103,6 +107,8 @@ struct SyncCall<'a> {
     pub claimed: &'a Claimed,
     pub lease_owner: &'a str,
     pub idem_key: &'a str,
+    /// When this request was received (Unix seconds).
+    pub received: f64,
 }
 
 /// Forwards the delivery that holds the claim and records the attempt.
@@ -117,6 +123,7 @@ async fn forward_inline(
         claimed,
         lease_owner,
         idem_key,
+        received,
     } = *call;
     let (attempt_id, attempt) =
         match events::start_inline(pool, claimed.event_id, lease_owner).await? {
@@ -143,7 +150,7 @@ async fn forward_inline(
         forced: false,
         // The provider waits on this request's answer: its end to end is
         // this request's, whatever earlier requests tried.
-        received: crate::telemetry::metrics::unix_now(),
+        received,
     };
     let keep_bytes = services.config.max_body_bytes;
     let answer = forward::forward(&services.client, source, &leased, keep_bytes).await;

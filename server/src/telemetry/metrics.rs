@@ -13,6 +13,12 @@ const SECONDS_BUCKETS: &[f64] = &[
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
 ];
 
+/// End to end includes the retries' backoff: up to hours, and a day.
+const END_TO_END_BUCKETS: &[f64] = &[
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0,
+    3600.0, 14400.0, 86400.0,
+];
+
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 
 /// Installs the process-wide recorder once (tests start many apps in one process).
@@ -20,6 +26,11 @@ pub fn install() -> &'static PrometheusHandle {
     HANDLE.get_or_init(|| {
         let recorder = PrometheusBuilder::new()
             .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), SECONDS_BUCKETS)
+            .expect("bucket list is not empty")
+            .set_buckets_for_metric(
+                Matcher::Full("replaysafe_end_to_end_seconds".into()),
+                END_TO_END_BUCKETS,
+            )
             .expect("bucket list is not empty")
             .set_buckets_for_metric(
                 Matcher::Full("replaysafe_claim_batch_size".into()),
@@ -86,7 +97,7 @@ fn describe() {
     metrics::describe_histogram!(
         "replaysafe_end_to_end_seconds",
         metrics::Unit::Seconds,
-        "Time from an event's first receipt to its destination's accepting answer, retries included"
+        "Time from an event's receipt (or an operator's re-delivery or force) to its destination's accepting answer, retries included"
     );
     metrics::describe_counter!(
         "replaysafe_shed_total",
@@ -140,8 +151,8 @@ pub fn shed(reason: &'static str) {
 }
 
 /// Counts one finished attempt; `result` is completed, retrying or dead.
-/// A completed one also records the event's end-to-end time, from its first
-/// receipt (`received`, seconds since the Unix epoch).
+/// A completed one also records the event's end-to-end time, from
+/// `received` (seconds since the Unix epoch; `Leased::received`).
 pub fn attempt(source: &str, result: &'static str, latency_ms: i32, received: f64) {
     metrics::counter!("replaysafe_attempts_total", "source" => source.to_owned(), "result" => result)
         .increment(1);

@@ -4,6 +4,8 @@
 pub mod metrics;
 mod otlp;
 
+use std::time::Duration;
+
 use tracing_subscriber::EnvFilter;
 
 /// How log lines are written: for people, or one JSON object a line
@@ -38,7 +40,10 @@ pub struct Guard(Option<opentelemetry_sdk::trace::SdkTracerProvider>);
 impl Drop for Guard {
     fn drop(&mut self) {
         if let Some(provider) = self.0.take() {
-            if let Err(e) = provider.shutdown() {
+            // One export may take its whole timeout: the last batch gets it.
+            if let Err(e) =
+                provider.shutdown_with_timeout(otlp::EXPORT_TIMEOUT + Duration::from_secs(1))
+            {
                 eprintln!("replaysafe: exporting the last spans: {e}");
             }
         }

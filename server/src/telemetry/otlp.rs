@@ -11,7 +11,7 @@ use opentelemetry_sdk::trace::SdkTracerProvider;
 use opentelemetry_sdk::Resource;
 
 /// One export may take this long, reading the collector's answer included.
-const EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
+pub const EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
 /// A collector's answer is a few bytes; more is not read.
 const MAX_ANSWER_BYTES: usize = 64 * 1024;
 
@@ -71,7 +71,7 @@ impl opentelemetry_http::HttpClient for Client {
     ) -> Result<http::Response<Bytes>, opentelemetry_http::HttpError> {
         let request = reqwest::Request::try_from(request)?;
         let http = self.http.clone();
-        let (status, headers, body) = self
+        let sent = self
             .runtime
             .spawn(async move {
                 let mut response = http.execute(request).await?;
@@ -86,11 +86,44 @@ impl opentelemetry_http::HttpClient for Client {
                 }
                 Ok::<_, reqwest::Error>((status, headers, body))
             })
-            .await??;
+            .await?;
+        // The SDK reports nothing (its internal logs are off): a collector
+        // that is away or refuses would go unnoticed.
+        let (status, headers, body) = match sent {
+            Ok(answer) if answer.0.is_success() => answer,
+            Ok(answer) => {
+                warn_now_and_then(&format!("the collector answered {}", answer.0));
+                answer
+            }
+            Err(e) => {
+                // No URL: reqwest's error names it, and it is the config's.
+                let e = e.without_url();
+                warn_now_and_then(&format!("sending to the collector failed: {e}"));
+                return Err(e.into());
+            }
+        };
         let mut answer = http::Response::new(Bytes::from(body));
         *answer.status_mut() = status;
         *answer.headers_mut() = headers;
         Ok(answer)
+    }
+}
+
+/// Warns about a failed export at most once a minute: a collector that
+/// is down must not fill the log with one line per batch.
+fn warn_now_and_then(what: &str) {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static LAST: AtomicU64 = AtomicU64::new(0);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let last = LAST.load(Ordering::Relaxed);
+    if now >= last + 60
+        && LAST
+            .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+    {
+        tracing::warn!("traces not exported: {what}");
     }
 }
 

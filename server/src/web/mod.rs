@@ -58,13 +58,14 @@ impl FromRef<AppState> for LeptosOptions {
     }
 }
 
-/// Where cargo-leptos put the site: `$LEPTOS_SITE_ROOT`, else `target/site`.
+/// Where the site was built (scripts' build_site, or cargo-leptos):
+/// `$LEPTOS_SITE_ROOT`, else `target/site`.
 fn leptos_options(addr: SocketAddr) -> LeptosOptions {
     let site_root = std::env::var("LEPTOS_SITE_ROOT").unwrap_or_else(|_| "target/site".into());
     let pkg = std::path::Path::new(&site_root).join("pkg");
     if !pkg.join(format!("{SITE_OUTPUT_NAME}.js")).exists() {
         tracing::warn!(
-            "UI bundle not found in {}: pages render but do not hydrate; build it with `cargo leptos build`",
+            "UI bundle not found in {}: pages render but do not hydrate; build it with ./scripts/run (build_site in scripts/lib.sh) or `cargo leptos build`",
             pkg.display()
         );
     }

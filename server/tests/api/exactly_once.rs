@@ -390,6 +390,43 @@ async fn a_revived_event_forwards_the_redelivered_copy(pool: PgPool) {
     assert_eq!(state_of(&pool, "k-dead").await, "completed");
 }
 
+/// The end-to-end clock of an event an operator revives starts at the
+/// revive, not at a receipt a day before (replaysafe_end_to_end_seconds).
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn a_revived_event_is_timed_from_its_revival(pool: PgPool) {
+    let destination = Destination::start(vec![Scripted::status(400)]).await;
+    let app = spawn_app(
+        pool.clone(),
+        test_config(&github_source("gh", &destination.url, 2, 8), &[]),
+    )
+    .await;
+    assert_eq!(
+        app.github_delivery("gh", "k-old", r#"{"n":1}"#, b"gh-secret")
+            .await,
+        200
+    );
+    assert_eq!(app.drain().await, 1);
+    assert_eq!(state_of(&pool, "k-old").await, "dead");
+    sqlx::query(
+        "UPDATE events SET first_seen_at = now() - interval '1 day' WHERE idem_key = 'k-old'",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let (_, first) = event_of(&pool, "k-old").await;
+    let (status, result) = app
+        .server_fn("redeliver", &format!("delivery_id={first}"))
+        .await;
+    assert_eq!(status, 200, "{result}");
+    let leased = app.lease_as("w", 10).await;
+    assert_eq!(leased.len(), 1);
+    let waited = replaysafe::telemetry::metrics::unix_now() - leased[0].received;
+    assert!(
+        (0.0..60.0).contains(&waited),
+        "timed from {waited} s ago, not from the revive"
+    );
+}
+
 /// Two processes on one database with different configs: each leases only
 /// the events of sources it can forward, and neither leaves an attempt open.
 #[sqlx::test(migrator = "MIGRATOR")]

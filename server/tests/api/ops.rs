@@ -342,7 +342,8 @@ async fn the_prometheus_rules_and_grafana_dashboard_pass_promtool_and_name_only_
     app.github_delivery("gh", "prom-1", body, b"gh-secret")
         .await;
     app.github_delivery("gh", "prom-2", body, b"forged").await;
-    app.github_delivery("gh", "prom-3", body, b"gh-secret")
+    // Its own content: a copy of prom-1's signed body would be a replay.
+    app.github_delivery("gh", "prom-3", r#"{"id":"prom-3"}"#, b"gh-secret")
         .await;
     app.drain().await;
     let text = app
@@ -368,18 +369,61 @@ async fn the_prometheus_rules_and_grafana_dashboard_pass_promtool_and_name_only_
     for name in named {
         assert!(served.contains(name), "{name} is not on /metrics:\n{text}");
     }
+    // And the label values they select: outcome="claimed" or result="dead"
+    // must be what replaysafe writes, not only the series' names.
+    for query in queries.iter().map(String::as_str).chain([rules.as_str()]) {
+        for (label, values) in label_matchers(query) {
+            assert!(
+                values
+                    .iter()
+                    .any(|v| text.contains(&format!("{label}=\"{v}\""))),
+                "no series on /metrics has {label} in {values:?}:\n{text}"
+            );
+        }
+    }
+}
+
+/// The `label="value"` and `label=~"a|b"` matchers of a PromQL text (`$`
+/// variables and `.*` left out), each with the values it accepts.
+fn label_matchers(query: &str) -> Vec<(&str, Vec<&str>)> {
+    let mut found = Vec::new();
+    for (at, _) in query
+        .match_indices("=\"")
+        .chain(query.match_indices("=~\""))
+    {
+        let op_len = if query[at..].starts_with("=~") { 3 } else { 2 };
+        let before = &query[..at];
+        if before.ends_with('!') {
+            continue;
+        }
+        let label_start = before
+            .rfind(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .map_or(0, |i| i + 1);
+        let label = &before[label_start..];
+        let rest = &query[at + op_len..];
+        let Some(end) = rest.find('"') else { continue };
+        let value = &rest[..end];
+        if label.is_empty() || value.contains('$') || value.contains(".*") || value.contains('{') {
+            continue;
+        }
+        found.push((label, value.split('|').collect()));
+    }
+    found
 }
 
 /// An OTLP/HTTP collector on a free port: keeps every body posted to
-/// `/v1/traces`, as protobuf bytes.
+/// `/v1/traces` with its content type.
 struct Collector {
     endpoint: String,
-    bodies: std::sync::Arc<std::sync::Mutex<Vec<Vec<u8>>>>,
+    bodies: Posted,
 }
+
+/// What a collector was sent: each body with its content type.
+type Posted = std::sync::Arc<std::sync::Mutex<Vec<(String, Vec<u8>)>>>;
 
 impl Collector {
     async fn start() -> Self {
-        let bodies: std::sync::Arc<std::sync::Mutex<Vec<Vec<u8>>>> = Default::default();
+        let bodies: Posted = Default::default();
         let kept = bodies.clone();
         let app = axum::Router::new().route(
             "/v1/traces",
@@ -387,8 +431,12 @@ impl Collector {
                 move |headers: axum::http::HeaderMap, body: axum::body::Bytes| {
                     let kept = kept.clone();
                     async move {
-                        assert_eq!(headers["content-type"], "application/x-protobuf");
-                        kept.lock().unwrap().push(body.to_vec());
+                        let kind = headers
+                            .get("content-type")
+                            .and_then(|v| v.to_str().ok())
+                            .unwrap_or_default()
+                            .to_owned();
+                        kept.lock().unwrap().push((kind, body.to_vec()));
                         axum::http::StatusCode::OK
                     }
                 },
@@ -448,6 +496,8 @@ destination_secret = "{destination_secret}"
         .arg(&path)
         .env("DATABASE_URL", &url)
         .env("RUST_LOG", "debug")
+        // No export on the timer: what arrives was flushed at exit.
+        .env("OTEL_BSP_SCHEDULE_DELAY", "600000")
         .stderr(Stdio::piped())
         .kill_on_drop(true)
         .spawn()
@@ -462,7 +512,7 @@ destination_secret = "{destination_secret}"
     });
     let base = format!("http://127.0.0.1:{port}");
     let mut ready = false;
-    for _ in 0..100 {
+    for _ in 0..300 {
         if let Ok(r) = reqwest::get(format!("{base}/readyz")).await {
             if r.status() == 200 {
                 ready = true;
@@ -532,7 +582,8 @@ destination_secret = "{destination_secret}"
     let bodies = collector.bodies.lock().unwrap().clone();
     assert!(!bodies.is_empty(), "nothing was exported");
     let mut spans = Vec::new();
-    for raw in &bodies {
+    for (kind, raw) in &bodies {
+        assert_eq!(kind, "application/x-protobuf");
         for secret in secrets.iter().chain([&url.as_bytes()]) {
             assert!(
                 !raw.windows(secret.len()).any(|w| w == *secret),
