@@ -17,19 +17,24 @@ pub fn traced(router: Router) -> Router {
     router
         .layer(PropagateRequestIdLayer::new(REQUEST_ID))
         .layer(
-            TraceLayer::new_for_http().make_span_with(|request: &Request<_>| {
-                let id = request
-                    .headers()
-                    .get(&REQUEST_ID)
-                    .and_then(|v| v.to_str().ok())
-                    .unwrap_or_default();
-                tracing::info_span!(
-                    "request",
-                    method = %request.method(),
-                    path = %request.uri().path(),
-                    request_id = %id,
-                )
-            }),
+            // No line per 5xx (tower-http logs each at ERROR): a shed or a
+            // database outage answers thousands of 503s, each counted in the
+            // metrics and logged once where it began.
+            TraceLayer::new_for_http()
+                .on_failure(())
+                .make_span_with(|request: &Request<_>| {
+                    let id = request
+                        .headers()
+                        .get(&REQUEST_ID)
+                        .and_then(|v| v.to_str().ok())
+                        .unwrap_or_default();
+                    tracing::info_span!(
+                        "request",
+                        method = %request.method(),
+                        path = %request.uri().path(),
+                        request_id = %id,
+                    )
+                }),
         )
         .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid))
 }
