@@ -3,6 +3,7 @@
 
 pub mod audit;
 pub mod embedded;
+pub mod failover;
 pub mod sources;
 pub mod users;
 
@@ -71,15 +72,27 @@ pub async fn locate(config: &Config) -> Result<Database, DbError> {
 }
 
 pub fn connect_options(url: &Secret) -> Result<PgConnectOptions, DbError> {
-    url.expose()
-        .parse::<PgConnectOptions>()
+    parse_options(url.expose())
+}
+
+fn parse_options(url: &str) -> Result<PgConnectOptions, DbError> {
+    url.parse::<PgConnectOptions>()
         .map(|o| o.log_statements(tracing::log::LevelFilter::Trace))
         .map_err(|e| DbError::BadUrl(e.to_string()))
 }
 
 /// A pool that connects on demand, so the server starts and reports
 /// unreadiness while the database is away, and recovers when it returns.
+/// A multi-host URL (pg_auto_failover's) gets a pool that follows the
+/// writable primary (`failover`).
 pub fn pool(url: &Secret, max_connections: u32) -> Result<PgPool, DbError> {
+    if let Some(hosts) = failover::split_hosts(url.expose()).map_err(DbError::BadUrl)? {
+        let hosts = hosts
+            .iter()
+            .map(|u| parse_options(u))
+            .collect::<Result<Vec<_>, _>>()?;
+        return failover::pool(hosts, max_connections);
+    }
     Ok(PgPoolOptions::new()
         .max_connections(max_connections)
         .acquire_timeout(ACQUIRE_TIMEOUT)

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sqlx::postgres::{PgConnectOptions, PgConnection};
+use sqlx::postgres::PgConnection;
 use sqlx::{Connection, PgPool};
 use tokio::sync::{mpsc, oneshot, Mutex, Notify};
 
@@ -130,14 +130,6 @@ impl ClaimBatcher {
     }
 
     fn start_with(pool: PgPool, committers: usize, handoff: Option<Arc<dyn Handoff>>) -> Self {
-        // The batch statement touches tables only through the events_claim
-        // arbiter and inserts: its plan does not depend on the arrays or on
-        // the tables' sizes, and planning it anew for each batch cost more
-        // than running a small one. Its generic plan joins only the batch's
-        // own rows.
-        let options = (*pool.connect_options())
-            .clone()
-            .options([("plan_cache_mode", "force_generic_plan")]);
         let (jobs, queue) = mpsc::channel::<Job>(MAX_WAITING);
         let shared = Arc::new(Shared {
             waiting: Mutex::new(Waiting {
@@ -152,7 +144,7 @@ impl ClaimBatcher {
             handoff,
         });
         for _ in 0..committers.max(1) {
-            tokio::spawn(commit_loop(options.clone(), shared.clone()));
+            tokio::spawn(commit_loop(pool.clone(), shared.clone()));
         }
         Self { jobs }
     }
@@ -233,10 +225,10 @@ fn key_of(job: &Job) -> Key {
 /// the server on every acquire and every release, two more round trips per
 /// batch than the statement itself. A connection that failed is replaced for
 /// the next batch, so the receiver heals when the database returns.
-async fn commit_loop(options: PgConnectOptions, shared: Arc<Shared>) {
+async fn commit_loop(pool: PgPool, shared: Arc<Shared>) {
     let mut connection = Committer {
         open: None,
-        options,
+        pool,
         used: Instant::now(),
         breakages: 0,
     };
@@ -364,7 +356,9 @@ async fn gather(shared: &Shared) -> Option<(Vec<Job>, HashSet<Key>)> {
 /// A committer's connection, with what tells whether it may have died.
 struct Committer {
     open: Option<PgConnection>,
-    options: PgConnectOptions,
+    /// Whose connect options it opens with: the pool's, which follow the
+    /// primary after a failover (`db::failover`).
+    pool: PgPool,
     /// When it last answered.
     used: Instant,
     /// `Shared::breakages` when it was last known good.
@@ -389,9 +383,17 @@ impl Committer {
             }
         }
         if self.open.is_none() {
+            // The batch statement touches tables only through the
+            // events_claim arbiter and inserts: its plan does not depend on
+            // the arrays or on the tables' sizes, and planning it anew for
+            // each batch cost more than running a small one. Its generic
+            // plan joins only the batch's own rows.
+            let options = (*self.pool.connect_options())
+                .clone()
+                .options([("plan_cache_mode", "force_generic_plan")]);
             let opened = tokio::time::timeout(
                 crate::db::ACQUIRE_TIMEOUT,
-                PgConnection::connect_with(&self.options),
+                PgConnection::connect_with(&options),
             )
             .await
             .map_err(|_| ClaimError::TimedOut(crate::db::ACQUIRE_TIMEOUT))??;
@@ -619,9 +621,13 @@ async fn commit_batch(connection: &mut Committer, shared: &Shared, batch: Vec<Jo
     };
     // A statement error leaves the connection usable; anything else (a
     // broken socket, a timeout mid-statement) may not have, nor may the
-    // other committers' connections.
+    // other committers' connections. A read-only refusal (25006) means a
+    // primary turned standby under a live connection: reconnect, to the
+    // primary the pool follows now.
+    let read_only = matches!(&answered,
+        Err(ClaimError::Database(sqlx::Error::Database(d))) if d.code().as_deref() == Some("25006"));
     match &answered {
-        Err(e) if !matches!(e, ClaimError::Database(sqlx::Error::Database(_))) => {
+        Err(e) if read_only || !matches!(e, ClaimError::Database(sqlx::Error::Database(_))) => {
             if connection.open.take().is_some() {
                 shared.breakages.fetch_add(1, Ordering::SeqCst);
             }

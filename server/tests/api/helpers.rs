@@ -336,7 +336,7 @@ impl ServerProcess {
             .spawn()
             .expect("starting replaysafe");
         let base = format!("http://127.0.0.1:{port}");
-        for _ in 0..100 {
+        for _ in 0..300 {
             if let Ok(r) = reqwest::get(format!("{base}/readyz")).await {
                 if r.status() == 200 {
                     return Self {

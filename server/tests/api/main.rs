@@ -9,6 +9,7 @@ mod dashboard;
 mod edge;
 mod embedded;
 mod exactly_once;
+mod failover;
 mod handoff;
 mod health;
 mod helpers;

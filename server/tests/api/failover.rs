@@ -1,0 +1,375 @@
+//! Failover (issue 19): a multi-host `database_url` follows the writable
+//! primary. A real primary with a synchronous standby (every commit on both
+//! before any 2xx), a real `serve` given both hosts (the standby first),
+//! signed deliveries streaming in; the primary's postmaster is killed with
+//! SIGKILL and the standby promoted. Every delivery answered 2xx is in the
+//! new primary and forwarded exactly once; while no primary is writable the
+//! receiver answers 503 with Retry-After, never 2xx; service returns
+//! without restarting replaysafe.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::helpers::{free_port, github_request, Destination, ServerProcess};
+
+/// initdb, pg_ctl and pg_basebackup, as scripts/lib.sh finds them.
+fn pg_bin() -> PathBuf {
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path().join("bin"))
+        .filter(|d| d.join("pg_ctl").exists())
+        .collect();
+    dirs.sort();
+    dirs.pop()
+        .expect("PostgreSQL server binaries under /usr/lib/postgresql")
+}
+
+/// A PostgreSQL cluster of this test's, run as the postgres user when the
+/// test runs as root (PostgreSQL refuses root).
+struct Cluster {
+    data: PathBuf,
+    port: u16,
+}
+
+fn as_postgres(program: &Path) -> Command {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        let mut c = Command::new("runuser");
+        c.args(["-u", "postgres", "--"]).arg(program);
+        c
+    } else {
+        Command::new(program)
+    }
+}
+
+fn run(mut command: Command) {
+    let out = command.output().expect("running a PostgreSQL tool");
+    assert!(
+        out.status.success(),
+        "{command:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+impl Cluster {
+    fn start(&self, extra: &str) {
+        let mut start = as_postgres(&pg_bin().join("pg_ctl"));
+        start
+            .arg("-D")
+            .arg(&self.data)
+            .arg("-l")
+            .arg(self.data.join("server.log"))
+            .args(["-w", "-t", "60", "-o"])
+            .arg(format!(
+                "-p {} -c listen_addresses=127.0.0.1 -c unix_socket_directories='' -c fsync=off {extra}",
+                self.port
+            ))
+            .arg("start");
+        run(start);
+    }
+
+    fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+
+    /// SIGKILL to the postmaster: its backends notice and die with it.
+    fn kill(&self) {
+        let pid: i32 = std::fs::read_to_string(self.data.join("postmaster.pid"))
+            .unwrap()
+            .lines()
+            .next()
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        // SAFETY: kill has no memory preconditions.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    }
+
+    fn stop(&self) {
+        let mut stop = as_postgres(&pg_bin().join("pg_ctl"));
+        stop.arg("-D")
+            .arg(&self.data)
+            .args(["-m", "immediate", "stop"]);
+        let _ = stop.output();
+    }
+}
+
+/// A directory the postgres user may write in.
+fn postgres_dir(parent: &Path, name: &str) -> PathBuf {
+    let dir = parent.join(name);
+    std::fs::create_dir(&dir).unwrap();
+    // PostgreSQL refuses a data directory others may read.
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    if unsafe { libc::geteuid() } == 0 {
+        run({
+            let mut c = Command::new("chown");
+            c.arg("postgres:").arg(&dir);
+            c
+        });
+    }
+    dir
+}
+
+/// The primary (synchronous_standby_names = '*': a commit waits for the
+/// standby) and its standby, streaming from it.
+fn primary_and_standby(root: &Path) -> (Cluster, Cluster) {
+    let primary = Cluster {
+        data: postgres_dir(root, "primary"),
+        port: free_port(),
+    };
+    let mut init = as_postgres(&pg_bin().join("initdb"));
+    init.arg("-D").arg(&primary.data).args([
+        "-U",
+        "postgres",
+        "-A",
+        "trust",
+        "-E",
+        "UTF8",
+        "--locale=C",
+        "--no-instructions",
+    ]);
+    run(init);
+    primary.start("-c synchronous_standby_names='*' -c wal_level=replica");
+    let standby = Cluster {
+        data: postgres_dir(root, "standby"),
+        port: free_port(),
+    };
+    let mut backup = as_postgres(&pg_bin().join("pg_basebackup"));
+    backup
+        .args([
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &primary.port.to_string(),
+            "-U",
+            "postgres",
+            "-D",
+        ])
+        .arg(&standby.data)
+        .args(["-R", "-X", "stream"]);
+    run(backup);
+    standby.start("");
+    (primary, standby)
+}
+
+async fn in_recovery(url: &str) -> bool {
+    let pool = sqlx::PgPool::connect(url).await.unwrap();
+    let standby: bool = sqlx::query_scalar("SELECT pg_is_in_recovery()")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    pool.close().await;
+    standby
+}
+
+/// What the stream of deliveries was answered.
+#[derive(Default)]
+struct Answers {
+    by_key: BTreeMap<String, Vec<u16>>,
+    /// Every answer's status, with when it came.
+    log: Vec<(Instant, u16)>,
+    /// 503s that came without Retry-After.
+    bare_503: usize,
+}
+
+impl Answers {
+    /// The first 2xx answered after `at`.
+    fn first_2xx_after(&self, at: Instant) -> Option<Instant> {
+        self.log
+            .iter()
+            .find(|(t, s)| *t > at && *s == 200)
+            .map(|(t, _)| *t)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_primary_loses_no_acknowledged_delivery_and_forwards_each_once() {
+    let root = tempfile::Builder::new()
+        .prefix("replaysafe-failover")
+        .tempdir_in("/tmp")
+        .unwrap();
+    std::fs::set_permissions(
+        root.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let (primary, standby) = primary_and_standby(root.path());
+    struct Stop<'a>(&'a Cluster, &'a Cluster);
+    impl Drop for Stop<'_> {
+        fn drop(&mut self) {
+            self.0.stop();
+            self.1.stop();
+        }
+    }
+    let _stop = Stop(&primary, &standby);
+    assert!(in_recovery(&standby.url()).await, "the standby is one");
+
+    let destination = Destination::start(vec![]).await;
+    let config = format!(
+        "[[source]]\nslug = \"gh\"\nprovider = \"github\"\nsecrets = [\"gh-secret\"]\ndestination = \"{}\"\n",
+        destination.url
+    );
+    // The standby first: the primary is found, not assumed.
+    let url = format!(
+        "postgres://postgres@127.0.0.1:{},127.0.0.1:{}/postgres?target_session_attrs=read-write",
+        standby.port, primary.port
+    );
+    let server = ServerProcess::start(&config, &url, &[]).await;
+
+    let answers: Arc<Mutex<Answers>> = Default::default();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let mut senders = Vec::new();
+    for lane in 0..4 {
+        let (client, base, answers, stop) = (
+            client.clone(),
+            server.base.clone(),
+            answers.clone(),
+            stop.clone(),
+        );
+        senders.push(tokio::spawn(async move {
+            let mut n = 0;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                n += 1;
+                // Every fourth delivery repeats the one before: a retry.
+                let key = format!("k-{lane}-{}", if n % 4 == 0 { n - 1 } else { n });
+                let body = format!(r#"{{"key":"{key}"}}"#);
+                let Ok(answer) = github_request(
+                    &client,
+                    &format!("{base}/hooks/gh"),
+                    &key,
+                    &body,
+                    b"gh-secret",
+                )
+                .send()
+                .await
+                else {
+                    continue;
+                };
+                let status = answer.status().as_u16();
+                {
+                    let mut a = answers.lock().unwrap();
+                    if status == 503 && !answer.headers().contains_key("retry-after") {
+                        a.bare_503 += 1;
+                    }
+                    a.log.push((Instant::now(), status));
+                    a.by_key.entry(key).or_default().push(status);
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }));
+    }
+
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let before_kill = answers.lock().unwrap().by_key.len();
+    assert!(
+        before_kill > 10,
+        "deliveries flow before the kill: {before_kill}"
+    );
+    primary.kill();
+    let killed = Instant::now();
+    // No primary for a while: answers are 503, never 2xx.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    run({
+        let mut c = as_postgres(&pg_bin().join("pg_ctl"));
+        c.arg("-D").arg(&standby.data).args(["-w", "promote"]);
+        c
+    });
+    let promoted = Instant::now();
+    let back = loop {
+        if let Some(at) = answers.lock().unwrap().first_2xx_after(promoted) {
+            break at;
+        }
+        assert!(
+            promoted.elapsed() < Duration::from_secs(30),
+            "service did not return within 30 s of the promotion"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    for s in senders {
+        s.await.unwrap();
+    }
+
+    let answers = std::mem::take(&mut *answers.lock().unwrap());
+    let statuses: BTreeSet<u16> = answers.by_key.values().flatten().copied().collect();
+    assert!(
+        statuses.iter().all(|s| *s == 200 || *s == 503),
+        "only 200 or 503: {statuses:?}"
+    );
+    assert!(statuses.contains(&503), "the outage was answered 503");
+    // Between the kill (and the connections it broke) and the promotion,
+    // nothing is acknowledged: no primary could have stored it. Answers
+    // already on their way at the kill are left a second to land.
+    let outage = answers
+        .log
+        .iter()
+        .filter(|(t, _)| *t > killed + Duration::from_secs(1) && *t < promoted)
+        .map(|(_, s)| *s);
+    assert!(
+        outage.clone().count() > 0,
+        "deliveries were tried during the outage"
+    );
+    assert!(
+        outage.into_iter().all(|s| s == 503),
+        "no 2xx while no primary is writable"
+    );
+    assert_eq!(answers.bare_503, 0, "every 503 carries Retry-After");
+    let acknowledged: Vec<String> = answers
+        .by_key
+        .iter()
+        .filter(|(_, s)| s.contains(&200))
+        .map(|(k, _)| k.clone())
+        .collect();
+
+    // Every acknowledged key is in the new primary, and forwarded once.
+    let new_primary = sqlx::PgPool::connect(&standby.url()).await.unwrap();
+    let stored: i64 = sqlx::query_scalar("SELECT count(*) FROM events WHERE idem_key = ANY($1)")
+        .bind(&acknowledged)
+        .fetch_one(&new_primary)
+        .await
+        .unwrap();
+    assert_eq!(
+        stored as usize,
+        acknowledged.len(),
+        "an acknowledged delivery was lost"
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let forwarded: BTreeSet<String> = destination.keys().into_iter().collect();
+        let missing = acknowledged
+            .iter()
+            .filter(|k| !forwarded.contains(&format!("gh:{k}")))
+            .count();
+        if missing == 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{missing} acknowledged events never forwarded"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let keys = destination.keys();
+    let distinct: BTreeSet<&String> = keys.iter().collect();
+    assert_eq!(distinct.len(), keys.len(), "an event was forwarded twice");
+    println!(
+        "failover: {} keys acknowledged ({before_kill} before the kill), {} forwarded; 2xx again {:?} after the kill, {:?} after the promotion",
+        acknowledged.len(),
+        keys.len(),
+        back - killed,
+        back - promoted,
+    );
+    new_primary.close().await;
+}
