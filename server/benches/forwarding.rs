@@ -31,7 +31,9 @@ async fn main() {
     let seconds: u64 = env_or("SECONDS", 20);
 
     let url = fresh_database(&admin, "replaysafe_forward_bench").await;
-    let pool = replaysafe::db::pool(&config::Secret::new(url), 64).unwrap();
+    let pool = replaysafe::db::pool(&config::Secret::new(url), 64)
+        .await
+        .unwrap();
     replaysafe::db::migrate(&pool).await.unwrap();
     let arrivals: Arrivals = Default::default();
     let destination = start_destination(arrivals.clone()).await;

@@ -440,6 +440,11 @@ pub mod ssr {
         format!("{:.1}%", rate * 100.0)
     }
 
+    /// "1 event", "3 events".
+    fn counted(n: i64, one: &str, many: &str) -> String {
+        format!("{n} {}", if n == 1 { one } else { many })
+    }
+
     fn condition(
         rule: &str,
         source: &str,
@@ -566,8 +571,9 @@ pub mod ssr {
                         "dead_letters",
                         slug,
                         format!(
-                            "{} events dead-lettered in the last {} minutes",
-                            r.dead, rule.window_minutes
+                            "{} dead-lettered in the last {} minutes",
+                            counted(r.dead, "event", "events"),
+                            rule.window_minutes
                         ),
                         &[("dead_letters", r.dead as f64)],
                         format!("/dead?source={slug}"),
@@ -658,7 +664,8 @@ pub mod ssr {
                             "signature_failures",
                             slug,
                             format!(
-                                "{bad} deliveries failed signature verification in the last {} minutes",
+                                "{} failed signature verification in the last {} minutes",
+                                counted(bad, "delivery", "deliveries"),
                                 rule.window_minutes
                             ),
                             &[("bad_signature", bad as f64)],

@@ -251,7 +251,7 @@ pub(crate) async fn open_migrated(
     config: &Config,
 ) -> Result<(db::Database, sqlx::PgPool), CliError> {
     let database = locate_one_shot(config).await?;
-    let pool = db::pool(&database.url, 2)?;
+    let pool = db::pool(&database.url, 2).await?;
     db::migrate(&pool).await?;
     db::sources::sync(&pool, config)
         .await

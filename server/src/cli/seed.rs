@@ -281,7 +281,7 @@ async fn spread_over_days(pool: &PgPool, after_id: i64, days: u32) -> Result<(),
 pub async fn command(config: Config, args: SeedArgs) -> Result<(), CliError> {
     let database = super::locate_one_shot(&config).await?;
     // Seeding claims in batches like `serve` does: it needs as many connections.
-    let pool = db::pool(&database.url, 16)?;
+    let pool = db::pool(&database.url, 16).await?;
     db::migrate(&pool).await?;
     db::sources::sync(&pool, &config)
         .await

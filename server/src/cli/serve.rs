@@ -63,7 +63,7 @@ pub async fn run(config: Config, args: ServeArgs) -> Result<(), CliError> {
     }
     let config = Arc::new(config);
     let database = db::locate(&config).await?;
-    let pool = db::pool(&database.url, 32)?;
+    let pool = db::pool(&database.url, 32).await?;
     let shutdown = CancellationToken::new();
     let wake = Arc::new(crate::processing::wake::Wake::for_config(&config));
     let role = if args.worker_only {

@@ -6,7 +6,7 @@
 //! back, and a new one that lands on a standby is refused. The receiver's
 //! committers reconnect with the pool's options (`receiver::batch`).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -51,6 +51,14 @@ pub fn split_hosts(url: &str) -> Result<Option<Vec<String>>, String> {
         match pair.split_once('=') {
             Some(("target_session_attrs", "read-write" | "primary")) => asks_read_write = true,
             Some(("target_session_attrs", "any")) => {}
+            // They would override every host of the list, or list hosts
+            // another way: one way to name the hosts, in the authority.
+            Some(("host" | "hostaddr" | "port", _)) => {
+                return Err(
+                    "name the hosts in the URL's authority (postgres://h1:p1,h2:p2/db), not in host=, hostaddr= or port="
+                        .into(),
+                )
+            }
             Some(("target_session_attrs", other)) => {
                 return Err(format!(
                     "target_session_attrs={other} is not supported (read-write or any)"
@@ -89,55 +97,120 @@ pub fn split_hosts(url: &str) -> Result<Option<Vec<String>>, String> {
     Ok(Some(urls))
 }
 
+/// What the pool and its monitor share.
+struct Shared {
+    /// When the pool last moved, in ms after `epoch`.
+    moved: AtomicU64,
+    epoch: Instant,
+    /// The highest timeline a primary was seen on: a host on a lower one
+    /// is an old primary that came back writable (split brain), never
+    /// written to.
+    timeline: AtomicU32,
+}
+
 /// A pool over the writable one of `hosts`, followed across failovers.
-pub fn pool(hosts: Vec<PgConnectOptions>, max_connections: u32) -> Result<PgPool, DbError> {
-    let first = hosts
-        .first()
-        .cloned()
-        .ok_or_else(|| DbError::BadUrl("no host".into()))?;
-    let epoch = Instant::now();
-    // When the pool last moved, in ms after `epoch`.
-    let moved = Arc::new(AtomicU64::new(0));
-    let moved_at = moved.clone();
+/// Waits at most `PROBE_TIMEOUT` to find the primary before returning;
+/// when none answers, the pool starts on the first host and the monitor
+/// keeps looking.
+pub async fn pool(hosts: Vec<PgConnectOptions>, max_connections: u32) -> Result<PgPool, DbError> {
+    if hosts.is_empty() {
+        return Err(DbError::BadUrl("no host".into()));
+    }
+    let shared = Arc::new(Shared {
+        moved: AtomicU64::new(0),
+        epoch: Instant::now(),
+        timeline: AtomicU32::new(0),
+    });
+    let found = search(&hosts, &shared, None).await;
+    let target = found.as_ref().map_or(0, |(i, _)| *i);
+    let (on_connect, on_acquire) = (shared.clone(), shared.clone());
     let pool = PgPoolOptions::new()
         .max_connections(max_connections)
         .acquire_timeout(ACQUIRE_TIMEOUT)
-        // A standby accepts connections too: never write through one.
-        .after_connect(|conn, _| {
+        // A standby, or an old primary on an older timeline, accepts
+        // connections too: never write through one.
+        .after_connect(move |conn, _| {
+            let shared = on_connect.clone();
             Box::pin(async move {
-                if in_recovery(conn).await? {
-                    return Err(sqlx::Error::Protocol(
+                match standing(conn).await? {
+                    Standing::Primary { timeline }
+                        if timeline >= shared.timeline.load(Ordering::SeqCst) =>
+                    {
+                        Ok(())
+                    }
+                    Standing::Primary { .. } => Err(sqlx::Error::Protocol(
+                        "connected to an old primary on an older timeline".into(),
+                    )),
+                    Standing::Standby => Err(sqlx::Error::Protocol(
                         "connected to a standby, not the writable primary".into(),
-                    ));
+                    )),
                 }
-                Ok(())
             })
         })
-        // Opened before the move: to the old primary, which is gone or a
-        // standby now.
+        // Opened before the move (or while it was being made): to the old
+        // primary, which is gone, a standby, or fenced off now.
         .before_acquire(move |_, meta| {
-            let since_move = epoch
+            let since_move = on_acquire
+                .epoch
                 .elapsed()
-                .saturating_sub(Duration::from_millis(moved_at.load(Ordering::SeqCst)));
+                .saturating_sub(Duration::from_millis(
+                    on_acquire.moved.load(Ordering::SeqCst),
+                ));
             Box::pin(async move { Ok(meta.age < since_move) })
         })
-        .connect_lazy_with(first);
-    tokio::spawn(monitor(pool.clone(), hosts, moved, epoch));
+        .connect_lazy_with(hosts[target].clone());
+    if let Some((i, _)) = &found {
+        tracing::info!(primary = %describe(&hosts[*i]), "database primary found");
+    }
+    tokio::spawn(monitor(
+        pool.clone(),
+        hosts,
+        shared,
+        target,
+        found.map(|(_, c)| c),
+    ));
     Ok(pool)
 }
 
-async fn in_recovery(conn: &mut PgConnection) -> Result<bool, sqlx::Error> {
-    sqlx::query_scalar("SELECT pg_is_in_recovery()")
-        .fetch_one(conn)
-        .await
+enum Standing {
+    Standby,
+    /// Writable, on this timeline.
+    Primary {
+        timeline: u32,
+    },
 }
 
-/// A connection to `host` if it is the writable primary now.
-async fn primary(host: &PgConnectOptions) -> Option<PgConnection> {
+/// Whether the server behind `conn` is a standby or the primary, and on
+/// which timeline (the first eight hex digits of its current WAL file).
+async fn standing(conn: &mut PgConnection) -> Result<Standing, sqlx::Error> {
+    let wal: Option<String> = sqlx::query_scalar(
+        "SELECT CASE WHEN pg_is_in_recovery() THEN NULL
+                     ELSE pg_walfile_name(pg_current_wal_lsn()) END",
+    )
+    .fetch_one(conn)
+    .await?;
+    Ok(match wal {
+        None => Standing::Standby,
+        Some(name) => Standing::Primary {
+            timeline: name
+                .get(..8)
+                .and_then(|t| u32::from_str_radix(t, 16).ok())
+                .unwrap_or(0),
+        },
+    })
+}
+
+/// A connection to `host` and its timeline, if it is a primary now.
+async fn primary(host: &PgConnectOptions) -> Option<(u32, PgConnection)> {
     let probe = async {
         let mut conn = PgConnection::connect_with(host).await?;
-        let standby = in_recovery(&mut conn).await?;
-        Ok::<_, sqlx::Error>((!standby).then_some(conn))
+        match standing(&mut conn).await? {
+            Standing::Primary { timeline } => Ok::<_, sqlx::Error>(Some((timeline, conn))),
+            Standing::Standby => {
+                let _ = conn.close().await;
+                Ok(None)
+            }
+        }
     };
     tokio::time::timeout(PROBE_TIMEOUT, probe)
         .await
@@ -146,55 +219,78 @@ async fn primary(host: &PgConnectOptions) -> Option<PgConnection> {
         .flatten()
 }
 
+/// The primary among `hosts`, all asked at once: the one on the highest
+/// timeline (never one below a timeline seen before), `prefer` on a tie.
+async fn search(
+    hosts: &[PgConnectOptions],
+    shared: &Shared,
+    prefer: Option<usize>,
+) -> Option<(usize, PgConnection)> {
+    let answers = futures_util::future::join_all(hosts.iter().map(primary)).await;
+    let fence = shared.timeline.load(Ordering::SeqCst);
+    let best = answers
+        .iter()
+        .enumerate()
+        .filter_map(|(i, a)| a.as_ref().map(|(timeline, _)| (i, *timeline)))
+        .filter(|(_, timeline)| *timeline >= fence)
+        .max_by_key(|(i, timeline)| (*timeline, Some(*i) == prefer))?;
+    shared.timeline.fetch_max(best.1, Ordering::SeqCst);
+    let (_, conn) = answers.into_iter().nth(best.0).flatten()?;
+    Some((best.0, conn))
+}
+
 fn describe(host: &PgConnectOptions) -> String {
     format!("{}:{}", host.get_host(), host.get_port())
 }
 
 /// Asks the primary every `CHECK_EVERY` whether it still is one; when it
-/// is gone or a standby, finds the host that is and moves the pool there.
+/// is gone, a standby or fenced off, finds the host that is and moves the
+/// pool there (`target`: where the pool points).
 async fn monitor(
     pool: PgPool,
     hosts: Vec<PgConnectOptions>,
-    moved: Arc<AtomicU64>,
-    epoch: Instant,
+    shared: Arc<Shared>,
+    mut target: usize,
+    mut probe: Option<PgConnection>,
 ) {
-    let mut current: Option<(usize, PgConnection)> = None;
     let mut said_none = false;
     while !pool.is_closed() {
-        let still = match current.as_mut() {
-            Some((_, conn)) => matches!(
-                tokio::time::timeout(PROBE_TIMEOUT, in_recovery(conn)).await,
-                Ok(Ok(false))
+        tokio::time::sleep(CHECK_EVERY).await;
+        let still = match probe.as_mut() {
+            Some(conn) => matches!(
+                tokio::time::timeout(PROBE_TIMEOUT, standing(conn)).await,
+                Ok(Ok(Standing::Primary { timeline }))
+                    if timeline >= shared.timeline.load(Ordering::SeqCst)
             ),
             None => false,
         };
-        if !still {
-            let was = current.take().map(|(i, _)| i);
-            for (i, host) in hosts.iter().enumerate() {
-                if let Some(conn) = primary(host).await {
-                    current = Some((i, conn));
-                    break;
-                }
-            }
-            match (&current, was) {
-                (Some((i, _)), was) if was != Some(*i) => {
-                    pool.set_connect_options(hosts[*i].clone());
-                    moved.store(epoch.elapsed().as_millis() as u64, Ordering::SeqCst);
-                    said_none = false;
-                    tracing::warn!(primary = %describe(&hosts[*i]), "database primary found; connections follow it");
-                }
-                (Some(_), _) => said_none = false,
-                (None, _) if !said_none => {
-                    said_none = true;
-                    tracing::warn!(
-                        hosts = hosts.len(),
-                        "no writable primary among the database hosts; answering 503 until one is back"
-                    );
-                }
-                (None, _) => {}
-            }
+        if still {
+            continue;
         }
-        tokio::time::sleep(CHECK_EVERY).await;
+        probe = None;
+        match search(&hosts, &shared, Some(target)).await {
+            Some((i, conn)) => {
+                probe = Some(conn);
+                said_none = false;
+                if i != target {
+                    target = i;
+                    pool.set_connect_options(hosts[i].clone());
+                    shared.moved.store(
+                        shared.epoch.elapsed().as_millis() as u64 + 1,
+                        Ordering::SeqCst,
+                    );
+                    tracing::warn!(primary = %describe(&hosts[i]), "the database primary moved; connections follow it");
+                }
+            }
+            None if !said_none => {
+                said_none = true;
+                tracing::warn!(
+                    hosts = hosts.len(),
+                    "no writable primary among the database hosts; answering 503 until one is back"
+                );
+            }
+            None => {}
+        }
     }
 }
 
@@ -242,5 +338,7 @@ mod tests {
                 .unwrap_err()
                 .contains("standby")
         );
+        assert!(split_hosts("postgres://h1,h2/db?host=elsewhere").is_err());
+        assert!(split_hosts("postgres:///db?host=h1,h2&port=1,2").is_err());
     }
 }

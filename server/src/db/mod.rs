@@ -85,13 +85,13 @@ fn parse_options(url: &str) -> Result<PgConnectOptions, DbError> {
 /// unreadiness while the database is away, and recovers when it returns.
 /// A multi-host URL (pg_auto_failover's) gets a pool that follows the
 /// writable primary (`failover`).
-pub fn pool(url: &Secret, max_connections: u32) -> Result<PgPool, DbError> {
+pub async fn pool(url: &Secret, max_connections: u32) -> Result<PgPool, DbError> {
     if let Some(hosts) = failover::split_hosts(url.expose()).map_err(DbError::BadUrl)? {
         let hosts = hosts
             .iter()
             .map(|u| parse_options(u))
             .collect::<Result<Vec<_>, _>>()?;
-        return failover::pool(hosts, max_connections);
+        return failover::pool(hosts, max_connections).await;
     }
     Ok(PgPoolOptions::new()
         .max_connections(max_connections)

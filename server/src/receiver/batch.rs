@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sqlx::postgres::PgConnection;
+use sqlx::postgres::{PgConnectOptions, PgConnection};
 use sqlx::{Connection, PgPool};
 use tokio::sync::{mpsc, oneshot, Mutex, Notify};
 
@@ -229,6 +229,7 @@ async fn commit_loop(pool: PgPool, shared: Arc<Shared>) {
     let mut connection = Committer {
         open: None,
         pool,
+        opened_with: None,
         used: Instant::now(),
         breakages: 0,
     };
@@ -359,6 +360,9 @@ struct Committer {
     /// Whose connect options it opens with: the pool's, which follow the
     /// primary after a failover (`db::failover`).
     pool: PgPool,
+    /// The pool's options the open connection was made with: when the pool
+    /// has moved since, the connection is to the old primary.
+    opened_with: Option<Arc<PgConnectOptions>>,
     /// When it last answered.
     used: Instant,
     /// `Shared::breakages` when it was last known good.
@@ -374,6 +378,14 @@ impl Committer {
     /// committer's broke, else (re)opened.
     async fn ready(&mut self, shared: &Shared) -> Result<&mut PgConnection, ClaimError> {
         let breakages = shared.breakages.load(Ordering::SeqCst);
+        let options = self.pool.connect_options();
+        if !self
+            .opened_with
+            .as_ref()
+            .is_some_and(|with| Arc::ptr_eq(with, &options))
+        {
+            self.open = None;
+        }
         if let Some(conn) = self.open.as_mut() {
             if self.breakages != breakages || self.used.elapsed() > IDLE_PING {
                 let alive = tokio::time::timeout(crate::db::ACQUIRE_TIMEOUT, conn.ping()).await;
@@ -388,16 +400,28 @@ impl Committer {
             // the arrays or on the tables' sizes, and planning it anew for
             // each batch cost more than running a small one. Its generic
             // plan joins only the batch's own rows.
-            let options = (*self.pool.connect_options())
+            let generic = (*options)
                 .clone()
                 .options([("plan_cache_mode", "force_generic_plan")]);
-            let opened = tokio::time::timeout(
+            let mut opened = tokio::time::timeout(
                 crate::db::ACQUIRE_TIMEOUT,
-                PgConnection::connect_with(&options),
+                PgConnection::connect_with(&generic),
             )
             .await
             .map_err(|_| ClaimError::TimedOut(crate::db::ACQUIRE_TIMEOUT))??;
+            // A standby takes connections too (the pool's host just became
+            // one): it is no place for a claim.
+            let standby: bool = sqlx::query_scalar("SELECT pg_is_in_recovery()")
+                .fetch_one(&mut opened)
+                .await?;
+            if standby {
+                let _ = opened.close().await;
+                return Err(ClaimError::Database(sqlx::Error::Protocol(
+                    "the database host is a standby".into(),
+                )));
+            }
             self.open = Some(opened);
+            self.opened_with = Some(options);
         }
         self.breakages = breakages;
         Ok(self.open.as_mut().expect("opened above"))
@@ -621,9 +645,9 @@ async fn commit_batch(connection: &mut Committer, shared: &Shared, batch: Vec<Jo
     };
     // A statement error leaves the connection usable; anything else (a
     // broken socket, a timeout mid-statement) may not have, nor may the
-    // other committers' connections. A read-only refusal (25006) means a
-    // primary turned standby under a live connection: reconnect, to the
-    // primary the pool follows now.
+    // other committers' connections. A read-only refusal (25006) means the
+    // server is read-only (a standby, or default_transaction_read_only):
+    // reconnect, to the primary the pool follows now.
     let read_only = matches!(&answered,
         Err(ClaimError::Database(sqlx::Error::Database(d))) if d.code().as_deref() == Some("25006"));
     match &answered {

@@ -210,6 +210,22 @@ async fn a_killed_primary_loses_no_acknowledged_delivery_and_forwards_each_once(
     }
     let _stop = Stop(&primary, &standby);
     assert!(in_recovery(&standby.url()).await, "the standby is one");
+    // Synchronous: a commit is on both before the primary answers it.
+    // (A standby catching up is listed as async until it streams.)
+    let replication = sqlx::PgPool::connect(&primary.url()).await.unwrap();
+    let mut states: Vec<String> = Vec::new();
+    for _ in 0..300 {
+        states = sqlx::query_scalar("SELECT state || ' ' || sync_state FROM pg_stat_replication")
+            .fetch_all(&replication)
+            .await
+            .unwrap();
+        if states == ["streaming sync"] {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(states, ["streaming sync"], "one synchronous standby");
+    replication.close().await;
 
     let destination = Destination::start(vec![]).await;
     let config = format!(
@@ -280,12 +296,18 @@ async fn a_killed_primary_loses_no_acknowledged_delivery_and_forwards_each_once(
     let killed = Instant::now();
     // No primary for a while: answers are 503, never 2xx.
     tokio::time::sleep(Duration::from_secs(3)).await;
-    run({
-        let mut c = as_postgres(&pg_bin().join("pg_ctl"));
-        c.arg("-D").arg(&standby.data).args(["-w", "promote"]);
-        c
-    });
+    // The outage ends when the promotion begins.
     let promoted = Instant::now();
+    let data = standby.data.clone();
+    tokio::task::spawn_blocking(move || {
+        run({
+            let mut c = as_postgres(&pg_bin().join("pg_ctl"));
+            c.arg("-D").arg(&data).args(["-w", "promote"]);
+            c
+        })
+    })
+    .await
+    .unwrap();
     let back = loop {
         if let Some(at) = answers.lock().unwrap().first_2xx_after(promoted) {
             break at;

@@ -51,7 +51,7 @@ async fn readyz_is_503_when_the_database_is_unreachable() {
     let dead_port = listener.local_addr().unwrap().port();
     drop(listener);
     let url = replaysafe::config::Secret::new(format!("postgres://nobody@127.0.0.1:{dead_port}/x"));
-    let pool = replaysafe::db::pool(&url, 2).unwrap();
+    let pool = replaysafe::db::pool(&url, 2).await.unwrap();
     let config = std::sync::Arc::new(test_config("", &[]));
     let app = replaysafe::web::Application::bind(
         replaysafe::processing::Services::new(pool, config, Default::default()),

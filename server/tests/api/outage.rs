@@ -55,7 +55,9 @@ async fn an_outage_loses_nothing_and_heals_without_a_restart(pool: PgPool) {
         &[],
     );
     replaysafe::db::sources::sync(&pool, &config).await.unwrap();
-    let through_proxy = replaysafe::db::pool(&Secret::new(proxy.url(&direct)), 8).unwrap();
+    let through_proxy = replaysafe::db::pool(&Secret::new(proxy.url(&direct)), 8)
+        .await
+        .unwrap();
     let app = spawn_app_with(through_proxy, config).await;
     let hook = app.url("/hooks/gh");
 

@@ -183,7 +183,7 @@ async fn twenty_at_once_claim_exactly_once(pool: PgPool) {
 async fn two_servers_on_one_database_claim_once(pool: PgPool) {
     let url = replaysafe::config::Secret::new(crate::helpers::database_url(&pool).await);
     let first = spawn_app(pool.clone(), config()).await;
-    let second = spawn_app_with(replaysafe::db::pool(&url, 8).unwrap(), config()).await;
+    let second = spawn_app_with(replaysafe::db::pool(&url, 8).await.unwrap(), config()).await;
     let body = r#"{"n":3}"#;
     let headers = standard_headers(SECRET, "msg_two_servers", now(), body);
     let sends = (0..20).map(|i| {
@@ -321,7 +321,7 @@ async fn an_unreachable_database_answers_503_within_5_seconds() {
     let dead_port = listener.local_addr().unwrap().port();
     drop(listener);
     let url = replaysafe::config::Secret::new(format!("postgres://nobody@127.0.0.1:{dead_port}/x"));
-    let app = spawn_app_with(replaysafe::db::pool(&url, 2).unwrap(), config()).await;
+    let app = spawn_app_with(replaysafe::db::pool(&url, 2).await.unwrap(), config()).await;
     let body = "{}";
     let started = std::time::Instant::now();
     let response = post(
