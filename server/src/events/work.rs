@@ -89,6 +89,10 @@ pub struct Runnable {
     /// How long a sync-mode event whose inline attempt failed waits for its
     /// provider's retry before the workers adopt it.
     request_grace: Duration,
+    /// How long past its expiry a lease is left to its holder before it is
+    /// taken over: after the database was away (a failover), holders that
+    /// could not record their attempts get to record them first.
+    takeover_grace: Duration,
 }
 
 /// Providers retry a failed sync request within minutes (Slack: at once,
@@ -109,7 +113,14 @@ impl Runnable {
             slugs,
             lease_secs,
             request_grace: REQUEST_GRACE,
+            takeover_grace: Duration::ZERO,
         }
+    }
+
+    /// The same sources, taking over only leases expired `grace` ago.
+    pub fn with_takeover_grace(mut self, grace: Duration) -> Self {
+        self.takeover_grace = grace;
+        self
     }
 
     /// The same sources with another grace for abandoned sync events.
@@ -154,7 +165,7 @@ pub async fn lease(
               ORDER BY next_attempt_at LIMIT $2)
              UNION ALL
              (SELECT id FROM events
-              WHERE state = 'processing' AND lease_expires_at < now()
+              WHERE state = 'processing' AND lease_expires_at < now() - make_interval(secs => $6)
                 AND source IN (SELECT slug FROM runnable)
               ORDER BY lease_expires_at LIMIT $2)
              UNION ALL
@@ -171,7 +182,7 @@ pub async fn lease(
              WHERE id IN (SELECT id FROM candidates)
                AND ((state IN ('queued', 'retrying') AND next_attempt_at <= now()
                      AND forwarder = 'workers')
-                    OR (state = 'processing' AND lease_expires_at < now())
+                    OR (state = 'processing' AND lease_expires_at < now() - make_interval(secs => $6))
                     OR (state = 'retrying' AND forwarder = 'request'
                         AND state_changed_at < now() - make_interval(secs => $5)))
              LIMIT $2
@@ -240,7 +251,8 @@ pub async fn lease(
         limit,
         &runnable.slugs,
         &runnable.lease_secs,
-        runnable.request_grace.as_secs_f64()
+        runnable.request_grace.as_secs_f64(),
+        runnable.takeover_grace.as_secs_f64()
     )
     .fetch_all(pool)
     .await

@@ -24,7 +24,11 @@ pub async fn answer(
     answer_or_db_error(services, source, inbound, held, receipt)
         .await
         .unwrap_or_else(|e| {
-            tracing::error!(error = %e, "database unavailable: answering 503 so the provider retries");
+            static THROTTLE: crate::telemetry::Throttle =
+                crate::telemetry::Throttle::new(std::time::Duration::from_secs(1));
+            if let Some(held_back) = THROTTLE.allow() {
+                tracing::error!(error = %e, held_back, "database unavailable: answering 503 so the provider retries");
+            }
             reply::unavailable()
         })
 }

@@ -66,6 +66,8 @@ pub struct Workers {
     /// How long a failed sync-mode event waits for its provider's retry
     /// before the workers adopt it.
     pub request_grace: Duration,
+    /// When a statement of these workers last failed (the database away).
+    troubled: Arc<std::sync::Mutex<Option<Instant>>>,
 }
 
 impl Workers {
@@ -84,6 +86,23 @@ impl Workers {
             unreachable_max: UNREACHABLE_MAX,
             lease_margin: LEASE_MARGIN,
             request_grace: events::REQUEST_GRACE,
+            troubled: Default::default(),
+        }
+    }
+
+    fn note_trouble(&self) {
+        *self.troubled.lock().expect("trouble lock") = Some(Instant::now());
+    }
+
+    /// Within a margin of the database's last trouble, leases are taken over
+    /// only a margin after they expired: every process saw the outage, and a
+    /// holder that could not record its attempt meanwhile records it first,
+    /// instead of the event being forwarded again (`record`'s window).
+    fn takeover_grace(&self) -> Duration {
+        let troubled = *self.troubled.lock().expect("trouble lock");
+        match troubled {
+            Some(at) if at.elapsed() < self.lease_margin => self.lease_margin,
+            _ => Duration::ZERO,
         }
     }
 
@@ -240,6 +259,7 @@ impl Workers {
             self.lease_margin,
         )
         .with_request_grace(self.request_grace)
+        .with_takeover_grace(self.takeover_grace())
     }
 
     /// Leases up to `LEASE_BATCH` due events, forwards them concurrently and
@@ -279,7 +299,10 @@ impl Workers {
                 // while this one forwards.
                 Ok(batch) if batch.len() as i64 == LEASE_BATCH => self.wake.work(),
                 // The signal this lease took is not lost with it.
-                Err(_) => self.wake.work(),
+                Err(_) => {
+                    self.note_trouble();
+                    self.wake.work()
+                }
                 Ok(_) => {}
             }
             let leased = leased?;
@@ -339,9 +362,15 @@ impl Workers {
                 .collect();
             // An attempt ends within its timeout, so its lease has at least
             // half the margin left (a handed-over event begins within the
-            // other half).
+            // other half); after the database was away, other workers leave
+            // it a margin more (`takeover_grace`). Recording past the lease
+            // is safe: the statement writes only while no one took it over.
             if let Err(e) = self
-                .record(holder, done, Instant::now() + self.lease_margin / 2)
+                .record(
+                    holder,
+                    done,
+                    Instant::now() + self.lease_margin / 2 + self.lease_margin,
+                )
                 .await
             {
                 // Their leases expire and their successors decide.
@@ -368,6 +397,7 @@ impl Workers {
             match self.recorder.record(holder, done.clone()).await {
                 Ok(moved) => break moved,
                 Err(e) if Instant::now() + pause < until => {
+                    self.note_trouble();
                     tracing::warn!(error = %e, "recording attempts failed; retrying");
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(Duration::from_secs(2));

@@ -713,7 +713,11 @@ async fn commit_batch(connection: &mut Committer, shared: &Shared, batch: Vec<Jo
             }
         }
         Err(e) => {
-            tracing::warn!(error = %e, size = n, "claim batch failed");
+            static THROTTLE: crate::telemetry::Throttle =
+                crate::telemetry::Throttle::new(Duration::from_secs(1));
+            if let Some(held_back) = THROTTLE.allow() {
+                tracing::warn!(error = %e, size = n, held_back, "claim batch failed");
+            }
             failure = Some(e.to_string());
         }
     }

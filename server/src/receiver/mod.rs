@@ -247,7 +247,12 @@ pub async fn accept(
         // Counted in replaysafe_shed_total; a log line each would flood the log.
         ClaimError::Saturated => Accepted::Answered(reply::shed()),
         e => {
-            tracing::error!(error = %e, "database unavailable: answering 503 so the provider retries");
+            // One line a second: an outage fails every request alike.
+            static THROTTLE: crate::telemetry::Throttle =
+                crate::telemetry::Throttle::new(std::time::Duration::from_secs(1));
+            if let Some(held_back) = THROTTLE.allow() {
+                tracing::error!(error = %e, held_back, "database unavailable: answering 503 so the provider retries");
+            }
             Accepted::Answered(reply::unavailable())
         }
     })

@@ -19,6 +19,46 @@ pub enum LogFormat {
     Json,
 }
 
+/// Lets a log line through at most once per `every`, counting the ones
+/// held back meanwhile: a database outage or a collector that is down
+/// repeats one error for every request, which would flood the log.
+pub struct Throttle {
+    every_ms: u64,
+    /// Milliseconds since the Unix epoch of the last line let through.
+    last: std::sync::atomic::AtomicU64,
+    held_back: std::sync::atomic::AtomicU64,
+}
+
+impl Throttle {
+    pub const fn new(every: Duration) -> Self {
+        Self {
+            every_ms: every.as_millis() as u64,
+            last: std::sync::atomic::AtomicU64::new(0),
+            held_back: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    /// Some(lines held back since the last one) when this one may be logged.
+    pub fn allow(&self) -> Option<u64> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        let last = self.last.load(Relaxed);
+        if now >= last + self.every_ms
+            && self
+                .last
+                .compare_exchange(last, now, Relaxed, Relaxed)
+                .is_ok()
+        {
+            Some(self.held_back.swap(0, Relaxed))
+        } else {
+            self.held_back.fetch_add(1, Relaxed);
+            None
+        }
+    }
+}
+
 /// The build's version and commit (`--version`, `replaysafe_build_info`).
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 pub const COMMIT: &str = env!("REPLAYSAFE_COMMIT");
@@ -88,4 +128,24 @@ pub fn init(settings: &Settings) -> Guard {
         .with(spans)
         .try_init();
     Guard(provider)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_throttle_lets_one_line_through_and_counts_the_rest() {
+        let throttle = Throttle::new(Duration::from_secs(3600));
+        assert_eq!(throttle.allow(), Some(0));
+        assert_eq!(throttle.allow(), None);
+        assert_eq!(throttle.allow(), None);
+        let open = Throttle::new(Duration::ZERO);
+        assert_eq!(open.allow(), Some(0));
+        std::thread::sleep(Duration::from_millis(2));
+        assert_eq!(open.allow(), Some(0));
+        // The count restarts with each line let through.
+        throttle.last.store(0, std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(throttle.allow(), Some(2));
+    }
 }

@@ -112,18 +112,9 @@ impl opentelemetry_http::HttpClient for Client {
 /// Warns about a failed export at most once a minute: a collector that
 /// is down must not fill the log with one line per batch.
 fn warn_now_and_then(what: &str) {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static LAST: AtomicU64 = AtomicU64::new(0);
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    let last = LAST.load(Ordering::Relaxed);
-    if now >= last + 60
-        && LAST
-            .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
-            .is_ok()
-    {
-        tracing::warn!("traces not exported: {what}");
+    static THROTTLE: super::Throttle = super::Throttle::new(Duration::from_secs(60));
+    if let Some(held_back) = THROTTLE.allow() {
+        tracing::warn!(held_back, "traces not exported: {what}");
     }
 }
 
