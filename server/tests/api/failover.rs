@@ -189,9 +189,41 @@ impl Answers {
     }
 }
 
+/// How a failover test goes.
+#[derive(Default)]
+struct Scenario {
+    /// How long no primary is writable.
+    outage: Duration,
+    /// More of the source's config.
+    source_extra: &'static str,
+    /// The destination answers each forward after this.
+    answer_after: Duration,
+    /// The killed primary is started again, writable on its old timeline,
+    /// and every connection to the new one is cut, so the hosts are
+    /// searched again with both writable (split brain); it comes first in
+    /// the URL.
+    old_primary_returns: bool,
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_primary_loses_no_acknowledged_delivery_and_forwards_each_once() {
-    failover(Duration::from_secs(3), "", Duration::ZERO).await;
+    failover(Scenario {
+        outage: Duration::from_secs(3),
+        ..Default::default()
+    })
+    .await;
+}
+
+/// An old primary back writable on its old timeline, listed first, while
+/// the new primary's connections are cut: nothing is written to it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_old_primary_back_writable_is_never_written_to() {
+    failover(Scenario {
+        outage: Duration::from_secs(3),
+        old_primary_returns: true,
+        ..Default::default()
+    })
+    .await;
 }
 
 /// The primary gone longer than a lease (attempt timeout 1 s plus the 25 s
@@ -200,18 +232,24 @@ async fn a_killed_primary_loses_no_acknowledged_delivery_and_forwards_each_once(
 /// other worker takes them over and forwards them again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_primary_gone_longer_than_a_lease_forwards_nothing_twice() {
-    failover(
-        Duration::from_secs(30),
-        "attempt_timeout_secs = 1\n",
-        Duration::from_millis(300),
-    )
+    failover(Scenario {
+        outage: Duration::from_secs(30),
+        source_extra: "attempt_timeout_secs = 1\n",
+        answer_after: Duration::from_millis(300),
+        ..Default::default()
+    })
     .await;
 }
 
 /// Kills the primary mid-stream, promotes the standby `outage` later, and
-/// checks the promise; `source_extra` goes into the source's config, and
-/// the destination answers each forward after `answer_after`.
-async fn failover(outage: Duration, source_extra: &str, answer_after: Duration) {
+/// checks the promise.
+async fn failover(scenario: Scenario) {
+    let Scenario {
+        outage,
+        source_extra,
+        answer_after,
+        old_primary_returns,
+    } = scenario;
     let root = tempfile::Builder::new()
         .prefix("replaysafe-failover")
         .tempdir_in("/tmp")
@@ -262,9 +300,15 @@ async fn failover(outage: Duration, source_extra: &str, answer_after: Duration) 
         destination.url
     );
     // The standby first: the primary is found, not assumed.
+    // The standby first: the primary is found, not assumed. With the old
+    // primary coming back, it first: the timeline, not the order, decides.
+    let (first, second) = if old_primary_returns {
+        (primary.port, standby.port)
+    } else {
+        (standby.port, primary.port)
+    };
     let url = format!(
-        "postgres://postgres@127.0.0.1:{},127.0.0.1:{}/postgres?target_session_attrs=read-write",
-        standby.port, primary.port
+        "postgres://postgres@127.0.0.1:{first},127.0.0.1:{second}/postgres?target_session_attrs=read-write"
     );
     let server = ServerProcess::start(&config, &url, &[]).await;
 
@@ -347,6 +391,26 @@ async fn failover(outage: Duration, source_extra: &str, answer_after: Duration) 
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
+    let mut stale_events = None;
+    if old_primary_returns {
+        primary.start("");
+        let old = sqlx::PgPool::connect(&primary.url()).await.unwrap();
+        let count: i64 = sqlx::query_scalar("SELECT count(*) FROM events")
+            .fetch_one(&old)
+            .await
+            .unwrap();
+        stale_events = Some((old, count));
+        let new = sqlx::PgPool::connect(&standby.url()).await.unwrap();
+        sqlx::query(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+             WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()",
+        )
+        .execute(&new)
+        .await
+        .unwrap();
+        new.close().await;
+        tokio::time::sleep(Duration::from_secs(3)).await;
+    }
     tokio::time::sleep(Duration::from_secs(2)).await;
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
     for s in senders {
@@ -411,6 +475,17 @@ async fn failover(outage: Duration, source_extra: &str, answer_after: Duration) 
             "{missing} acknowledged events never forwarded"
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    if let Some((old, before)) = stale_events {
+        let after: i64 = sqlx::query_scalar("SELECT count(*) FROM events")
+            .fetch_one(&old)
+            .await
+            .unwrap();
+        assert_eq!(
+            after, before,
+            "the old primary, back writable, was written to"
+        );
+        old.close().await;
     }
     let keys = destination.keys();
     let distinct: BTreeSet<&String> = keys.iter().collect();
