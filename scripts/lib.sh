@@ -98,6 +98,9 @@ await_background() {
   unset "BG_PID[$name]" "BG_LOG[$name]"
   [ "$status" = 0 ] || die "$name failed (exit $status)"
 }
+# Runs a command at the lowest CPU priority: a build that is not on the
+# critical path takes the cores only when the steps that are leave them idle.
+niced() { renice -n 19 -p "$BASHPID" >/dev/null; "$@"; }
 stop_background() {
   local pid
   for pid in "${BG_PID[@]}"; do kill -TERM -- "-$pid" 2>/dev/null || true; done
