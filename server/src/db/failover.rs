@@ -172,6 +172,12 @@ pub async fn pool(hosts: Vec<PgConnectOptions>, max_connections: u32) -> Result<
     Ok(pool)
 }
 
+/// Whether the server behind `conn` is a standby (for connections opened
+/// outside the pool, as the receiver's committers' are).
+pub async fn is_standby(conn: &mut PgConnection) -> Result<bool, sqlx::Error> {
+    Ok(matches!(standing(conn).await?, Standing::Standby))
+}
+
 enum Standing {
     Standby,
     /// Writable, on this timeline.

@@ -411,10 +411,7 @@ impl Committer {
             .map_err(|_| ClaimError::TimedOut(crate::db::ACQUIRE_TIMEOUT))??;
             // A standby takes connections too (the pool's host just became
             // one): it is no place for a claim.
-            let standby: bool = sqlx::query_scalar("SELECT pg_is_in_recovery()")
-                .fetch_one(&mut opened)
-                .await?;
-            if standby {
+            if crate::db::failover::is_standby(&mut opened).await? {
                 let _ = opened.close().await;
                 return Err(ClaimError::Database(sqlx::Error::Protocol(
                     "the database host is a standby".into(),
