@@ -4,6 +4,7 @@
 pub mod alert;
 pub mod config_check;
 pub mod migrate;
+pub mod prune;
 pub mod remote;
 pub mod seed;
 pub mod send;
@@ -64,6 +65,8 @@ pub enum Command {
     Serve(ServeArgs),
     /// Apply database migrations (idempotent) and exit
     Migrate,
+    /// Apply retention now, as `serve` does every 10 minutes, and print what went
+    Prune,
     /// Sign sample events with a source's scheme and send them to its receiver
     Send(send::SendArgs),
     /// Manage dashboard users: add (password from stdin), list, disable, enable
@@ -189,6 +192,7 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
     match cli.command.unwrap_or(Command::Serve(ServeArgs::default())) {
         Command::Serve(args) => serve::run(load()?, args).await,
         Command::Migrate => migrate::run(load()?).await,
+        Command::Prune => prune::run(load()?).await,
         Command::Send(args) => Ok(send::run(&load()?, args).await?),
         Command::Source { action } => source::run(load()?, action).await,
         Command::Seed(args) => seed::command(load()?, args).await,

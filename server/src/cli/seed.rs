@@ -234,6 +234,8 @@ async fn drain(workers: &Workers) -> Result<(), sqlx::Error> {
 /// Moves the seeded rows back in time, oldest id furthest, so they cover the
 /// last `days` days in order; events and attempts move with their deliveries.
 async fn spread_over_days(pool: &PgPool, after_id: i64, days: u32) -> Result<(), sqlx::Error> {
+    // The rows move into their days' partitions.
+    db::history::ensure_from(pool, days as i32 + 1).await?;
     let mut tx = pool.begin().await?;
     // Statements on temporary tables made here: checked when they run.
     sqlx::query(

@@ -141,8 +141,9 @@ pub async fn pool(hosts: Vec<PgConnectOptions>, max_connections: u32) -> Result<
                     Standing::Primary { .. } => Err(sqlx::Error::Protocol(
                         "connected to an old primary on an older timeline".into(),
                     )),
-                    Standing::Standby => Err(sqlx::Error::Protocol(
-                        "connected to a standby, not the writable primary".into(),
+                    Standing::ReadOnly => Err(sqlx::Error::Protocol(
+                        "connected to a standby or a read-only server, not the writable primary"
+                            .into(),
                     )),
                 }
             })
@@ -172,31 +173,33 @@ pub async fn pool(hosts: Vec<PgConnectOptions>, max_connections: u32) -> Result<
     Ok(pool)
 }
 
-/// Whether the server behind `conn` is a standby (for connections opened
-/// outside the pool, as the receiver's committers' are).
-pub async fn is_standby(conn: &mut PgConnection) -> Result<bool, sqlx::Error> {
-    Ok(matches!(standing(conn).await?, Standing::Standby))
+/// Whether the server behind `conn` refuses writes: a standby, or a server
+/// that is read-only (for connections opened outside the pool, as the
+/// receiver's committers' are).
+pub async fn is_read_only(conn: &mut PgConnection) -> Result<bool, sqlx::Error> {
+    Ok(matches!(standing(conn).await?, Standing::ReadOnly))
 }
 
 enum Standing {
-    Standby,
+    /// A standby, or read-only (`transaction_read_only`, as libpq's
+    /// `target_session_attrs=read-write` asks): pg_auto_failover keeps a
+    /// promoted standby read-only until the old primary is surely fenced.
+    ReadOnly,
     /// Writable, on this timeline.
-    Primary {
-        timeline: u32,
-    },
+    Primary { timeline: u32 },
 }
 
-/// Whether the server behind `conn` is a standby or the primary, and on
-/// which timeline (the first eight hex digits of its current WAL file).
+/// Whether the server behind `conn` takes writes, and on which timeline
+/// (the first eight hex digits of its current WAL file).
 async fn standing(conn: &mut PgConnection) -> Result<Standing, sqlx::Error> {
     let wal: Option<String> = sqlx::query_scalar(
-        "SELECT CASE WHEN pg_is_in_recovery() THEN NULL
-                     ELSE pg_walfile_name(pg_current_wal_lsn()) END",
+        "SELECT CASE WHEN pg_is_in_recovery() OR current_setting('transaction_read_only')::boolean
+                     THEN NULL ELSE pg_walfile_name(pg_current_wal_lsn()) END",
     )
     .fetch_one(conn)
     .await?;
     Ok(match wal {
-        None => Standing::Standby,
+        None => Standing::ReadOnly,
         Some(name) => Standing::Primary {
             timeline: name
                 .get(..8)
@@ -212,7 +215,7 @@ async fn primary(host: &PgConnectOptions) -> Option<(u32, PgConnection)> {
         let mut conn = PgConnection::connect_with(host).await?;
         match standing(&mut conn).await? {
             Standing::Primary { timeline } => Ok::<_, sqlx::Error>(Some((timeline, conn))),
-            Standing::Standby => {
+            Standing::ReadOnly => {
                 let _ = conn.close().await;
                 Ok(None)
             }

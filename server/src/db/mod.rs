@@ -4,6 +4,7 @@
 pub mod audit;
 pub mod embedded;
 pub mod failover;
+pub mod history;
 pub mod sources;
 pub mod users;
 
@@ -126,6 +127,29 @@ pub async fn migrate(pool: &PgPool) -> Result<(), DbError> {
     Ok(())
 }
 
+/// Whether `e` is the database being away or unable for now (a broken or
+/// refused connection, a failover's standby or read-only server, a
+/// shutdown, a serialization failure or deadlock): worth retrying as long
+/// as it takes. Anything else (a statement the server refuses for its
+/// content, a row that does not decode) fails again the same way.
+pub fn is_transient(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Database(d) => d.code().is_some_and(|code| {
+            code.starts_with("08")
+                || code.starts_with("53")
+                || code.starts_with("57P")
+                || matches!(code.as_ref(), "25006" | "40001" | "40P01")
+        }),
+        sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::Protocol(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed => true,
+        _ => false,
+    }
+}
+
 /// True when every migration this binary knows is applied.
 pub async fn is_migrated(pool: &PgPool) -> Result<bool, sqlx::Error> {
     let has_table: bool =
@@ -155,6 +179,9 @@ pub async fn prepare(pool: PgPool, config: Arc<Config>, shutdown: CancellationTo
             // The session store's own table (tower_sessions.session).
             PostgresStore::new(pool.clone()).migrate().await?;
             sources::sync(&pool, &config).await?;
+            // A database left alone past the partitions made ahead (or
+            // restored from an old backup) gets today's before any claim.
+            history::ensure(&pool).await?;
             Ok::<_, DbError>(())
         }
         .await;

@@ -23,13 +23,19 @@ pub enum Forced {
 /// forwarding the first delivery's payload, or the newest copy still stored
 /// when retention pruned that (a copy posted under the event's own key: a
 /// replay under another key carries headers its sender chose). Once per completion: concurrent forces
-/// serialise on the row, and the second finds it queued.
+/// serialise on the row, and the second finds it queued. Never while
+/// retention retires old partitions (`db::history`): the copy it picks
+/// could be in one about to be dropped.
 pub async fn force(
     pool: &PgPool,
     event_id: i64,
     by: Option<i64>,
     reason: &str,
 ) -> Result<Forced, sqlx::Error> {
+    let mut tx = pool.begin().await?;
+    sqlx::query!("SELECT pg_advisory_xact_lock_shared(hashtext('replaysafe history retirement'))")
+        .execute(&mut *tx)
+        .await?;
     let forced: Option<i64> = sqlx::query_scalar!(
         "UPDATE events e SET state = 'queued', forwarder = 'workers', state_changed_at = now(),
              next_attempt_at = now(), attempt_count = 0, completed_at = NULL, last_error = NULL,
@@ -44,8 +50,9 @@ pub async fn force(
         by,
         reason
     )
-    .fetch_optional(pool)
+    .fetch_optional(&mut *tx)
     .await?;
+    tx.commit().await?;
     if let Some(delivery_id) = forced {
         return Ok(Forced::Queued { delivery_id });
     }

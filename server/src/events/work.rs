@@ -220,9 +220,11 @@ pub async fn lease(
              RETURNING a.event_id
          ),
          -- A sync claim whose request died before its attempt began has none.
+         -- Begun a day ago at most: older days' partitions may be gone (an
+         -- event may wait that long, its source paused, its holder dead).
          abandoned AS (
              INSERT INTO attempts (event_id, number, worker, started_at, finished_at, error, forced_by)
-             SELECT id, attempt_count - 1, lost_by, began, now(),
+             SELECT id, attempt_count - 1, lost_by, greatest(began, now() - interval '1 day'), now(),
                     'worker lost its lease; taken over', forced_by
              FROM leased
              WHERE taken_over AND lost_forwarder = 'workers' AND lost_by IS NOT NULL

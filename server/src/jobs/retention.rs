@@ -1,11 +1,14 @@
-//! Retention (spec section 8): deliveries and their payloads go after
-//! `retention_days`, idempotency keys after `dedup_ttl_days`; sign-in
+//! Retention (spec section 8): deliveries, their payloads and attempts go
+//! after `retention_days`, idempotency keys after `dedup_ttl_days`; sign-in
 //! attempts that did not succeed (strangers' guesses) and finished bulk
-//! re-delivery jobs with the deliveries,
-//! the rest of the audit log after `audit_retention_days`. Deletes run in
-//! small batches, each its own short statement, so no long lock is held.
-//! Old rows are found along the primary key (ids grow with time), so no time
-//! index slows every claim down.
+//! re-delivery jobs with the deliveries, the rest of the audit log after
+//! `audit_retention_days`. Deliveries and attempts retire a day at a time:
+//! a day's partition is dropped once the whole day is past retention
+//! (`db::history`), so a row stays up to a day longer than the setting.
+//! The legacy partitions of an upgraded database and the other tables are
+//! deleted in small batches, each its own short statement, so no long lock
+//! is held; old rows are found along the primary key (ids grow with time),
+//! so no time index slows every claim down.
 
 use std::time::Duration;
 
@@ -15,12 +18,19 @@ use tokio_util::sync::CancellationToken;
 pub const BATCH: i64 = 1000;
 pub const INTERVAL: Duration = Duration::from_secs(600);
 
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Pruned {
+    /// Deliveries deleted row by row, from the legacy partition (those in
+    /// dropped partitions are not counted).
     pub deliveries: u64,
+    /// Attempts deleted row by row, from the legacy partition.
+    pub attempts: u64,
     pub events: u64,
     pub audit: u64,
     pub bulk_jobs: u64,
+    /// Partitions made ahead, dropped, and kept past retention.
+    pub partitions_made: i32,
+    pub partitions: crate::db::history::Retired,
 }
 
 /// Prunes everything due, batch by batch.
@@ -30,34 +40,83 @@ pub async fn prune(
     dedup_ttl_days: u32,
     audit_retention_days: u32,
 ) -> Result<Pruned, sqlx::Error> {
-    let mut pruned = Pruned::default();
-    // Nothing is due while the oldest row is young: no scan at all then.
-    let oldest_delivery_due: Option<bool> = sqlx::query_scalar!(
-r#"SELECT received_at < now() - make_interval(days => $1) AS "due!" FROM deliveries ORDER BY id LIMIT 1"#,
-retention_days as i32
-)
-    .fetch_optional(pool)
+    // Partitions failing to be made or retired must not hold the rest up.
+    let mut pruned = Pruned {
+        partitions_made: crate::db::history::ensure(pool)
+            .await
+            .inspect_err(
+                |e| tracing::warn!(error = %e, "making partitions ahead failed; will retry"),
+            )
+            .unwrap_or_default(),
+        partitions: crate::db::history::retire_expired(pool, retention_days)
+            .await
+            .inspect_err(
+                |e| tracing::warn!(error = %e, "retiring old partitions failed; will retry"),
+            )
+            .unwrap_or_default(),
+        ..Default::default()
+    };
+    // Row by row only in the legacy partitions (an upgraded database's rows
+    // from before its first daily partition), until their whole range is
+    // past retention and they are dropped like the others.
+    let legacy = sqlx::query!(
+        r#"SELECT to_regclass('deliveries_legacy') IS NOT NULL AS "deliveries!",
+                  to_regclass('attempts_legacy') IS NOT NULL AS "attempts!""#
+    )
+    .fetch_one(pool)
     .await?;
-    while oldest_delivery_due == Some(true) {
-        // A payload whose event still waits to be forwarded is kept: losing it would lose the event.
-        let n = sqlx::query!(
-            "DELETE FROM deliveries WHERE id IN (
-                 SELECT d.id FROM deliveries d
-                 WHERE d.received_at < now() - make_interval(days => $1)
-                   AND NOT EXISTS (SELECT 1 FROM events e WHERE e.id = d.event_id
-                                   AND e.first_delivery_id = d.id
-                                   AND e.state IN ('queued', 'processing', 'retrying'))
-                 ORDER BY d.id
-                 LIMIT $2)",
-            retention_days as i32,
-            BATCH
+    // Nothing is due while the oldest row is young: no scan at all then.
+    let oldest_delivery_due = legacy.deliveries
+        && sqlx::query_scalar!(
+            r#"SELECT received_at < now() - make_interval(days => $1) AS "due!"
+               FROM deliveries_legacy ORDER BY id LIMIT 1"#,
+            retention_days as i32
         )
-        .execute(pool)
+        .fetch_optional(pool)
         .await?
-        .rows_affected();
-        pruned.deliveries += n;
-        if n < BATCH as u64 {
-            break;
+            == Some(true);
+    if oldest_delivery_due {
+        loop {
+            // A payload whose event still waits to be forwarded is kept: losing it would lose the event.
+            let n = sqlx::query!(
+                "DELETE FROM deliveries_legacy WHERE id IN (
+                     SELECT d.id FROM deliveries_legacy d
+                     WHERE d.received_at < now() - make_interval(days => $1)
+                       AND NOT EXISTS (SELECT 1 FROM events e WHERE e.id = d.event_id
+                                       AND e.first_delivery_id = d.id
+                                       AND e.state IN ('queued', 'processing', 'retrying'))
+                     ORDER BY d.id
+                     LIMIT $2)",
+                retention_days as i32,
+                BATCH
+            )
+            .execute(pool)
+            .await?
+            .rows_affected();
+            pruned.deliveries += n;
+            if n < BATCH as u64 {
+                break;
+            }
+        }
+    }
+    if legacy.attempts {
+        loop {
+            let n = sqlx::query!(
+                "DELETE FROM attempts_legacy WHERE id IN (
+                     SELECT id FROM attempts_legacy
+                     WHERE started_at < now() - make_interval(days => $1)
+                     ORDER BY id
+                     LIMIT $2)",
+                retention_days as i32,
+                BATCH
+            )
+            .execute(pool)
+            .await?
+            .rows_affected();
+            pruned.attempts += n;
+            if n < BATCH as u64 {
+                break;
+            }
         }
     }
     let oldest_event_due: Option<bool> = sqlx::query_scalar!(
@@ -153,10 +212,20 @@ pub async fn run(
     loop {
         match prune(&pool, retention_days, dedup_ttl_days, audit_retention_days).await {
             Ok(p) if p != Pruned::default() => {
+                for (partition, events) in &p.partitions.kept {
+                    tracing::info!(
+                        partition,
+                        events,
+                        "partition past retention kept: events waiting to be forwarded need its payloads"
+                    );
+                }
                 tracing::info!(
                     deliveries = p.deliveries,
+                    attempts = p.attempts,
                     events = p.events,
                     audit = p.audit,
+                    partitions_dropped = ?p.partitions.dropped,
+                    partitions_made = p.partitions_made,
                     "retention pruned"
                 )
             }

@@ -173,8 +173,11 @@ pub async fn forward(
         record: AttemptRecord {
             status: Some(status),
             latency_ms: elapsed_ms(),
+            // PostgreSQL's text holds no NUL: an answer with one would make
+            // its attempt, and every attempt recorded with it, fail to record.
             response_excerpt: Some(
-                String::from_utf8_lossy(&kept[..kept.len().min(EXCERPT_BYTES)]).into_owned(),
+                String::from_utf8_lossy(&kept[..kept.len().min(EXCERPT_BYTES)])
+                    .replace('\0', "\u{FFFD}"),
             ),
             error,
         },

@@ -17,7 +17,35 @@ const MAX_ROWS: usize = 1024;
 struct Request {
     holder: String,
     done: Arc<[Done]>,
-    moved: oneshot::Sender<Result<usize, String>>,
+    moved: oneshot::Sender<Result<usize, RecordError>>,
+}
+
+/// Why attempts were not recorded.
+#[derive(Clone, Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct RecordError {
+    /// The database is away or unable for now (`db::is_transient`): worth
+    /// retrying as long as it takes.
+    pub transient: bool,
+    message: String,
+}
+
+impl RecordError {
+    fn stopped() -> Self {
+        Self {
+            transient: false,
+            message: "the recorder has stopped".to_owned(),
+        }
+    }
+}
+
+impl From<&sqlx::Error> for RecordError {
+    fn from(e: &sqlx::Error) -> Self {
+        Self {
+            transient: crate::db::is_transient(e),
+            message: e.to_string(),
+        }
+    }
 }
 
 #[derive(Clone)]
@@ -36,7 +64,7 @@ impl Recorder {
 
     /// Records `done`, held by `holder`, with whatever else is waiting.
     /// Returns how many of its events moved (the rest had lost their lease).
-    pub async fn record(&self, holder: &str, done: Arc<[Done]>) -> Result<usize, String> {
+    pub async fn record(&self, holder: &str, done: Arc<[Done]>) -> Result<usize, RecordError> {
         let (moved, answer) = oneshot::channel();
         let request = Request {
             holder: holder.to_owned(),
@@ -45,10 +73,8 @@ impl Recorder {
         };
         self.requests
             .send(request)
-            .map_err(|_| "the recorder has stopped".to_owned())?;
-        answer
-            .await
-            .map_err(|_| "the recorder has stopped".to_owned())?
+            .map_err(|_| RecordError::stopped())?;
+        answer.await.map_err(|_| RecordError::stopped())?
     }
 }
 
@@ -65,30 +91,53 @@ async fn run(pool: PgPool, mut waiting: mpsc::UnboundedReceiver<Request>) {
                 Err(_) => break,
             }
         }
-        let all: Vec<(&str, &Done)> = batch
-            .iter()
-            .flat_map(|r| r.done.iter().map(move |d| (r.holder.as_str(), d)))
-            .collect();
-        let result = events::finish_each(&pool, &all).await;
-        drop(all);
+        let result = finish(&pool, &batch).await;
         match result {
-            Ok(moved) => {
-                let moved: std::collections::HashSet<i64> = moved.into_iter().collect();
+            Ok(moved) => answer(batch, &moved),
+            // A statement the database refuses for what one request holds
+            // (not for being away) would fail every batch it joins: each
+            // request is tried alone, and only that one fails.
+            Err(e) if batch.len() > 1 && !crate::db::is_transient(&e) => {
                 for request in batch {
-                    let n = request
-                        .done
-                        .iter()
-                        .filter(|d| moved.contains(&d.leased.event_id))
-                        .count();
-                    let _ = request.moved.send(Ok(n));
+                    let alone = [request];
+                    match finish(&pool, &alone).await {
+                        Ok(moved) => answer(alone, &moved),
+                        Err(e) => {
+                            let [request] = alone;
+                            let _ = request.moved.send(Err((&e).into()));
+                        }
+                    }
                 }
             }
             Err(e) => {
-                let e = e.to_string();
+                let e = RecordError::from(&e);
                 for request in batch {
                     let _ = request.moved.send(Err(e.clone()));
                 }
             }
         }
+    }
+}
+
+/// Records every attempt of `batch` in one statement; the ids of the events
+/// that moved.
+async fn finish(pool: &PgPool, batch: &[Request]) -> Result<Vec<i64>, sqlx::Error> {
+    let all: Vec<(&str, &Done)> = batch
+        .iter()
+        .flat_map(|r| r.done.iter().map(move |d| (r.holder.as_str(), d)))
+        .collect();
+    events::finish_each(pool, &all).await
+}
+
+/// Tells each request of `batch` how many of its events moved.
+fn answer(batch: impl IntoIterator<Item = Request>, moved: &[i64]) {
+    let moved: std::collections::HashSet<i64> = moved.iter().copied().collect();
+    for request in batch {
+        let n = request
+            .done
+            .iter()
+            .filter(|d| moved.contains(&d.leased.event_id))
+            .count();
+        let _ = request.moved.send(Ok(n));
     }
 }

@@ -66,9 +66,35 @@ pub struct Workers {
     /// How long a failed sync-mode event waits for its provider's retry
     /// before the workers adopt it.
     pub request_grace: Duration,
-    /// When a statement of these workers last failed (the database away).
-    troubled: Arc<std::sync::Mutex<Option<Instant>>>,
+    /// The database's health as these workers saw it.
+    health: Arc<std::sync::Mutex<Health>>,
+    /// Cancelled when the process stops: unrecorded attempts are given up
+    /// a margin later (`record`).
+    stopping: CancellationToken,
 }
+
+/// When these workers' statements last succeeded, and the stretch of
+/// failures (the database away) since: it began when the last statement
+/// before it succeeded (the database may have gone any time after), or
+/// before this process when none ever did, and lasts while failures come
+/// less than a lease margin apart.
+#[derive(Clone, Copy, Debug, Default)]
+struct Health {
+    last_ok: Option<Instant>,
+    trouble: Option<Trouble>,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Trouble {
+    /// None: before this process started.
+    began: Option<Instant>,
+    last: Instant,
+}
+
+/// The longest a takeover waits on the database's trouble: a holder still
+/// failing to record after this has had its chances (the database came
+/// and went meanwhile).
+const MAX_TAKEOVER_GRACE: Duration = Duration::from_secs(3600);
 
 impl Workers {
     pub fn new(services: &Services) -> Self {
@@ -86,22 +112,44 @@ impl Workers {
             unreachable_max: UNREACHABLE_MAX,
             lease_margin: LEASE_MARGIN,
             request_grace: events::REQUEST_GRACE,
-            troubled: Default::default(),
+            health: Default::default(),
+            stopping: CancellationToken::new(),
         }
     }
 
-    fn note_trouble(&self) {
-        *self.troubled.lock().expect("trouble lock") = Some(Instant::now());
+    /// A statement's outcome: only the database being away is trouble (a
+    /// statement refused for its content is not).
+    fn note(&self, failure: Option<bool>) {
+        let now = Instant::now();
+        let mut health = self.health.lock().expect("health lock");
+        match failure {
+            None => health.last_ok = Some(now),
+            Some(false) => {}
+            Some(true) => {
+                health.trouble = Some(match health.trouble {
+                    Some(t) if now - t.last < self.lease_margin => Trouble { last: now, ..t },
+                    _ => Trouble {
+                        began: health.last_ok,
+                        last: now,
+                    },
+                });
+            }
+        }
     }
 
-    /// Within a margin of the database's last trouble, leases are taken over
-    /// only a margin after they expired: every process saw the outage, and a
-    /// holder that could not record its attempt meanwhile records it first,
-    /// instead of the event being forwarded again (`record`'s window).
+    /// Until a margin after the database's last trouble, only leases that
+    /// expired before the trouble began are taken over. A holder that could
+    /// not record its attempt while the database was away (however long: a
+    /// failover takes pg_auto_failover about a minute) keeps trying and
+    /// records it once the database is back, instead of the event being
+    /// forwarded again by a worker that took it over.
     fn takeover_grace(&self) -> Duration {
-        let troubled = *self.troubled.lock().expect("trouble lock");
-        match troubled {
-            Some(at) if at.elapsed() < self.lease_margin => self.lease_margin,
+        let health = *self.health.lock().expect("health lock");
+        match health.trouble {
+            Some(t) if t.last.elapsed() < self.lease_margin => t
+                .began
+                .map_or(MAX_TAKEOVER_GRACE, |began| began.elapsed())
+                .min(MAX_TAKEOVER_GRACE),
             _ => Duration::ZERO,
         }
     }
@@ -117,7 +165,10 @@ impl Workers {
             set.spawn(self.clone().close_inbox_at(shutdown.clone()));
         }
         for n in 0..count {
-            let worker = self.clone();
+            let worker = Self {
+                stopping: shutdown.clone(),
+                ..self.clone()
+            };
             let id = format!("{process}:{n}:{:08x}", rand::random::<u32>());
             let shutdown = shutdown.clone();
             set.spawn(async move { worker.run(id, shutdown).await });
@@ -294,15 +345,13 @@ impl Workers {
             // Taken under the gate: work signalled before this lease is its own.
             self.wake.take();
             let leased = events::lease(&self.pool, worker, LEASE_BATCH, &self.runnable()).await;
+            self.note(leased.as_ref().err().map(crate::db::is_transient));
             match &leased {
                 // A full batch may have left more: another worker leases them
                 // while this one forwards.
                 Ok(batch) if batch.len() as i64 == LEASE_BATCH => self.wake.work(),
                 // The signal this lease took is not lost with it.
-                Err(_) => {
-                    self.note_trouble();
-                    self.wake.work()
-                }
+                Err(_) => self.wake.work(),
                 Ok(_) => {}
             }
             let leased = leased?;
@@ -363,16 +412,9 @@ impl Workers {
             // An attempt ends within its timeout, so its lease has at least
             // half the margin left (a handed-over event begins within the
             // other half); after the database was away, other workers leave
-            // it a margin more (`takeover_grace`). Recording past the lease
+            // it to its holder (`takeover_grace`). Recording past the lease
             // is safe: the statement writes only while no one took it over.
-            if let Err(e) = self
-                .record(
-                    holder,
-                    done,
-                    Instant::now() + self.lease_margin / 2 + self.lease_margin,
-                )
-                .await
-            {
+            if let Err(e) = self.record(holder, done).await {
                 // Their leases expire and their successors decide.
                 return Err(sqlx::Error::Protocol(format!("recording attempts: {e}")));
             }
@@ -388,21 +430,44 @@ impl Workers {
         Ok(())
     }
 
-    /// Records finished attempts, retrying a failed write while their leases
-    /// last: an answer the destination gave must not be lost to a blip.
-    async fn record(&self, holder: &str, done: Vec<Done>, until: Instant) -> Result<(), String> {
+    /// Records finished attempts, retrying a failed write: an answer the
+    /// destination gave must not be lost, or the event would be forwarded
+    /// again. While the database is away, as long as it takes; a statement
+    /// refused for what it holds, for as long as the lease lasts (it will
+    /// not land). A process that is stopping gives up a margin after the
+    /// signal; their leases expire and their successors decide.
+    async fn record(&self, holder: &str, done: Vec<Done>) -> Result<(), String> {
         let done: Arc<[Done]> = done.into();
+        let give_up = async {
+            self.stopping.cancelled().await;
+            tokio::time::sleep(self.lease_margin).await;
+        };
+        tokio::pin!(give_up);
+        let refused_until = Instant::now() + self.lease_margin / 2 + self.lease_margin;
         let mut pause = Duration::from_millis(50);
         let moved = loop {
-            match self.recorder.record(holder, done.clone()).await {
+            let recorded = tokio::select! {
+                recorded = self.recorder.record(holder, done.clone()) => recorded,
+                () = &mut give_up => return Err("stopping while the database is away".into()),
+            };
+            self.note(recorded.as_ref().err().map(|e| e.transient));
+            match recorded {
                 Ok(moved) => break moved,
-                Err(e) if Instant::now() + pause < until => {
-                    self.note_trouble();
-                    tracing::warn!(error = %e, "recording attempts failed; retrying");
-                    tokio::time::sleep(pause).await;
+                Err(e) if !e.transient && Instant::now() + pause >= refused_until => {
+                    return Err(e.to_string())
+                }
+                Err(e) => {
+                    static THROTTLE: crate::telemetry::Throttle =
+                        crate::telemetry::Throttle::new(Duration::from_secs(1));
+                    if let Some(held_back) = THROTTLE.allow() {
+                        tracing::warn!(error = %e, held_back, "recording attempts failed; retrying");
+                    }
+                    tokio::select! {
+                        () = tokio::time::sleep(pause) => {}
+                        () = &mut give_up => return Err("stopping while the database is away".into()),
+                    }
                     pause = (pause * 2).min(Duration::from_secs(2));
                 }
-                Err(e) => return Err(e),
             }
         };
         for d in done.iter() {

@@ -411,10 +411,10 @@ impl Committer {
             .map_err(|_| ClaimError::TimedOut(crate::db::ACQUIRE_TIMEOUT))??;
             // A standby takes connections too (the pool's host just became
             // one): it is no place for a claim.
-            if crate::db::failover::is_standby(&mut opened).await? {
+            if crate::db::failover::is_read_only(&mut opened).await? {
                 let _ = opened.close().await;
                 return Err(ClaimError::Database(sqlx::Error::Protocol(
-                    "the database host is a standby".into(),
+                    "the database host is a standby or read-only".into(),
                 )));
             }
             self.open = Some(opened);

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use crate::helpers::{free_port, github_request, Destination, ServerProcess};
 
 /// initdb, pg_ctl and pg_basebackup, as scripts/lib.sh finds them.
-fn pg_bin() -> PathBuf {
+pub fn pg_bin() -> PathBuf {
     let mut dirs: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
         .into_iter()
         .flatten()
@@ -36,7 +36,7 @@ struct Cluster {
     port: u16,
 }
 
-fn as_postgres(program: &Path) -> Command {
+pub fn as_postgres(program: &Path) -> Command {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } == 0 {
         let mut c = Command::new("runuser");
@@ -47,7 +47,7 @@ fn as_postgres(program: &Path) -> Command {
     }
 }
 
-fn run(mut command: Command) {
+pub fn run(mut command: Command) {
     let out = command.output().expect("running a PostgreSQL tool");
     assert!(
         out.status.success(),
@@ -101,8 +101,22 @@ impl Cluster {
     }
 }
 
+/// A scratch directory for clusters, which the postgres user may enter.
+pub fn cluster_root(prefix: &str) -> tempfile::TempDir {
+    let root = tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir_in("/tmp")
+        .unwrap();
+    std::fs::set_permissions(
+        root.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    root
+}
+
 /// A directory the postgres user may write in.
-fn postgres_dir(parent: &Path, name: &str) -> PathBuf {
+pub fn postgres_dir(parent: &Path, name: &str) -> PathBuf {
     let dir = parent.join(name);
     std::fs::create_dir(&dir).unwrap();
     // PostgreSQL refuses a data directory others may read.
@@ -171,7 +185,7 @@ async fn in_recovery(url: &str) -> bool {
 
 /// What the stream of deliveries was answered.
 #[derive(Default)]
-struct Answers {
+pub struct Answers {
     by_key: BTreeMap<String, Vec<u16>>,
     /// Every answer's status, with when it came.
     log: Vec<(Instant, u16)>,
@@ -181,12 +195,219 @@ struct Answers {
 
 impl Answers {
     /// The first 2xx answered after `at`.
-    fn first_2xx_after(&self, at: Instant) -> Option<Instant> {
+    pub fn first_2xx_after(&self, at: Instant) -> Option<Instant> {
         self.log
             .iter()
             .find(|(t, s)| *t > at && *s == 200)
             .map(|(t, _)| *t)
     }
+
+    /// How many keys were posted.
+    pub fn keys(&self) -> usize {
+        self.by_key.len()
+    }
+}
+
+/// A steady stream of signed GitHub deliveries in four lanes, each lane to
+/// one of `bases` in turn; every fourth delivery repeats the one before (a
+/// provider's retry).
+pub struct Stream {
+    pub answers: Arc<Mutex<Answers>>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    senders: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Stream {
+    pub fn start(bases: &[String]) -> Self {
+        let answers: Arc<Mutex<Answers>> = Default::default();
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let client = reqwest::Client::builder()
+            .timeout(Duration::from_secs(10))
+            .build()
+            .unwrap();
+        let senders = (0..4)
+            .map(|lane| {
+                let (client, base, answers, stop) = (
+                    client.clone(),
+                    bases[lane % bases.len()].clone(),
+                    answers.clone(),
+                    stop.clone(),
+                );
+                tokio::spawn(async move {
+                    let mut n = 0;
+                    while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                        n += 1;
+                        let key = format!("k-{lane}-{}", if n % 4 == 0 { n - 1 } else { n });
+                        let body = format!(r#"{{"key":"{key}"}}"#);
+                        let Ok(answer) = github_request(
+                            &client,
+                            &format!("{base}/hooks/gh"),
+                            &key,
+                            &body,
+                            b"gh-secret",
+                        )
+                        .send()
+                        .await
+                        else {
+                            continue;
+                        };
+                        let status = answer.status().as_u16();
+                        {
+                            let mut a = answers.lock().unwrap();
+                            if status == 503 && !answer.headers().contains_key("retry-after") {
+                                a.bare_503 += 1;
+                            }
+                            a.log.push((Instant::now(), status));
+                            a.by_key.entry(key).or_default().push(status);
+                        }
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                })
+            })
+            .collect();
+        Self {
+            answers,
+            stop,
+            senders,
+        }
+    }
+
+    pub async fn stop(self) -> Answers {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        for s in self.senders {
+            s.await.unwrap();
+        }
+        std::mem::take(&mut *self.answers.lock().unwrap())
+    }
+}
+
+/// How the promise is checked after a failover.
+pub struct Check<'a> {
+    pub killed: Instant,
+    /// Until when no primary surely took writes.
+    pub writable_again: Instant,
+    pub new_primary: &'a str,
+    pub destination: &'a Destination,
+    /// The destination's delay: forwards that arrived less than this
+    /// before the kill were answered after it, so their attempts are
+    /// recorded on the new primary (at least one must be).
+    pub answer_after: Duration,
+    /// How long after everything arrived to look again for a second
+    /// forward: past every lease, when a wrongful takeover would show.
+    pub settle: Duration,
+}
+
+/// The promise after a failover: only 200 or 503 (always with Retry-After)
+/// was answered; nothing between a second after the kill and
+/// `writable_again` was acknowledged (no primary could have stored it);
+/// every acknowledged key is in `new_primary` and is forwarded, none twice,
+/// and no lease was taken over (no worker died). Returns how many keys were
+/// acknowledged.
+pub async fn check_promise(answers: &Answers, check: Check<'_>) -> usize {
+    let Check {
+        killed,
+        writable_again,
+        new_primary,
+        destination,
+        answer_after,
+        settle,
+    } = check;
+    let statuses: BTreeSet<u16> = answers.by_key.values().flatten().copied().collect();
+    assert!(
+        statuses.iter().all(|s| *s == 200 || *s == 503),
+        "only 200 or 503: {statuses:?}"
+    );
+    assert!(statuses.contains(&503), "the outage was answered 503");
+    // Answers already on their way at the kill are left a second to land.
+    let outage = answers
+        .log
+        .iter()
+        .filter(|(t, _)| *t > killed + Duration::from_secs(1) && *t < writable_again)
+        .map(|(_, s)| *s);
+    assert!(
+        outage.clone().count() > 0,
+        "deliveries were tried during the outage"
+    );
+    assert!(
+        outage.into_iter().all(|s| s == 503),
+        "no 2xx while no primary is writable"
+    );
+    assert_eq!(answers.bare_503, 0, "every 503 carries Retry-After");
+    let acknowledged: Vec<String> = answers
+        .by_key
+        .iter()
+        .filter(|(_, s)| s.contains(&200))
+        .map(|(k, _)| k.clone())
+        .collect();
+
+    let new_primary = sqlx::PgPool::connect(new_primary).await.unwrap();
+    let stored: i64 = sqlx::query_scalar("SELECT count(*) FROM events WHERE idem_key = ANY($1)")
+        .bind(&acknowledged)
+        .fetch_one(&new_primary)
+        .await
+        .unwrap();
+    assert_eq!(
+        stored as usize,
+        acknowledged.len(),
+        "an acknowledged delivery was lost"
+    );
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let forwarded: BTreeSet<String> = destination.keys().into_iter().collect();
+        let missing = acknowledged
+            .iter()
+            .filter(|k| !forwarded.contains(&format!("gh:{k}")))
+            .count();
+        if missing == 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{missing} acknowledged events never forwarded"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    if !answer_after.is_zero() {
+        let in_flight = destination
+            .received
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|c| c.at < killed && c.at + answer_after > killed + Duration::from_millis(50))
+            .count();
+        assert!(in_flight > 0, "no attempt was in flight at the kill");
+    }
+    tokio::time::sleep(settle).await;
+    let keys = destination.keys();
+    let distinct: BTreeSet<&String> = keys.iter().collect();
+    assert_eq!(distinct.len(), keys.len(), "an event was forwarded twice");
+    let taken_over: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM attempts WHERE error LIKE '%taken over'")
+            .fetch_one(&new_primary)
+            .await
+            .unwrap();
+    assert_eq!(taken_over, 0, "a lease was taken over from a live holder");
+    // Forwarded, each is recorded a moment later.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let unsettled: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM events WHERE idem_key = ANY($1) AND state <> 'completed'",
+        )
+        .bind(&acknowledged)
+        .fetch_one(&new_primary)
+        .await
+        .unwrap();
+        if unsettled == 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{unsettled} acknowledged events did not end completed"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    new_primary.close().await;
+    acknowledged.len()
 }
 
 /// How a failover test goes.
@@ -250,15 +471,7 @@ async fn failover(scenario: Scenario) {
         answer_after,
         old_primary_returns,
     } = scenario;
-    let root = tempfile::Builder::new()
-        .prefix("replaysafe-failover")
-        .tempdir_in("/tmp")
-        .unwrap();
-    std::fs::set_permissions(
-        root.path(),
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .unwrap();
+    let root = cluster_root("replaysafe-failover");
     let (primary, standby) = primary_and_standby(root.path());
     struct Stop<'a>(&'a Cluster, &'a Cluster);
     impl Drop for Stop<'_> {
@@ -312,55 +525,10 @@ async fn failover(scenario: Scenario) {
     );
     let server = ServerProcess::start(&config, &url, &[]).await;
 
-    let answers: Arc<Mutex<Answers>> = Default::default();
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let client = reqwest::Client::builder()
-        .timeout(Duration::from_secs(10))
-        .build()
-        .unwrap();
-    let mut senders = Vec::new();
-    for lane in 0..4 {
-        let (client, base, answers, stop) = (
-            client.clone(),
-            server.base.clone(),
-            answers.clone(),
-            stop.clone(),
-        );
-        senders.push(tokio::spawn(async move {
-            let mut n = 0;
-            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
-                n += 1;
-                // Every fourth delivery repeats the one before: a retry.
-                let key = format!("k-{lane}-{}", if n % 4 == 0 { n - 1 } else { n });
-                let body = format!(r#"{{"key":"{key}"}}"#);
-                let Ok(answer) = github_request(
-                    &client,
-                    &format!("{base}/hooks/gh"),
-                    &key,
-                    &body,
-                    b"gh-secret",
-                )
-                .send()
-                .await
-                else {
-                    continue;
-                };
-                let status = answer.status().as_u16();
-                {
-                    let mut a = answers.lock().unwrap();
-                    if status == 503 && !answer.headers().contains_key("retry-after") {
-                        a.bare_503 += 1;
-                    }
-                    a.log.push((Instant::now(), status));
-                    a.by_key.entry(key).or_default().push(status);
-                }
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        }));
-    }
+    let stream = Stream::start(std::slice::from_ref(&server.base));
 
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let before_kill = answers.lock().unwrap().by_key.len();
+    let before_kill = stream.answers.lock().unwrap().keys();
     assert!(
         before_kill > 10,
         "deliveries flow before the kill: {before_kill}"
@@ -382,7 +550,7 @@ async fn failover(scenario: Scenario) {
     .await
     .unwrap();
     let back = loop {
-        if let Some(at) = answers.lock().unwrap().first_2xx_after(promoted) {
+        if let Some(at) = stream.answers.lock().unwrap().first_2xx_after(promoted) {
             break at;
         }
         assert!(
@@ -412,70 +580,26 @@ async fn failover(scenario: Scenario) {
         tokio::time::sleep(Duration::from_secs(3)).await;
     }
     tokio::time::sleep(Duration::from_secs(2)).await;
-    stop.store(true, std::sync::atomic::Ordering::SeqCst);
-    for s in senders {
-        s.await.unwrap();
-    }
-
-    let answers = std::mem::take(&mut *answers.lock().unwrap());
-    let statuses: BTreeSet<u16> = answers.by_key.values().flatten().copied().collect();
-    assert!(
-        statuses.iter().all(|s| *s == 200 || *s == 503),
-        "only 200 or 503: {statuses:?}"
-    );
-    assert!(statuses.contains(&503), "the outage was answered 503");
-    // Between the kill (and the connections it broke) and the promotion,
-    // nothing is acknowledged: no primary could have stored it. Answers
-    // already on their way at the kill are left a second to land.
-    let outage = answers
-        .log
-        .iter()
-        .filter(|(t, _)| *t > killed + Duration::from_secs(1) && *t < promoted)
-        .map(|(_, s)| *s);
-    assert!(
-        outage.clone().count() > 0,
-        "deliveries were tried during the outage"
-    );
-    assert!(
-        outage.into_iter().all(|s| s == 503),
-        "no 2xx while no primary is writable"
-    );
-    assert_eq!(answers.bare_503, 0, "every 503 carries Retry-After");
-    let acknowledged: Vec<String> = answers
-        .by_key
-        .iter()
-        .filter(|(_, s)| s.contains(&200))
-        .map(|(k, _)| k.clone())
-        .collect();
-
-    // Every acknowledged key is in the new primary, and forwarded once.
-    let new_primary = sqlx::PgPool::connect(&standby.url()).await.unwrap();
-    let stored: i64 = sqlx::query_scalar("SELECT count(*) FROM events WHERE idem_key = ANY($1)")
-        .bind(&acknowledged)
-        .fetch_one(&new_primary)
-        .await
-        .unwrap();
-    assert_eq!(
-        stored as usize,
-        acknowledged.len(),
-        "an acknowledged delivery was lost"
-    );
-    let deadline = Instant::now() + Duration::from_secs(90);
-    loop {
-        let forwarded: BTreeSet<String> = destination.keys().into_iter().collect();
-        let missing = acknowledged
-            .iter()
-            .filter(|k| !forwarded.contains(&format!("gh:{k}")))
-            .count();
-        if missing == 0 {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{missing} acknowledged events never forwarded"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let answers = stream.stop().await;
+    let long = outage > Duration::from_secs(25);
+    let acknowledged = check_promise(
+        &answers,
+        Check {
+            killed,
+            writable_again: promoted,
+            new_primary: &standby.url(),
+            destination: &destination,
+            answer_after,
+            // Past the lease (1 s timeout plus the 25 s margin) of any
+            // attempt recorded late: a wrongful takeover would show.
+            settle: if long {
+                Duration::from_secs(30)
+            } else {
+                Duration::ZERO
+            },
+        },
+    )
+    .await;
     if let Some((old, before)) = stale_events {
         let after: i64 = sqlx::query_scalar("SELECT count(*) FROM events")
             .fetch_one(&old)
@@ -487,15 +611,11 @@ async fn failover(scenario: Scenario) {
         );
         old.close().await;
     }
-    let keys = destination.keys();
-    let distinct: BTreeSet<&String> = keys.iter().collect();
-    assert_eq!(distinct.len(), keys.len(), "an event was forwarded twice");
     println!(
         "failover: {} keys acknowledged ({before_kill} before the kill), {} forwarded; 2xx again {:?} after the kill, {:?} after the promotion",
-        acknowledged.len(),
-        keys.len(),
+        acknowledged,
+        destination.keys().len(),
         back - killed,
         back - promoted,
     );
-    new_primary.close().await;
 }

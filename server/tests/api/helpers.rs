@@ -89,6 +89,8 @@ impl TestApp {
 pub struct Captured {
     pub headers: axum::http::HeaderMap,
     pub body: Vec<u8>,
+    /// When the request arrived.
+    pub at: std::time::Instant,
 }
 
 /// Scripted answer of a test destination: status, extra headers, delay.
@@ -131,6 +133,7 @@ impl Destination {
                         r.lock().unwrap().push(Captured {
                             headers,
                             body: body.to_vec(),
+                            at: std::time::Instant::now(),
                         });
                         let next = s
                             .lock()

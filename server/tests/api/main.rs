@@ -4,6 +4,7 @@
 mod accounts;
 mod alerts;
 mod architecture;
+mod auto_failover;
 mod bulk_jobs;
 mod dashboard;
 mod edge;
@@ -13,6 +14,7 @@ mod failover;
 mod handoff;
 mod health;
 mod helpers;
+mod history;
 mod hostile;
 mod model;
 mod ops;

@@ -1,0 +1,311 @@
+//! Partitioned history (issue 19, migration 18): the upgrade converts a
+//! seeded database without losing or changing a row, claims go on through
+//! the converted tables, and retention drops a whole day's partition, but
+//! never one holding the payload of an event still waiting to be forwarded.
+
+use replaysafe::db::MIGRATOR;
+use sqlx::migrate::Migrate;
+use sqlx::PgPool;
+
+use crate::helpers::{github_request, spawn_app, test_config, Destination, Scripted};
+
+const PARTITIONING: i64 = 20261202000018;
+
+/// A fingerprint of every row of `table`, in id order.
+async fn fingerprint(pool: &PgPool, table: &str) -> (i64, String) {
+    sqlx::query_as(&format!(
+        "SELECT count(*), coalesce(md5(string_agg(t::text, '|' ORDER BY t.id)), '')
+         FROM {table} t"
+    ))
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
+fn config(destination: &str) -> replaysafe::config::Config {
+    test_config(
+        &format!(
+            "[[source]]\nslug = \"gh\"\nprovider = \"github\"\nsecrets = [\"gh-secret\"]\ndestination = \"{destination}\"\n"
+        ),
+        &[],
+    )
+}
+
+#[sqlx::test(migrations = false)]
+async fn the_upgrade_partitions_a_seeded_database_without_losing_a_row(pool: PgPool) {
+    // The database as the release before the upgrade left it.
+    let mut conn = pool.acquire().await.unwrap();
+    conn.ensure_migrations_table().await.unwrap();
+    for migration in MIGRATOR.iter().filter(|m| m.version < PARTITIONING) {
+        conn.apply(migration).await.unwrap();
+    }
+    drop(conn);
+    // 40 days of history: events, their deliveries (a fifth of them
+    // duplicates) and rejections, and their attempts.
+    sqlx::query(
+        "INSERT INTO events (source, idem_key, state, first_delivery_id, first_seen_at, last_seen_at,
+                             state_changed_at, attempt_count)
+         SELECT 'gh', 'k-' || g, CASE WHEN g % 50 = 0 THEN 'queued' ELSE 'completed' END,
+                g, now() - make_interval(mins => 60 * 24 * 40 - g * 2),
+                now() - make_interval(mins => 60 * 24 * 40 - g * 2), now(), 1
+         FROM generate_series(1, 20000) g",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    sqlx::query(
+        "INSERT INTO deliveries (id, source, received_at, event_id, idem_key, outcome, http_status,
+                                 verified, headers, body, body_size)
+         SELECT g, 'gh', now() - make_interval(mins => 60 * 24 * 40 - g * 2),
+                CASE WHEN g % 10 = 7 THEN NULL ELSE ((g - 1) % 20000) + 1 END,
+                'k-' || (((g - 1) % 20000) + 1),
+                CASE WHEN g % 10 = 7 THEN 'rejected' WHEN g > 20000 THEN 'completed' ELSE 'claimed' END,
+                CASE WHEN g % 10 = 7 THEN 401 ELSE 200 END, g % 10 <> 7,
+                jsonb_build_object('x-github-delivery', 'd-' || g), convert_to('{\"n\":' || g || '}', 'UTF8'), 8
+         FROM generate_series(1, 25000) g",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    sqlx::query("SELECT setval('deliveries_id_seq', 25000)")
+        .execute(&pool)
+        .await
+        .unwrap();
+    sqlx::query(
+        "INSERT INTO attempts (event_id, number, worker, started_at, finished_at, status, latency_ms, result)
+         SELECT e.id, 1, 'w', e.first_seen_at, e.first_seen_at + interval '5 ms', 200, 5, 'completed'
+         FROM events e WHERE e.state = 'completed'",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let deliveries = fingerprint(&pool, "deliveries").await;
+    let attempts = fingerprint(&pool, "attempts").await;
+    assert_eq!(deliveries.0, 25_000);
+    assert_eq!(attempts.0, 19_600);
+
+    MIGRATOR.run(&pool).await.unwrap();
+
+    assert_eq!(fingerprint(&pool, "deliveries").await, deliveries);
+    assert_eq!(fingerprint(&pool, "attempts").await, attempts);
+    let partitioned: Vec<String> = sqlx::query_scalar(
+        "SELECT relname::text FROM pg_class WHERE relkind = 'p' ORDER BY relname",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(partitioned, ["attempts", "deliveries"]);
+    // Every old row is in the legacy partition, attached as it was; the
+    // days ahead have their partitions.
+    let legacy: i64 = sqlx::query_scalar("SELECT count(*) FROM ONLY deliveries_legacy")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(legacy, 25_000);
+    let ahead: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM pg_inherits WHERE inhparent = 'deliveries'::regclass",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    // The legacy one covers today: the daily ones begin tomorrow.
+    assert_eq!(ahead, 1 + i64::from(replaysafe::db::history::DAYS_AHEAD));
+
+    // Claims go on through the converted tables, ids after the old ones.
+    let destination = Destination::start(vec![Scripted::status(200)]).await;
+    let app = spawn_app(pool.clone(), config(&destination.url)).await;
+    let answer = github_request(
+        &app.client,
+        &app.url("/hooks/gh"),
+        "after-upgrade",
+        r#"{"after":"upgrade"}"#,
+        b"gh-secret",
+    )
+    .send()
+    .await
+    .unwrap();
+    assert_eq!(answer.status(), 200);
+    assert_eq!(
+        app.drain().await,
+        1 + 400,
+        "the new event and the 400 queued before"
+    );
+    let (id, attempt): (i64, i64) = sqlx::query_as(
+        "SELECT d.id, (SELECT count(*) FROM attempts a WHERE a.event_id = d.event_id)
+         FROM deliveries d WHERE d.idem_key = 'after-upgrade'",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert!(id > 25_000, "delivery ids go on from the sequence: {id}");
+    assert_eq!(attempt, 1);
+
+    // Retention deletes the legacy partition's old rows as before, keeping
+    // the payloads of the events still queued (none here: all forwarded).
+    let pruned = replaysafe::jobs::retention::prune(&pool, 30, 30, 365)
+        .await
+        .unwrap();
+    let expected: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM deliveries WHERE received_at >= now() - interval '30 days'",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(pruned.deliveries as i64, 25_001 - expected);
+    assert!(pruned.attempts > 0);
+    assert!(pruned.partitions.dropped.is_empty(), "{pruned:?}");
+}
+
+/// Names of the partitions of `parent` for the day `days` ago (UTC).
+async fn day_partition(pool: &PgPool, parent: &str, days: i32) -> String {
+    sqlx::query_scalar(&format!(
+        "SELECT '{parent}_p' || to_char((now() - make_interval(days => $1)) AT TIME ZONE 'UTC', 'YYYYMMDD')"
+    ))
+    .bind(days)
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn retention_drops_a_day_but_never_the_payload_of_an_event_in_flight(pool: PgPool) {
+    // A database partitioned for 45 days already: daily partitions back
+    // then, no legacy one.
+    sqlx::query("DROP TABLE deliveries_legacy, attempts_legacy")
+        .execute(&pool)
+        .await
+        .unwrap();
+    sqlx::query("UPDATE history_partitions SET first_day = (now() AT TIME ZONE 'UTC')::date - 45")
+        .execute(&pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        replaysafe::db::history::ensure_from(&pool, 45)
+            .await
+            .unwrap(),
+        2 * 46,
+        "today and the 45 days before, for each table"
+    );
+
+    let destination = Destination::start(vec![Scripted::status(200)]).await;
+    let app = spawn_app(pool.clone(), config(&destination.url)).await;
+    for key in ["done", "waiting"] {
+        let answer = github_request(
+            &app.client,
+            &app.url("/hooks/gh"),
+            key,
+            &format!(r#"{{"key":"{key}"}}"#),
+            b"gh-secret",
+        )
+        .send()
+        .await
+        .unwrap();
+        assert_eq!(answer.status(), 200);
+    }
+    sqlx::query(
+        "UPDATE events SET next_attempt_at = now() + interval '1 hour' WHERE idem_key = 'waiting'",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    assert_eq!(app.drain().await, 1);
+    // "done" was received 35 days ago, "waiting" 34: both days are past
+    // retention. The first day holds more, rejected deliveries.
+    sqlx::query(
+        "UPDATE deliveries SET received_at = now() - make_interval(days => CASE idem_key WHEN 'done' THEN 35 ELSE 34 END)",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    sqlx::query("UPDATE attempts SET started_at = now() - interval '35 days'")
+        .execute(&pool)
+        .await
+        .unwrap();
+    sqlx::query(
+        "INSERT INTO deliveries (source, received_at, outcome, http_status, verified, headers, body_size)
+         SELECT 'gh', now() - interval '35 days', 'rejected', 401, false, '{}', 0
+         FROM generate_series(1, 100)",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let done_day = day_partition(&pool, "deliveries", 35).await;
+    let waiting_day = day_partition(&pool, "deliveries", 34).await;
+    let in_done_day: i64 = sqlx::query_scalar(&format!("SELECT count(*) FROM {done_day}"))
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(in_done_day, 101, "rows moved into their day's partition");
+
+    // A retirement cut short between its detach and its drop left two
+    // days detached: one empty, one holding the waiting event's payload.
+    let empty_day = day_partition(&pool, "deliveries", 36).await;
+    for day in [&empty_day, &waiting_day] {
+        sqlx::query(&format!("ALTER TABLE deliveries DETACH PARTITION {day}"))
+            .execute(&pool)
+            .await
+            .unwrap();
+    }
+
+    let pruned = replaysafe::jobs::retention::prune(&pool, 30, 30, 365)
+        .await
+        .unwrap();
+    let dropped = &pruned.partitions.dropped;
+    assert!(dropped.contains(&empty_day), "{pruned:?}");
+    assert!(dropped.contains(&done_day), "{pruned:?}");
+    assert!(dropped.contains(&day_partition(&pool, "attempts", 35).await));
+    // Every partition whose whole day is past retention went, but one.
+    assert_eq!(dropped.len(), 2 * 15 - 1, "{dropped:?}");
+    assert_eq!(pruned.partitions.kept, [(waiting_day.clone(), 1)]);
+    assert_eq!(pruned.deliveries, 0, "nothing left to delete row by row");
+    let left: Vec<String> = sqlx::query_scalar("SELECT idem_key FROM deliveries")
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        left,
+        ["waiting"],
+        "the waiting event's payload stays, attached again"
+    );
+
+    // Forwarded at last, the event needs its payload no more: its day goes.
+    sqlx::query("UPDATE events SET next_attempt_at = now() WHERE idem_key = 'waiting'")
+        .execute(&pool)
+        .await
+        .unwrap();
+    assert_eq!(app.drain().await, 1);
+    assert_eq!(
+        destination.keys(),
+        ["gh:done", "gh:waiting"],
+        "each forwarded once, with its payload"
+    );
+    let pruned = replaysafe::jobs::retention::prune(&pool, 30, 30, 365)
+        .await
+        .unwrap();
+    assert_eq!(pruned.partitions.dropped, [waiting_day]);
+    assert!(pruned.partitions.kept.is_empty());
+
+    // Claims go on as ever; the days ahead are there.
+    let answer = github_request(
+        &app.client,
+        &app.url("/hooks/gh"),
+        "later",
+        r#"{"key":"later"}"#,
+        b"gh-secret",
+    )
+    .send()
+    .await
+    .unwrap();
+    assert_eq!(answer.status(), 200);
+    let partitions: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM pg_inherits WHERE inhparent = 'deliveries'::regclass",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        partitions,
+        45 - 15 + 1 + i64::from(replaysafe::db::history::DAYS_AHEAD),
+        "days -30 to today, and the days ahead"
+    );
+}
