@@ -113,6 +113,22 @@ pub fn error_text(e: &ServerFnError) -> String {
     }
 }
 
+/// Says the page reads from a replica that lags (`Reads::shown_lag_secs`):
+/// what just happened may be missing from it.
+#[component]
+pub fn ReplicaLag(secs: Option<f64>) -> impl IntoView {
+    secs.map(|secs| {
+        view! {
+            <p class="banner banner-warn" role="status" data-testid="replica-lag">
+                {format!(
+                    "This page reads from a replica {} behind the primary: the newest deliveries and actions may not show yet.",
+                    fmt_age(Some(secs))
+                )}
+            </p>
+        }
+    })
+}
+
 #[component]
 pub fn ErrorBox(#[prop(into)] message: String) -> impl IntoView {
     view! { <p class="error" role="alert">{message}</p> }

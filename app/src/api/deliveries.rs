@@ -115,6 +115,10 @@ pub struct DeliveryPage {
     /// Rejections counted but not recorded in the last day (strangers over
     /// their address's rate), on the first page where rejections are shown.
     pub unrecorded: Option<Unrecorded>,
+    /// How far behind the primary this page is, in seconds, when it comes
+    /// from the read replica and it lags by `LAG_SHOWN` or more.
+    #[serde(default)]
+    pub replica_lag_secs: Option<f64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -144,6 +148,7 @@ pub async fn list_deliveries(
             older: None,
             filter_error: Some(message),
             unrecorded: None,
+            replica_lag_secs: None,
         }),
         page => Ok(page?),
     }
@@ -168,17 +173,19 @@ pub mod server {
         after: Option<i64>,
     ) -> Result<DeliveryPage, AppError> {
         cx.require(Role::Viewer)?;
-        let mut page = match query(&cx.pool, filter, before, after).await {
+        let reads = cx.reads.pool();
+        let mut page = match query(&reads, filter, before, after).await {
             Ok(page) => page,
             Err(QueryError::Filter(message)) => return Err(AppError::BadRequest(message)),
             Err(QueryError::Db(e)) => return Err(AppError::database(e)),
         };
         let shows_rejections = filter.outcome.is_empty() || filter.outcome == "rejected";
         if before.is_none() && after.is_none() && shows_rejections {
-            page.unrecorded = unrecorded(&cx.pool, &filter.source)
+            page.unrecorded = unrecorded(&reads, &filter.source)
                 .await
                 .map_err(AppError::database)?;
         }
+        page.replica_lag_secs = cx.reads.shown_lag_secs();
         Ok(page)
     }
 
@@ -370,6 +377,7 @@ pub mod server {
             older,
             filter_error: None,
             unrecorded: None,
+            replica_lag_secs: None,
         })
     }
 

@@ -253,7 +253,7 @@ pub mod server {
         cx.require(Role::Viewer)?;
         let credentials = |source: &str| cx.operations.credentials(source);
         let masking = masking(cx, "event", id, reveal, &credentials).await?;
-        event(&cx.pool, id, masking)
+        event(&cx.reads.pool(), id, masking)
             .await
             .map_err(AppError::database)?
             .ok_or_else(|| AppError::not_found("event"))
@@ -268,7 +268,7 @@ pub mod server {
         cx.require(Role::Viewer)?;
         let credentials = |source: &str| cx.operations.credentials(source);
         let masking = masking(cx, "delivery", id, reveal, &credentials).await?;
-        delivery(&cx.pool, id, masking)
+        delivery(&cx.reads.pool(), id, masking)
             .await
             .map_err(AppError::database)?
             .ok_or_else(|| AppError::not_found("delivery"))
@@ -281,7 +281,7 @@ pub mod server {
         before: Option<(i64, i64)>,
     ) -> Result<DeadLetterPage, AppError> {
         cx.require(Role::Viewer)?;
-        dead(&cx.pool, &filter.bounds()?, before)
+        dead(&cx.reads.pool(), &filter.bounds()?, before)
             .await
             .map_err(AppError::database)
     }
@@ -568,7 +568,7 @@ pub mod server {
         let (source, key) = (text(&filter.source), text(&filter.key));
         let (since, until) = (time("since", &filter.since)?, time("until", &filter.until)?);
         let rows = summaries(
-            &cx.pool,
+            &cx.reads.pool(),
             &EventQuery {
                 id: None,
                 source: source.as_deref(),

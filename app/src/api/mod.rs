@@ -106,13 +106,99 @@ pub mod ssr {
             .ok_or_else(|| AppError::Misconfigured("server misconfigured: no pool".into()).into())
     }
 
+    /// Where the dashboard's and the API's read-only queries go: the read
+    /// replica (`read_database_url`) while it answers, else the primary.
+    /// Actions always go to the primary (`Cx::pool`). The server's watcher
+    /// (`db::replica`) says whether the replica answers and how far behind
+    /// it is.
+    #[derive(Clone)]
+    pub struct Reads {
+        primary: PgPool,
+        replica: Option<Arc<Replica>>,
+    }
+
+    struct Replica {
+        pool: PgPool,
+        answers: std::sync::atomic::AtomicBool,
+        /// Milliseconds behind the primary, as last measured.
+        lag_ms: std::sync::atomic::AtomicU64,
+    }
+
+    /// A lag the pages show: reads this far behind may miss what just happened.
+    pub const LAG_SHOWN: std::time::Duration = std::time::Duration::from_secs(5);
+
+    impl Reads {
+        pub fn primary_only(primary: PgPool) -> Self {
+            Self {
+                primary,
+                replica: None,
+            }
+        }
+
+        /// Reads from `replica` once the watcher finds it answering.
+        pub fn with_replica(primary: PgPool, replica: PgPool) -> Self {
+            Self {
+                primary,
+                replica: Some(Arc::new(Replica {
+                    pool: replica,
+                    answers: Default::default(),
+                    lag_ms: Default::default(),
+                })),
+            }
+        }
+
+        /// The pool for a read-only query now.
+        pub fn pool(&self) -> PgPool {
+            match &self.replica {
+                Some(r) if r.answers.load(std::sync::atomic::Ordering::Relaxed) => r.pool.clone(),
+                _ => self.primary.clone(),
+            }
+        }
+
+        /// The replica's pool, for the watcher.
+        pub fn replica(&self) -> Option<&PgPool> {
+            self.replica.as_ref().map(|r| &r.pool)
+        }
+
+        /// What the watcher found: None when the replica did not answer.
+        pub fn set_lag(&self, lag: Option<std::time::Duration>) {
+            use std::sync::atomic::Ordering::Relaxed;
+            if let Some(r) = &self.replica {
+                r.answers.store(lag.is_some(), Relaxed);
+                if let Some(lag) = lag {
+                    r.lag_ms.store(lag.as_millis() as u64, Relaxed);
+                }
+            }
+        }
+
+        /// How far behind the primary the reads are: None when they come
+        /// from the primary.
+        pub fn lag(&self) -> Option<std::time::Duration> {
+            use std::sync::atomic::Ordering::Relaxed;
+            self.replica
+                .as_ref()
+                .filter(|r| r.answers.load(Relaxed))
+                .map(|r| std::time::Duration::from_millis(r.lag_ms.load(Relaxed)))
+        }
+
+        /// The lag a page shows, in seconds: only past `LAG_SHOWN`.
+        pub fn shown_lag_secs(&self) -> Option<f64> {
+            self.lag()
+                .filter(|lag| *lag >= LAG_SHOWN)
+                .map(|lag| lag.as_secs_f64())
+        }
+    }
+
     /// What every operation is handed, whoever asks (a server function of
     /// the dashboard, the API, the CLI through the API): the database, the
     /// server's operations, the caller and where the call came from. Each
     /// operation starts with `require`, so the role is checked in one place.
     #[derive(Clone)]
     pub struct Cx {
+        /// The primary: actions, and reads that must see them.
         pub pool: PgPool,
+        /// For the pages' and the API's read-only queries.
+        pub reads: Reads,
         pub operations: Arc<dyn Operations>,
         /// None: no one signed in.
         pub caller: Option<Caller>,
@@ -155,6 +241,9 @@ pub mod ssr {
     pub async fn cx() -> Result<Cx, ServerFnError> {
         Ok(Cx {
             pool: pool()?,
+            reads: use_context::<Reads>().ok_or_else(|| {
+                AppError::Misconfigured("server misconfigured: no read pool".into())
+            })?,
             operations: crate::api::actions::ssr::operations()?,
             caller: crate::auth::ssr::session_user().await?,
             remote_addr: crate::auth::ssr::remote_addr().await,
@@ -164,7 +253,7 @@ pub mod ssr {
     /// Every configured source (and removed ones with history), no secrets.
     pub async fn sources(cx: &Cx) -> Result<Vec<SourceSummary>, AppError> {
         cx.require(Role::Viewer)?;
-        source_rows(&cx.pool, None).await
+        source_rows(&cx.reads.pool(), None).await
     }
 
     /// One source, or 404.

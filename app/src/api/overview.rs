@@ -143,6 +143,11 @@ pub struct Overview {
     pub bucket_minutes: i64,
     /// The alerts firing now (`api::alerts`), for the banner.
     pub alerts: Vec<crate::api::alerts::Condition>,
+    /// How far behind the primary these figures are, in seconds, when they
+    /// come from the read replica (`read_database_url`) and it lags by
+    /// `LAG_SHOWN` or more.
+    #[serde(default)]
+    pub replica_lag_secs: Option<f64>,
 }
 
 #[server(endpoint = "overview")]
@@ -173,10 +178,12 @@ pub mod server {
     ) -> Result<Overview, AppError> {
         cx.require(Role::Viewer)?;
         let source = source.filter(|s| !s.is_empty());
-        let mut overview = load(&cx.pool, source.clone(), window)
+        let reads = cx.reads.pool();
+        let mut overview = load(&reads, source.clone(), window)
             .await
             .map_err(AppError::database)?;
-        overview.alerts = crate::api::alerts::ssr::firing(&cx.pool)
+        overview.replica_lag_secs = cx.reads.shown_lag_secs();
+        overview.alerts = crate::api::alerts::ssr::firing(&reads)
             .await
             .map_err(AppError::database)?
             .into_iter()
@@ -383,6 +390,7 @@ pub mod server {
             series,
             bucket_minutes: window.bucket_minutes(),
             alerts: Vec::new(),
+            replica_lag_secs: None,
         })
     }
 }

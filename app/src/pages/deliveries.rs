@@ -214,6 +214,7 @@ fn DeliveryList(page: DeliveryPage, filter: DeliveryFilter, live: bool) -> impl 
     });
     view! {
         {unrecorded}
+        <ReplicaLag secs=page.replica_lag_secs/>
         <p class="muted small" aria-live="polite" data-testid="live-status">{status}</p>
         <Show
             when=move || rows.with(|r| !r.is_empty())

@@ -65,6 +65,7 @@ fn OverviewBody(o: Overview) -> impl IntoView {
         series,
         bucket_minutes,
         alerts,
+        replica_lag_secs,
     } = o;
     let windows = [Window::Hour, Window::Day, Window::Week]
         .into_iter()
@@ -103,6 +104,7 @@ fn OverviewBody(o: Overview) -> impl IntoView {
             <nav aria-label="Source" class="pills">{scopes}</nav>
         </div>
         <Alerts alerts/>
+        <ReplicaLag secs=replica_lag_secs/>
         <p class="muted small">
             {format!("{scope_label}, {}; figures as of {generated_at}, refreshed every 5 s.", window.label())}
         </p>

@@ -32,6 +32,9 @@ pub fn print(config: &Config) {
             None => format!("embedded PostgreSQL under {}", config.data_dir.display()),
         }
     );
+    if config.read_database_url.is_some() {
+        println!("reads        read_database_url (set, hidden): the pages' and the API's reads");
+    }
     println!(
         "retention    deliveries {} days, keys {} days, audit log {} days",
         config.retention_days, config.dedup_ttl_days, config.audit_retention_days

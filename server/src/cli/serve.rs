@@ -71,7 +71,10 @@ pub async fn run(config: Config, args: ServeArgs) -> Result<(), CliError> {
     } else {
         Role::Full
     };
-    let services = Services::new(pool.clone(), config.clone(), wake);
+    let mut services = Services::new(pool.clone(), config.clone(), wake);
+    if let Some(url) = &config.read_database_url {
+        services.reads = app::api::ssr::Reads::with_replica(pool.clone(), db::replica::pool(url)?);
+    }
 
     let app = Application::bind(services.clone(), role)
         .await
@@ -88,6 +91,7 @@ pub async fn run(config: Config, args: ServeArgs) -> Result<(), CliError> {
         tracing::info!("metrics are served on http://{at}/metrics");
     }
     let server = tokio::spawn(app.run(shutdown.clone()));
+    let replica = tokio::spawn(db::replica::watch(services.reads.clone(), shutdown.clone()));
     let pruner = tokio::spawn(crate::jobs::retention::run(
         pool.clone(),
         config.retention_days,
@@ -136,6 +140,7 @@ pub async fn run(config: Config, args: ServeArgs) -> Result<(), CliError> {
     let served = server.await;
     let _ = processing.await;
     let _ = pruner.await;
+    let _ = replica.await;
     pool.close().await;
     // Dropping the database stops an embedded PostgreSQL.
     drop(database);

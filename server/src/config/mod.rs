@@ -61,6 +61,9 @@ pub struct Config {
     pub path: Option<PathBuf>,
     pub listen: SocketAddr,
     pub database_url: Option<Secret>,
+    /// A standby for the dashboard's and the API's reads (actions always
+    /// go to the primary).
+    pub read_database_url: Option<Secret>,
     pub data_dir: PathBuf,
     pub public_url: String,
     pub retention_days: u32,
@@ -176,6 +179,7 @@ pub struct SourceConfig {
 struct RawConfig {
     listen: Option<String>,
     database_url: Option<String>,
+    read_database_url: Option<String>,
     data_dir: Option<PathBuf>,
     public_url: Option<String>,
     retention_days: Option<u32>,
@@ -309,23 +313,34 @@ pub fn parse_and_validate(
         )
     })?;
 
-    // $DATABASE_URL wins over the file.
-    let database_url = match env("DATABASE_URL").filter(|v| !v.is_empty()) {
-        Some(url) => Some(Secret::new(url)),
-        None => raw
-            .database_url
-            .as_deref()
-            .map(|v| secret("database_url", v))
-            .transpose()?,
-    };
-    if let Some(url) = &database_url {
-        let u = url.expose();
-        if !(u.starts_with("postgres://") || u.starts_with("postgresql://")) {
-            return Err(invalid(
-                "database_url",
-                "must start with postgres:// or postgresql://".into(),
-            ));
+    // $DATABASE_URL (and $READ_DATABASE_URL) win over the file.
+    let postgres_url = |key: &str, variable: &str, file: Option<&str>| {
+        let url = match env(variable).filter(|v| !v.is_empty()) {
+            Some(url) => Some(Secret::new(url)),
+            None => file.map(|v| secret(key, v)).transpose()?,
+        };
+        if let Some(url) = &url {
+            let u = url.expose();
+            if !(u.starts_with("postgres://") || u.starts_with("postgresql://")) {
+                return Err(invalid(
+                    key,
+                    "must start with postgres:// or postgresql://".into(),
+                ));
+            }
         }
+        Ok(url)
+    };
+    let database_url = postgres_url("database_url", "DATABASE_URL", raw.database_url.as_deref())?;
+    let read_database_url = postgres_url(
+        "read_database_url",
+        "READ_DATABASE_URL",
+        raw.read_database_url.as_deref(),
+    )?;
+    if read_database_url.is_some() && database_url.is_none() {
+        return Err(invalid(
+            "read_database_url",
+            "needs database_url: the embedded PostgreSQL has no standby".into(),
+        ));
     }
 
     // Relative paths are relative to the config file, so `--config` works from anywhere.
@@ -558,6 +573,7 @@ pub fn parse_and_validate(
         path: path.map(Path::to_owned),
         listen,
         database_url,
+        read_database_url,
         data_dir,
         public_url,
         retention_days,
@@ -743,6 +759,35 @@ mod tests {
         assert_eq!(c.database_url.unwrap().expose(), "postgres://env/db");
         let c = parse(text, &[]).unwrap();
         assert_eq!(c.database_url.unwrap().expose(), "postgres://file/db");
+    }
+
+    #[test]
+    fn a_read_replica_needs_a_database_and_its_variable_wins() {
+        let text = "database_url = \"postgres://primary/db\"\nread_database_url = \"postgres://standby/db\"";
+        let c = parse(text, &[]).unwrap();
+        assert_eq!(
+            c.read_database_url.unwrap().expose(),
+            "postgres://standby/db"
+        );
+        let c = parse(text, &[("READ_DATABASE_URL", "postgres://other/db")]).unwrap();
+        assert_eq!(c.read_database_url.unwrap().expose(), "postgres://other/db");
+        assert!(parse("database_url = \"postgres://p/db\"", &[])
+            .unwrap()
+            .read_database_url
+            .is_none());
+        for (text, why) in [
+            (
+                "read_database_url = \"postgres://standby/db\"",
+                "needs database_url",
+            ),
+            (
+                "database_url = \"postgres://p/db\"\nread_database_url = \"mysql://s/db\"",
+                "postgres://",
+            ),
+        ] {
+            let e = parse(text, &[]).unwrap_err().to_string();
+            assert!(e.contains("read_database_url") && e.contains(why), "{e}");
+        }
     }
 
     #[test]

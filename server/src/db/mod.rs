@@ -5,6 +5,7 @@ pub mod audit;
 pub mod embedded;
 pub mod failover;
 pub mod history;
+pub mod replica;
 pub mod sources;
 pub mod users;
 

@@ -85,6 +85,8 @@ async fn run_job(
         };
         let cx = Cx {
             pool: pool.clone(),
+            // A job acts on what it reads: the primary.
+            reads: app::api::ssr::Reads::primary_only(pool.clone()),
             operations: operations.clone(),
             caller: Some(caller),
             remote_addr: job.remote_addr.clone(),

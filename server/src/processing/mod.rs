@@ -51,6 +51,8 @@ pub struct Services {
     pub rests: Arc<Rests>,
     /// Records the workers' finished attempts, all together.
     pub recorder: recorder::Recorder,
+    /// Where the dashboard's and the API's reads go (`db::replica`).
+    pub reads: app::api::ssr::Reads,
 }
 
 impl Services {
@@ -73,6 +75,7 @@ impl Services {
             rests,
             recorder: recorder::Recorder::start(pool.clone()),
             rejections: Arc::new(Rejections::new(config.rejections)),
+            reads: app::api::ssr::Reads::primary_only(pool.clone()),
             pool,
             config,
             wake,

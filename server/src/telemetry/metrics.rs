@@ -59,6 +59,10 @@ fn describe() {
         "replaysafe_build_info",
         "Always 1; its labels say which version and commit runs"
     );
+    metrics::describe_gauge!(
+        "replaysafe_read_replica_lag_seconds",
+        "How far behind the primary the read replica (read_database_url) is; NaN while it does not answer"
+    );
     metrics::describe_counter!(
         "replaysafe_deliveries_total",
         "Deliveries received, by source and outcome (spec section 4)"

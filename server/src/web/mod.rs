@@ -101,6 +101,7 @@ fn router(state: AppState, operations: Option<Arc<dyn Operations>>) -> Router {
     };
     let routes = DASHBOARD_ROUTES.clone();
     let pool = state.services.pool.clone();
+    let reads = state.services.reads.clone();
     // Checked at start: public_url is an http(s) URL.
     let public_url = app::auth::ssr::PublicUrl(
         url::Url::parse(&state.services.config.public_url).expect("config checked public_url"),
@@ -116,6 +117,7 @@ fn router(state: AppState, operations: Option<Arc<dyn Operations>>) -> Router {
             routes,
             move || {
                 provide_context(pool.clone());
+                provide_context(reads.clone());
                 provide_context(operations.clone());
                 provide_context(public_url.clone());
                 provide_context(sign_in.clone());

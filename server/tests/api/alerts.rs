@@ -512,16 +512,7 @@ max_attempts = 1
 
     // Re-delivered through the API of the other process; forwarded this
     // time, so no dead letter is left and the alert resolves.
-    let token = app::api::tokens::ssr::create(
-        &pool,
-        "oncall",
-        app::auth::Role::Operator,
-        None,
-        app::auth::Who::named("test"),
-    )
-    .await
-    .unwrap()
-    .0;
+    let token = crate::helpers::make_token(&pool, "oncall", "operator", None).await;
     let event: i64 = sqlx::query_scalar("SELECT id FROM events WHERE idem_key = 'doomed'")
         .fetch_one(&pool)
         .await

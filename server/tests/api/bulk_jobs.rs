@@ -266,6 +266,7 @@ async fn by_hand(app: &TestApp, name: &str) -> Cx {
     });
     Cx {
         pool: app.pool.clone(),
+        reads: app::api::ssr::Reads::primary_only(app.pool.clone()),
         operations,
         caller: Some(
             app::api::tokens::ssr::caller(&app.pool, &operator)

@@ -31,7 +31,7 @@ pub fn pg_bin() -> PathBuf {
 
 /// A PostgreSQL cluster of this test's, run as the postgres user when the
 /// test runs as root (PostgreSQL refuses root).
-struct Cluster {
+pub struct Cluster {
     data: PathBuf,
     port: u16,
 }
@@ -74,7 +74,7 @@ impl Cluster {
         run(start);
     }
 
-    fn url(&self) -> String {
+    pub fn url(&self) -> String {
         format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
     }
 
@@ -92,7 +92,7 @@ impl Cluster {
         assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
     }
 
-    fn stop(&self) {
+    pub fn stop(&self) {
         let mut stop = as_postgres(&pg_bin().join("pg_ctl"));
         stop.arg("-D")
             .arg(&self.data)
@@ -131,9 +131,9 @@ pub fn postgres_dir(parent: &Path, name: &str) -> PathBuf {
     dir
 }
 
-/// The primary (synchronous_standby_names = '*': a commit waits for the
-/// standby) and its standby, streaming from it.
-fn primary_and_standby(root: &Path) -> (Cluster, Cluster) {
+/// The primary and its standby, streaming from it; `synchronous`: a
+/// commit waits for the standby (synchronous_standby_names = '*').
+pub fn primary_and_standby(root: &Path, synchronous: bool) -> (Cluster, Cluster) {
     let primary = Cluster {
         data: postgres_dir(root, "primary"),
         port: free_port(),
@@ -150,7 +150,11 @@ fn primary_and_standby(root: &Path) -> (Cluster, Cluster) {
         "--no-instructions",
     ]);
     run(init);
-    primary.start("-c synchronous_standby_names='*' -c wal_level=replica");
+    primary.start(if synchronous {
+        "-c synchronous_standby_names='*' -c wal_level=replica"
+    } else {
+        "-c wal_level=replica"
+    });
     let standby = Cluster {
         data: postgres_dir(root, "standby"),
         port: free_port(),
@@ -472,7 +476,7 @@ async fn failover(scenario: Scenario) {
         old_primary_returns,
     } = scenario;
     let root = cluster_root("replaysafe-failover");
-    let (primary, standby) = primary_and_standby(root.path());
+    let (primary, standby) = primary_and_standby(root.path(), true);
     struct Stop<'a>(&'a Cluster, &'a Cluster);
     impl Drop for Stop<'_> {
         fn drop(&mut self) {

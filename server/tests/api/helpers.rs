@@ -579,3 +579,22 @@ pub fn session_cookie(headers: &reqwest::header::HeaderMap) -> Option<String> {
         .find(|v| v.starts_with("replaysafe_session="))
         .map(|v| v.split(';').next().unwrap().to_owned())
 }
+
+/// An API token of `role`, made as `replaysafe token create` makes it.
+pub async fn make_token(
+    pool: &PgPool,
+    name: &str,
+    role: &str,
+    expires_in_secs: Option<i64>,
+) -> String {
+    app::api::tokens::ssr::create(
+        pool,
+        name,
+        app::auth::Role::parse(role).unwrap(),
+        expires_in_secs,
+        app::auth::Who::named("test"),
+    )
+    .await
+    .unwrap()
+    .0
+}

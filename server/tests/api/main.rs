@@ -23,6 +23,7 @@ mod processes;
 mod processing;
 mod receiver;
 mod remote_cli;
+mod replica;
 mod rest;
 mod sdk;
 mod sources;

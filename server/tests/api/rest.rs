@@ -18,16 +18,7 @@ pub(crate) async fn token(
     role: &str,
     expires_in_secs: Option<i64>,
 ) -> String {
-    app::api::tokens::ssr::create(
-        &app.pool,
-        name,
-        app::auth::Role::parse(role).unwrap(),
-        expires_in_secs,
-        app::auth::Who::named("test"),
-    )
-    .await
-    .unwrap()
-    .0
+    crate::helpers::make_token(&app.pool, name, role, expires_in_secs).await
 }
 
 /// Revokes as `replaysafe token revoke --name` does.

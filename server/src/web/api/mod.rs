@@ -36,6 +36,7 @@ use super::AppState;
 #[derive(Clone)]
 pub struct ApiState {
     pool: sqlx::PgPool,
+    reads: app::api::ssr::Reads,
     operations: Arc<dyn Operations>,
     /// Requests per token. A stranger's made-up tokens are not limited
     /// here: a token cannot be guessed (238 bits), and refusing one costs a
@@ -132,6 +133,7 @@ impl utoipa::Modify for Conventions {
 pub fn router(state: &AppState, operations: Arc<dyn Operations>) -> Router {
     let api = ApiState {
         pool: state.services.pool.clone(),
+        reads: state.services.reads.clone(),
         operations,
         limiter: Arc::new(limiter::Limiter::new(
             state.services.config.api_requests_per_second,
@@ -355,6 +357,7 @@ where
             .map(|ClientAddr(addr)| addr.to_string());
         Ok(ApiCx(Cx {
             pool: api.pool,
+            reads: api.reads,
             operations: api.operations,
             caller,
             remote_addr,

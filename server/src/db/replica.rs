@@ -1,0 +1,89 @@
+//! The read replica (`read_database_url`): the dashboard's and the API's
+//! read-only queries go to it while it answers (`app::api::ssr::Reads`),
+//! the primary otherwise; actions always go to the primary. A watcher asks
+//! it every `WATCH_EVERY` how far behind the primary it is.
+
+use std::time::Duration;
+
+use app::api::ssr::Reads;
+use sqlx::postgres::PgPoolOptions;
+use sqlx::PgPool;
+use tokio_util::sync::CancellationToken;
+
+use super::DbError;
+use crate::config::Secret;
+
+pub const WATCH_EVERY: Duration = Duration::from_secs(2);
+
+/// The replica's pool, connecting on demand (serve starts while it is
+/// away). One host: a standby is read as it is, not followed.
+pub fn pool(url: &Secret) -> Result<PgPool, DbError> {
+    if super::failover::split_hosts(url.expose())
+        .map_err(DbError::BadUrl)?
+        .is_some()
+    {
+        return Err(DbError::BadUrl(
+            "read_database_url names one host (a standby); several are not followed".into(),
+        ));
+    }
+    Ok(PgPoolOptions::new()
+        .max_connections(8)
+        .acquire_timeout(WATCH_EVERY)
+        .connect_lazy_with(super::connect_options(url)?))
+}
+
+/// How far behind the primary the server behind `pool` is: nothing when it
+/// is not a standby, or has replayed all it received; else the time since
+/// the last transaction it replayed committed.
+pub async fn lag(pool: &PgPool) -> Result<Duration, sqlx::Error> {
+    let secs: f64 = sqlx::query_scalar!(
+        r#"SELECT CASE WHEN NOT pg_is_in_recovery()
+                         OR pg_last_wal_receive_lsn() IS NOT DISTINCT FROM pg_last_wal_replay_lsn()
+                       THEN 0
+                       ELSE coalesce(extract(epoch FROM now() - pg_last_xact_replay_timestamp()), 0)
+                  END::float8 AS "secs!""#
+    )
+    .fetch_one(pool)
+    .await?;
+    Ok(Duration::from_secs_f64(secs.max(0.0)))
+}
+
+/// Measures the replica's lag every `WATCH_EVERY` until shutdown: reads go
+/// to it while it answers, to the primary while it does not.
+pub async fn watch(reads: Reads, shutdown: CancellationToken) {
+    let Some(replica) = reads.replica().cloned() else {
+        return;
+    };
+    let mut answered = None;
+    loop {
+        let measured = tokio::time::timeout(WATCH_EVERY, lag(&replica)).await;
+        let lag = match measured {
+            Ok(Ok(lag)) => Some(lag),
+            Ok(Err(e)) => {
+                if answered != Some(false) {
+                    tracing::warn!(error = %e, "the read replica does not answer: reads go to the primary");
+                }
+                None
+            }
+            Err(_) => {
+                if answered != Some(false) {
+                    tracing::warn!(
+                        "the read replica does not answer in time: reads go to the primary"
+                    );
+                }
+                None
+            }
+        };
+        if lag.is_some() && answered == Some(false) {
+            tracing::info!("the read replica answers again: reads go to it");
+        }
+        answered = Some(lag.is_some());
+        reads.set_lag(lag);
+        metrics::gauge!("replaysafe_read_replica_lag_seconds")
+            .set(lag.map_or(f64::NAN, |l| l.as_secs_f64()));
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(WATCH_EVERY) => {}
+        }
+    }
+}
