@@ -309,3 +309,23 @@ async fn retention_drops_a_day_but_never_the_payload_of_an_event_in_flight(pool:
         "days -30 to today, and the days ahead"
     );
 }
+
+/// replaysafe's connections run without JIT: the partitioned tables' plans
+/// cost past its threshold, and it compiled a lease for seconds.
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn connections_run_without_jit(pool: PgPool) {
+    let url = crate::helpers::database_url(&pool).await;
+    let ours = replaysafe::db::pool(&replaysafe::config::Secret::new(url), 1)
+        .await
+        .unwrap();
+    let jit: String = sqlx::query_scalar("SHOW jit")
+        .fetch_one(&ours)
+        .await
+        .unwrap();
+    assert_eq!(jit, "off");
+    let default: String = sqlx::query_scalar("SHOW jit")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(default, "on", "the server's default, which ours overrides");
+}
