@@ -127,6 +127,9 @@ pub mod ssr {
     /// A lag the pages show: reads this far behind may miss what just happened.
     pub const LAG_SHOWN: std::time::Duration = std::time::Duration::from_secs(5);
 
+    /// A replica further behind than this is not read from: the primary is.
+    pub const LAG_MAX: std::time::Duration = std::time::Duration::from_secs(30);
+
     impl Reads {
         pub fn primary_only(primary: PgPool) -> Self {
             Self {
@@ -147,12 +150,18 @@ pub mod ssr {
             }
         }
 
+        /// The replica, while it answers and is less than `LAG_MAX` behind.
+        fn usable(&self) -> Option<&Replica> {
+            use std::sync::atomic::Ordering::Relaxed;
+            self.replica.as_deref().filter(|r| {
+                r.answers.load(Relaxed) && r.lag_ms.load(Relaxed) < LAG_MAX.as_millis() as u64
+            })
+        }
+
         /// The pool for a read-only query now.
         pub fn pool(&self) -> PgPool {
-            match &self.replica {
-                Some(r) if r.answers.load(std::sync::atomic::Ordering::Relaxed) => r.pool.clone(),
-                _ => self.primary.clone(),
-            }
+            self.usable()
+                .map_or_else(|| self.primary.clone(), |r| r.pool.clone())
         }
 
         /// The replica's pool, for the watcher.
@@ -174,11 +183,11 @@ pub mod ssr {
         /// How far behind the primary the reads are: None when they come
         /// from the primary.
         pub fn lag(&self) -> Option<std::time::Duration> {
-            use std::sync::atomic::Ordering::Relaxed;
-            self.replica
-                .as_ref()
-                .filter(|r| r.answers.load(Relaxed))
-                .map(|r| std::time::Duration::from_millis(r.lag_ms.load(Relaxed)))
+            self.usable().map(|r| {
+                std::time::Duration::from_millis(
+                    r.lag_ms.load(std::sync::atomic::Ordering::Relaxed),
+                )
+            })
         }
 
         /// The lag a page shows, in seconds: only past `LAG_SHOWN`.

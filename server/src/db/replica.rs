@@ -26,19 +26,24 @@ pub fn pool(url: &Secret) -> Result<PgPool, DbError> {
             "read_database_url names one host (a standby); several are not followed".into(),
         ));
     }
+    // A page's read that a standby holds up (a hung host, a recovery
+    // conflict) ends, as the pages' own requests do.
     Ok(PgPoolOptions::new()
         .max_connections(8)
         .acquire_timeout(WATCH_EVERY)
-        .connect_lazy_with(super::connect_options(url)?))
+        .connect_lazy_with(super::connect_options(url)?.options([("statement_timeout", "30s")])))
 }
 
 /// How far behind the primary the server behind `pool` is: nothing when it
-/// is not a standby, or has replayed all it received; else the time since
-/// the last transaction it replayed committed.
+/// is not a standby, or streams from the primary and has replayed all it
+/// received; else the time since the last transaction it replayed
+/// committed (a standby cut off from its primary has replayed all it
+/// received, and falls behind all the same).
 pub async fn lag(pool: &PgPool) -> Result<Duration, sqlx::Error> {
     let secs: f64 = sqlx::query_scalar!(
-        r#"SELECT CASE WHEN NOT pg_is_in_recovery()
-                         OR pg_last_wal_receive_lsn() IS NOT DISTINCT FROM pg_last_wal_replay_lsn()
+        r#"SELECT CASE WHEN NOT pg_is_in_recovery() THEN 0
+                       WHEN pg_last_wal_receive_lsn() IS NOT DISTINCT FROM pg_last_wal_replay_lsn()
+                        AND EXISTS (SELECT 1 FROM pg_stat_wal_receiver WHERE status = 'streaming')
                        THEN 0
                        ELSE coalesce(extract(epoch FROM now() - pg_last_xact_replay_timestamp()), 0)
                   END::float8 AS "secs!""#

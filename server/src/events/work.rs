@@ -243,9 +243,11 @@ pub async fn lease(
          -- Looked up by id in each partition's index, in the days since the
          -- event was first seen (no delivery of it is older): a join alone
          -- may hash a scan of every partition (41 ms a lease under load).
+         -- (LIMIT keeps it a subquery, run per event, not folded into a join.)
          LEFT JOIN LATERAL (
              SELECT d.body, d.content_type, d.headers FROM deliveries d
              WHERE d.id = l.first_delivery_id AND d.received_at >= l.first_seen_at
+             LIMIT 1
          ) d ON true
          -- Only when that payload is gone (retention racing a force or a
          -- revive): the newest copy posted under the event's own key.

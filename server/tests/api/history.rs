@@ -217,6 +217,13 @@ async fn retention_drops_a_day_but_never_the_payload_of_an_event_in_flight(pool:
     .execute(&pool)
     .await
     .unwrap();
+    // Each event first seen when its delivery came, as the claim writes them.
+    sqlx::query(
+        "UPDATE events e SET first_seen_at = d.received_at FROM deliveries d WHERE d.id = e.first_delivery_id",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
     sqlx::query("UPDATE attempts SET started_at = now() - interval '35 days'")
         .execute(&pool)
         .await

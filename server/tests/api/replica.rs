@@ -23,7 +23,7 @@ async fn get(client: &reqwest::Client, base: &str, token: &str, path: &str) -> V
 }
 
 async fn waits_for(what: &str, mut check: impl AsyncFnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = Instant::now() + Duration::from_secs(45);
     while !check().await {
         assert!(Instant::now() < deadline, "{what}");
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -72,17 +72,30 @@ async fn reads_come_from_the_replica_and_its_lag_is_shown() {
     };
 
     assert_eq!(deliver("first").await.unwrap().status(), 200);
-    waits_for("the replica shows the first event", async || {
-        keys(&get(&client, &server.base, &token, "/events").await) == ["first"]
+    let on_standby = sqlx::PgPool::connect(&standby.url()).await.unwrap();
+    waits_for("the replica holds the first event", async || {
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM events WHERE idem_key = 'first'")
+            .fetch_one(&on_standby)
+            .await
+            .unwrap()
+            == 1
+            && keys(&get(&client, &server.base, &token, "/events").await) == ["first"]
     })
     .await;
 
     // The replica stops replaying: what the primary stores now is not read.
-    let on_standby = sqlx::PgPool::connect(&standby.url()).await.unwrap();
     sqlx::query("SELECT pg_wal_replay_pause()")
         .execute(&on_standby)
         .await
         .unwrap();
+    waits_for("replay pauses", async || {
+        sqlx::query_scalar::<_, String>("SELECT pg_get_wal_replay_pause_state()")
+            .fetch_one(&on_standby)
+            .await
+            .unwrap()
+            == "paused"
+    })
+    .await;
     assert_eq!(deliver("second").await.unwrap().status(), 200);
     let on_primary_now: i64 = sqlx::query_scalar("SELECT count(*) FROM events")
         .fetch_one(&on_primary)
@@ -119,6 +132,13 @@ async fn reads_come_from_the_replica_and_its_lag_is_shown() {
         409,
         "the event, which only the primary has, is found there and guarded"
     );
+    // Past LAG_MAX behind, the replica is not read from: the primary is.
+    waits_for("reads leave a replica too far behind", async || {
+        let overview = get(&client, &server.base, &token, "/overview").await;
+        overview["replica_lag_secs"].is_null()
+            && keys(&get(&client, &server.base, &token, "/events").await).len() == 2
+    })
+    .await;
 
     // Replaying again, the replica catches up and the lag goes.
     sqlx::query("SELECT pg_wal_replay_resume()")
