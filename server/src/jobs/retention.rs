@@ -76,9 +76,9 @@ pub async fn prune(
         .await?
             == Some(true);
     if oldest_delivery_due {
-        loop {
-            // A payload whose event still waits to be forwarded is kept: losing it would lose the event.
-            let n = sqlx::query!(
+        // A payload whose event still waits to be forwarded is kept: losing it would lose the event.
+        pruned.deliveries = in_batches(BATCH, || async {
+            let deleted = sqlx::query!(
                 "DELETE FROM deliveries_legacy WHERE id IN (
                      SELECT d.id FROM deliveries_legacy d
                      WHERE d.received_at < now() - make_interval(days => $1)
@@ -91,17 +91,14 @@ pub async fn prune(
                 BATCH
             )
             .execute(pool)
-            .await?
-            .rows_affected();
-            pruned.deliveries += n;
-            if n < BATCH as u64 {
-                break;
-            }
-        }
+            .await?;
+            Ok(deleted.rows_affected())
+        })
+        .await?;
     }
     if legacy.attempts {
-        loop {
-            let n = sqlx::query!(
+        pruned.attempts = in_batches(BATCH, || async {
+            let deleted = sqlx::query!(
                 "DELETE FROM attempts_legacy WHERE id IN (
                      SELECT id FROM attempts_legacy
                      WHERE started_at < now() - make_interval(days => $1)
@@ -111,13 +108,10 @@ pub async fn prune(
                 BATCH
             )
             .execute(pool)
-            .await?
-            .rows_affected();
-            pruned.attempts += n;
-            if n < BATCH as u64 {
-                break;
-            }
-        }
+            .await?;
+            Ok(deleted.rows_affected())
+        })
+        .await?;
     }
     let oldest_event_due: Option<bool> = sqlx::query_scalar!(
         r#"SELECT last_seen_at < now() - make_interval(days => $1) AS "due!" FROM events ORDER BY id LIMIT 1"#,
@@ -125,12 +119,11 @@ pub async fn prune(
     )
     .fetch_optional(pool)
     .await?;
-    while oldest_event_due == Some(true) {
-        let n = crate::events::prune(pool, dedup_ttl_days, BATCH).await?;
-        pruned.events += n;
-        if n < BATCH as u64 {
-            break;
-        }
+    if oldest_event_due == Some(true) {
+        pruned.events = in_batches(BATCH, || async {
+            crate::events::prune(pool, dedup_ttl_days, BATCH).await
+        })
+        .await?;
     }
     while crate::events::prune_guard(pool, dedup_ttl_days, BATCH).await? == BATCH as u64 {}
     sqlx::query!(
@@ -156,8 +149,8 @@ pub async fn prune(
     .await?;
     // Finished bulk jobs go with the deliveries they re-delivered; a few at
     // a time, as each takes its per-event outcomes along.
-    loop {
-        let n = sqlx::query!(
+    pruned.bulk_jobs = in_batches(10, || async {
+        let deleted = sqlx::query!(
             "DELETE FROM bulk_jobs WHERE id IN (
                  SELECT id FROM bulk_jobs
                  WHERE finished_at < now() - make_interval(days => $1)
@@ -165,15 +158,12 @@ pub async fn prune(
             retention_days as i32
         )
         .execute(pool)
-        .await?
-        .rows_affected();
-        pruned.bulk_jobs += n;
-        if n < 10 {
-            break;
-        }
-    }
-    loop {
-        let n = sqlx::query!(
+        .await?;
+        Ok(deleted.rows_affected())
+    })
+    .await?;
+    pruned.audit = in_batches(BATCH, || async {
+        let deleted = sqlx::query!(
             "DELETE FROM audit_log WHERE id IN (
                  SELECT id FROM audit_log
                  WHERE at < now() - make_interval(days => $1)
@@ -186,14 +176,27 @@ pub async fn prune(
             BATCH
         )
         .execute(pool)
-        .await?
-        .rows_affected();
-        pruned.audit += n;
-        if n < BATCH as u64 {
-            break;
+        .await?;
+        Ok(deleted.rows_affected())
+    })
+    .await?;
+    Ok(pruned)
+}
+
+/// Runs `delete` (one statement, at most `size` rows) until a batch comes
+/// back short; how many rows went in all.
+async fn in_batches<F>(size: i64, mut delete: impl FnMut() -> F) -> Result<u64, sqlx::Error>
+where
+    F: std::future::Future<Output = Result<u64, sqlx::Error>>,
+{
+    let mut total = 0;
+    loop {
+        let n = delete().await?;
+        total += n;
+        if n < size as u64 {
+            return Ok(total);
         }
     }
-    Ok(pruned)
 }
 
 /// Prunes a minute after start (once migrations have run), then every
