@@ -69,19 +69,48 @@ pub fn print(config: &Config) {
         println!("[source {}]", s.slug);
         println!("  provider        {}", s.provider.name);
         println!("  mode            {}", s.mode.as_str());
-        println!(
-            "  destination     {}",
-            s.destination
-                .as_deref()
-                .unwrap_or("(none: nothing is forwarded)")
-        );
-        println!("  signing         {}", shown(&s.destination_secret));
-        println!(
-            "  attempts        {} of {} s each{}",
-            s.max_attempts,
-            s.attempt_timeout_secs,
-            if s.paused { ", paused" } else { "" }
-        );
+        if s.destinations.is_empty() {
+            println!("  destination     (none: nothing is forwarded)");
+        }
+        for d in &s.destinations {
+            println!("  destination     {} -> {}", d.name, d.url);
+            println!("    signing       {}", shown(&d.secret));
+            println!(
+                "    attempts      {} of {} s each",
+                d.max_attempts, d.timeout_secs
+            );
+            if let Some(f) = &d.filter {
+                let body: Vec<String> = f.body.iter().map(|(p, v)| format!("{p} = {v}")).collect();
+                println!(
+                    "    filter        types {}{}",
+                    if f.patterns.is_empty() {
+                        "any".to_owned()
+                    } else {
+                        f.patterns.join(", ")
+                    },
+                    if body.is_empty() {
+                        String::new()
+                    } else {
+                        format!("; body {}", body.join(", "))
+                    }
+                );
+            }
+            if let Some(r) = d.rate_per_sec {
+                println!("    rate          at most {r} attempts per second");
+            }
+            if let Some(n) = d.max_in_flight {
+                println!("    in flight     at most {n} at once");
+            }
+            if let crate::config::destination::Ordering::PerKey { key } = &d.ordering {
+                println!(
+                    "    ordering      one at a time per {}",
+                    key.as_deref().unwrap_or("source (no ordering_key)")
+                );
+            }
+        }
+        if s.paused {
+            println!("  paused");
+        }
         if let Some(rules) = config.alert_rules.per_source.get(&s.slug) {
             let on: Vec<&str> = app::api::alerts::RULES
                 .iter()

@@ -109,7 +109,12 @@ pub async fn run(config: &Config, pool: &PgPool, args: SeedArgs) -> Result<(), S
         }
     });
     let mut source: SourceConfig = source.clone();
-    source.destination = Some(destination_url);
+    let mut destination = source
+        .destination()
+        .cloned()
+        .unwrap_or_else(|| crate::config::Destination::default_to(destination_url.clone()));
+    destination.url = destination_url;
+    source.destinations = vec![destination];
     source.mode = crate::config::Mode::Ack;
     let mut seeded_config = config.clone();
     seeded_config.sources = vec![source.clone()];

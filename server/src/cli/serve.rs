@@ -33,10 +33,11 @@ impl Default for ServeArgs {
 
 pub async fn run(config: Config, args: ServeArgs) -> Result<(), CliError> {
     for s in &config.sources {
-        if s.destination.is_some() && s.destination_secret.is_none() {
+        for d in s.destinations.iter().filter(|d| d.secret.is_none()) {
             tracing::warn!(
                 source = %s.slug,
-                "no destination_secret: forwards carry no webhook-signature, so the application cannot tell them from forgeries"
+                destination = %d.name,
+                "no signing secret: forwards carry no webhook-signature, so the application cannot tell them from forgeries"
             );
         }
     }

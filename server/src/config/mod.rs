@@ -14,6 +14,9 @@ pub use crate::secret::Secret;
 
 pub mod address;
 pub mod alerts;
+pub mod destination;
+
+pub use destination::Destination;
 
 pub const DEFAULT_CONFIG_PATH: &str = "./replaysafe.toml";
 pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
@@ -160,11 +163,9 @@ pub struct SourceConfig {
     /// Its provider's rules, built from its settings at start.
     pub scheme: Arc<dyn Scheme>,
     pub mode: Mode,
-    pub destination: Option<String>,
-    pub destination_secret: Option<Secret>,
+    /// Where its events go; none: they are claimed and kept, not forwarded.
+    pub destinations: Vec<Destination>,
     pub tolerance_secs: u64,
-    pub max_attempts: u32,
-    pub attempt_timeout_secs: u64,
     pub paused: bool,
     /// Providers whose signature covers neither the key nor a timestamp
     /// (GitHub, Shopify, Twilio): dedupe also on a digest of the signed
@@ -172,6 +173,30 @@ pub struct SourceConfig {
     /// duplicate. Off only where the provider may send one content twice
     /// as two events.
     pub replay_guard: bool,
+}
+
+impl SourceConfig {
+    /// Whether its events are forwarded anywhere.
+    pub fn forwards(&self) -> bool {
+        !self.destinations.is_empty()
+    }
+
+    /// The destination its events go to until dispatches give each event one
+    /// per destination.
+    pub fn destination(&self) -> Option<&Destination> {
+        self.destinations.first()
+    }
+
+    /// The longest one of its attempts may run: a lease outlasts it.
+    pub fn attempt_timeout(&self) -> Duration {
+        Duration::from_secs(
+            self.destinations
+                .iter()
+                .map(|d| d.timeout_secs)
+                .max()
+                .unwrap_or(destination::DEFAULT_TIMEOUT_SECS),
+        )
+    }
 }
 
 #[derive(Deserialize)]
@@ -216,7 +241,7 @@ struct RawSource {
     secrets: Vec<String>,
     #[serde(default)]
     mode: Mode,
-    destination: Option<String>,
+    destination: Option<toml::Value>,
     destination_secret: Option<String>,
     tolerance_secs: Option<u64>,
     max_attempts: Option<u32>,
@@ -525,40 +550,31 @@ pub fn parse_and_validate(
             sync: s.mode == Mode::Sync,
         };
         let scheme = (provider.build)(&settings).map_err(|e| invalid(&at(&e.field), e.problem))?;
-        if let Some(d) = &s.destination {
-            check_http_url(d).map_err(|p| invalid(&at("destination"), p))?;
-        }
-        let max_attempts = s.max_attempts.unwrap_or(8);
-        if max_attempts == 0 {
-            return Err(invalid(&at("max_attempts"), "must be at least 1".into()));
-        }
-        let attempt_timeout_secs = s.attempt_timeout_secs.unwrap_or(10);
-        if attempt_timeout_secs == 0 {
+        let destinations = destination::build(
+            destination::SourceDestinations {
+                destinations: s.destination.take(),
+                destination_secret: s.destination_secret.as_deref(),
+                max_attempts: s.max_attempts,
+                attempt_timeout_secs: s.attempt_timeout_secs,
+                mode: s.mode,
+            },
+            &at,
+            &invalid,
+            &secret,
+        )?;
+        if destinations.len() > 1 {
             return Err(invalid(
-                &at("attempt_timeout_secs"),
-                "must be at least 1".into(),
+                &at("destination"),
+                "several destinations per source are not delivered yet: give one".into(),
             ));
-        }
-        let destination_secret = s
-            .destination_secret
-            .as_deref()
-            .map(|v| secret(&at("destination_secret"), v))
-            .transpose()?;
-        // Signed with the Standard Webhooks scheme: a bad secret would mean unsigned forwards.
-        if let Some(ds) = &destination_secret {
-            providers::standard::decode_secret(ds.expose())
-                .map_err(|p| invalid(&at("destination_secret"), p))?;
         }
         sources.push(SourceConfig {
             slug: s.slug,
             provider,
             scheme: Arc::from(scheme),
             mode: s.mode,
-            destination: s.destination,
-            destination_secret,
+            destinations,
             tolerance_secs: s.tolerance_secs.unwrap_or(300),
-            max_attempts,
-            attempt_timeout_secs,
             paused: s.paused,
             replay_guard: s.replay_guard.unwrap_or(true),
         });
@@ -723,7 +739,8 @@ mod tests {
         assert_eq!(c.max_body_bytes, 1024 * 1024);
         let s = &c.sources[0];
         assert_eq!(s.mode, Mode::Ack);
-        assert_eq!(s.max_attempts, 8);
+        assert_eq!(s.destinations[0].max_attempts, 8);
+        assert_eq!(s.destinations[0].name, "default");
         // Both secrets verify, the one from the environment first.
         let body = br#"{"id":"evt_1"}"#;
         for (secret, matched) in [

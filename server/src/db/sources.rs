@@ -88,8 +88,8 @@ pub async fn sync(pool: &PgPool, config: &Config) -> Result<(), sqlx::Error> {
             &s.slug,
             s.provider.name,
             s.mode.as_str(),
-            s.destination.as_deref(),
-            i32::try_from(s.attempt_timeout_secs).unwrap_or(i32::MAX),
+            s.destination().map(|d| d.url.as_str()),
+            i32::try_from(s.attempt_timeout().as_secs()).unwrap_or(i32::MAX),
             s.paused
         )
         .execute(&mut *tx)

@@ -86,15 +86,14 @@ pub async fn forward(
         body: Vec::new(),
         unreachable: false,
     };
-    let (Some(destination), Some(body)) = (source.destination.as_deref(), leased.body.as_deref())
-    else {
+    let (Some(destination), Some(body)) = (source.destination(), leased.body.as_deref()) else {
         return failed("nothing to forward: no destination or the payload was pruned".into());
     };
     let message_id = message_id(leased.event_id);
     let timestamp = chrono::Utc::now().timestamp();
     let mut request = client
-        .post(destination)
-        .timeout(Duration::from_secs(source.attempt_timeout_secs))
+        .post(&destination.url)
+        .timeout(Duration::from_secs(destination.timeout_secs))
         .header(
             "content-type",
             leased
@@ -112,7 +111,7 @@ pub async fn forward(
             "user-agent",
             concat!("replaysafe/", env!("CARGO_PKG_VERSION")),
         );
-    if let Some(secret) = &source.destination_secret {
+    if let Some(secret) = &destination.secret {
         if let Some(signature) = sign(secret.expose(), &message_id, timestamp, body) {
             request = request.header("webhook-signature", signature);
         }
@@ -135,7 +134,7 @@ pub async fn forward(
             }
         }
         Err(e) if e.is_timeout() => {
-            return failed(format!("timed out after {} s", source.attempt_timeout_secs))
+            return failed(format!("timed out after {} s", destination.timeout_secs))
         }
         Err(e) if e.is_builder() => return failed(format!("request could not be built: {e}")),
         Err(e) => return failed(format!("connection failed: {}", root_cause(&e))),

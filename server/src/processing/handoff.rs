@@ -174,7 +174,7 @@ impl Handoff for Inbox {
     fn reserve(&self, source: &str) -> Option<f64> {
         let config = self.config.sources.iter().find(|s| s.slug == source)?;
         if config.mode != Mode::Ack
-            || config.destination.is_none()
+            || !config.forwards()
             || self.wake.is_paused(source)
             || self.rests.down(source)
             || self.bytes.load(Ordering::SeqCst) >= ROOM_BYTES
@@ -190,7 +190,7 @@ impl Handoff for Inbox {
             self.reserved.fetch_sub(1, Ordering::SeqCst);
             return None;
         }
-        let timeout = Duration::from_secs(config.attempt_timeout_secs);
+        let timeout = config.attempt_timeout();
         Some((timeout + self.lease_margin()).as_secs_f64())
     }
 

@@ -163,7 +163,12 @@ async fn forward_inline(
         content_type: answer.content_type.clone(),
         body: answer.body.clone(),
     });
-    let (next, record) = decide(&services.policy, source.max_attempts, attempt, answer);
+    let (next, record) = decide(
+        &services.policy,
+        super::worker::max_attempts(source),
+        attempt,
+        answer,
+    );
     let done = Done {
         leased,
         record,

@@ -44,8 +44,7 @@ impl Wake {
 
     /// An ack-mode claim of `source` committed.
     pub fn claimed(&self, source: &SourceConfig) {
-        if source.mode != Mode::Ack || source.destination.is_none() || self.is_paused(&source.slug)
-        {
+        if source.mode != Mode::Ack || !source.forwards() || self.is_paused(&source.slug) {
             return;
         }
         self.work();

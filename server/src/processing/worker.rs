@@ -302,11 +302,9 @@ impl Workers {
                 .sources
                 .iter()
                 .filter(|s| {
-                    s.destination.is_some()
-                        && !self.wake.is_paused(&s.slug)
-                        && !self.rests.resting(&s.slug)
+                    s.forwards() && !self.wake.is_paused(&s.slug) && !self.rests.resting(&s.slug)
                 })
-                .map(|s| (s.slug.as_str(), Duration::from_secs(s.attempt_timeout_secs))),
+                .map(|s| (s.slug.as_str(), s.attempt_timeout())),
             self.lease_margin,
         )
         .with_request_grace(self.request_grace)
@@ -534,7 +532,7 @@ impl Workers {
             })
             .flatten();
         let connected = !answer.unreachable;
-        let (next, record) = decide(&self.policy, source.max_attempts, leased.attempt, answer);
+        let (next, record) = decide(&self.policy, max_attempts(source), leased.attempt, answer);
         let done = Done {
             leased,
             record,
@@ -543,6 +541,15 @@ impl Workers {
         };
         (done, Some(connected))
     }
+}
+
+/// How many attempts its destination gets before the event is dead.
+pub fn max_attempts(source: &crate::config::SourceConfig) -> u32 {
+    source
+        .destination()
+        .map_or(crate::config::destination::DEFAULT_MAX_ATTEMPTS, |d| {
+            d.max_attempts
+        })
 }
 
 /// Where an event goes after an attempt's answer, and the attempt as recorded.

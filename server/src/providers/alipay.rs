@@ -26,9 +26,16 @@ pub const PROVIDER: Provider = Provider {
     event_headers: &[],
     signature_headers: &[],
     credential_fields: &[],
+    event_type,
     #[cfg(test)]
     contract: tests::contract,
 };
+
+/// `notify_type` (`trade_status_sync`); filters reach `trade_status` through
+/// the body.
+fn event_type(req: &Inbound) -> Option<String> {
+    super::form_text(&req.body, "notify_type")
+}
 
 struct Alipay {
     public_key: RsaPublicKey,

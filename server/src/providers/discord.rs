@@ -16,9 +16,29 @@ pub const PROVIDER: Provider = Provider {
     event_headers: &["x-discord-"],
     signature_headers: &["x-signature-ed25519"],
     credential_fields: &["token"],
+    event_type,
     #[cfg(test)]
     contract: tests::contract,
 };
+
+/// The interaction's type by Discord's name for it (`APPLICATION_COMMAND`).
+fn event_type(req: &Inbound) -> Option<String> {
+    let kind = serde_json::from_slice::<serde_json::Value>(&req.body)
+        .ok()?
+        .get("type")?
+        .as_u64()?;
+    Some(
+        match kind {
+            1 => "PING",
+            2 => "APPLICATION_COMMAND",
+            3 => "MESSAGE_COMPONENT",
+            4 => "APPLICATION_COMMAND_AUTOCOMPLETE",
+            5 => "MODAL_SUBMIT",
+            other => return Some(other.to_string()),
+        }
+        .to_owned(),
+    )
+}
 
 struct Discord {
     public_key: VerifyingKey,

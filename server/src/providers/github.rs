@@ -16,9 +16,23 @@ pub const PROVIDER: Provider = Provider {
     event_headers: &["x-github-"],
     signature_headers: &["x-hub-signature-256", "x-hub-signature"],
     credential_fields: &[],
+    event_type,
     #[cfg(test)]
     contract: tests::contract,
 };
+
+/// `X-GitHub-Event`, with the payload's `action` where it has one
+/// (`issues.opened`; `push` has none).
+fn event_type(req: &Inbound) -> Option<String> {
+    let event = req.header("x-github-event")?.trim();
+    if event.is_empty() {
+        return None;
+    }
+    Some(match super::json_text(&req.body, "/action") {
+        Some(action) => format!("{event}.{action}"),
+        None => event.to_owned(),
+    })
+}
 
 struct Github {
     secrets: Vec<Vec<u8>>,

@@ -63,6 +63,10 @@ pub struct Provider {
     /// Body fields (JSON keys at any depth, form parameters) holding
     /// credentials that let a reader act as the app: masked on screen.
     pub credential_fields: &'static [&'static str],
+    /// The event's type, as destinations' filters match it (Stripe's
+    /// `type`, GitHub's `X-GitHub-Event` and `action`, ...); only asked of
+    /// verified requests.
+    pub event_type: fn(&Inbound) -> Option<String>,
     /// Signed requests and settings for the contract every provider passes.
     #[cfg(test)]
     pub contract: fn() -> contract::Contract,
@@ -382,6 +386,25 @@ pub fn form_pairs(raw: &[u8]) -> FormPairs {
         .collect()
 }
 
+/// The text at `pointer` (RFC 6901) in a JSON body, if it is a string.
+pub fn json_text(body: &[u8], pointer: &str) -> Option<String> {
+    match serde_json::from_slice::<serde_json::Value>(body)
+        .ok()?
+        .pointer(pointer)?
+    {
+        serde_json::Value::String(s) if !s.is_empty() => Some(s.clone()),
+        _ => None,
+    }
+}
+
+/// The first non-empty value of a form parameter, as text.
+pub fn form_text(body: &[u8], name: &str) -> Option<String> {
+    form_pairs(body)
+        .into_iter()
+        .find(|(n, v)| n == name.as_bytes() && !v.is_empty())
+        .map(|(_, v)| String::from_utf8_lossy(&v).into_owned())
+}
+
 /// Decoded (name, value) pairs of a form, in order, repeats kept.
 pub type FormPairs = Vec<(Vec<u8>, Vec<u8>)>;
 
@@ -402,4 +425,120 @@ pub fn check_form_size(pairs: &[(Vec<u8>, Vec<u8>)]) -> Result<(), Rejection> {
 /// Borrowed views of owned keys, as `any_key_signs` takes them.
 pub fn key_slices(keys: &[Vec<u8>]) -> Vec<&[u8]> {
     keys.iter().map(Vec::as_slice).collect()
+}
+
+#[cfg(test)]
+mod event_types {
+    use super::*;
+
+    fn request(headers: &[(&str, &str)], body: &str) -> Inbound {
+        Inbound {
+            headers: headers
+                .iter()
+                .map(|(n, v)| (n.to_string(), v.to_string()))
+                .collect(),
+            body: body.as_bytes().to_vec(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn each_provider_names_the_type_its_filters_match() {
+        let cases: &[(&str, &[(&str, &str)], &str, Option<&str>)] = &[
+            (
+                "standard",
+                &[],
+                r#"{"type":"user.created","data":{}}"#,
+                Some("user.created"),
+            ),
+            (
+                "stripe",
+                &[],
+                r#"{"id":"evt_1","type":"invoice.paid"}"#,
+                Some("invoice.paid"),
+            ),
+            ("stripe", &[], r#"{"id":"evt_1"}"#, None),
+            (
+                "github",
+                &[("x-github-event", "issues")],
+                r#"{"action":"opened"}"#,
+                Some("issues.opened"),
+            ),
+            (
+                "github",
+                &[("x-github-event", "push")],
+                r#"{"ref":"main"}"#,
+                Some("push"),
+            ),
+            ("github", &[], r#"{"action":"opened"}"#, None),
+            (
+                "shopify",
+                &[("x-shopify-topic", "orders/create")],
+                "{}",
+                Some("orders/create"),
+            ),
+            (
+                "slack",
+                &[],
+                r#"{"type":"event_callback","event":{"type":"app_mention"}}"#,
+                Some("app_mention"),
+            ),
+            (
+                "slack",
+                &[],
+                r#"{"type":"url_verification","challenge":"x"}"#,
+                Some("url_verification"),
+            ),
+            (
+                "slack",
+                &[],
+                "payload=%7B%22type%22%3A%22block_actions%22%7D",
+                Some("block_actions"),
+            ),
+            ("slack", &[], "command=%2Fdeploy&text=now", Some("/deploy")),
+            (
+                "twilio",
+                &[],
+                "MessageSid=SM1&MessageStatus=delivered",
+                Some("delivered"),
+            ),
+            (
+                "twilio",
+                &[],
+                r#"[{"type":"com.twilio.messaging.message.delivered"}]"#,
+                Some("com.twilio.messaging.message.delivered"),
+            ),
+            (
+                "alipay",
+                &[],
+                "notify_type=trade_status_sync&trade_status=TRADE_SUCCESS",
+                Some("trade_status_sync"),
+            ),
+            (
+                "wechatpay",
+                &[],
+                r#"{"id":"1","event_type":"TRANSACTION.SUCCESS"}"#,
+                Some("TRANSACTION.SUCCESS"),
+            ),
+            (
+                "discord",
+                &[],
+                r#"{"id":"1","type":2}"#,
+                Some("APPLICATION_COMMAND"),
+            ),
+            ("discord", &[], r#"{"id":"1","type":1}"#, Some("PING")),
+        ];
+        for (provider, headers, body, want) in cases {
+            let got = (find(provider).unwrap().event_type)(&request(headers, body));
+            assert_eq!(got.as_deref(), *want, "{provider} {body}");
+        }
+        for p in REGISTRY {
+            assert_eq!(
+                (p.event_type)(&request(&[], "\u{0}garbage")),
+                None,
+                "{}",
+                p.name
+            );
+        }
+    }
 }

@@ -17,9 +17,18 @@ pub const PROVIDER: Provider = Provider {
     event_headers: &["x-shopify-"],
     signature_headers: &["x-shopify-hmac-sha256"],
     credential_fields: &[],
+    event_type,
     #[cfg(test)]
     contract: tests::contract,
 };
+
+/// `X-Shopify-Topic` (`orders/create`).
+fn event_type(req: &Inbound) -> Option<String> {
+    req.header("x-shopify-topic")
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .map(str::to_owned)
+}
 
 struct Shopify {
     secrets: Vec<Vec<u8>>,

@@ -15,9 +15,26 @@ pub const PROVIDER: Provider = Provider {
     event_headers: &["x-slack-"],
     signature_headers: &["x-slack-signature", "x-slack-request-timestamp"],
     credential_fields: &["token", "response_url"],
+    event_type,
     #[cfg(test)]
     contract: tests::contract,
 };
+
+/// The Events API's inner event type (`app_mention`), else the envelope's
+/// (`url_verification`); for forms, an interaction payload's `type`
+/// (`block_actions`) or a slash command (`/deploy`).
+fn event_type(req: &Inbound) -> Option<String> {
+    if let Some(payload) = super::form_text(&req.body, "payload") {
+        return super::json_text(payload.as_bytes(), "/type");
+    }
+    if let Some(command) = super::form_text(&req.body, "command") {
+        return Some(command);
+    }
+    match super::json_text(&req.body, "/type").as_deref() {
+        Some("event_callback") => super::json_text(&req.body, "/event/type"),
+        other => other.map(str::to_owned),
+    }
+}
 
 struct Slack {
     secrets: Vec<Vec<u8>>,

@@ -17,9 +17,15 @@ pub const PROVIDER: Provider = Provider {
     event_headers: &[],
     signature_headers: &["webhook-signature"],
     credential_fields: &[],
+    event_type,
     #[cfg(test)]
     contract: tests::contract,
 };
+
+/// The payload's `type` (Standard Webhooks' payload structure).
+fn event_type(req: &Inbound) -> Option<String> {
+    super::json_text(&req.body, "/type")
+}
 
 /// The decoded secrets, checked at start.
 struct Standard {

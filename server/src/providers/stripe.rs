@@ -15,9 +15,15 @@ pub const PROVIDER: Provider = Provider {
     event_headers: &[],
     signature_headers: &["stripe-signature"],
     credential_fields: &[],
+    event_type,
     #[cfg(test)]
     contract: tests::contract,
 };
+
+/// The event object's `type` (`invoice.paid`).
+fn event_type(req: &Inbound) -> Option<String> {
+    super::json_text(&req.body, "/type")
+}
 
 struct Stripe {
     secrets: Vec<Vec<u8>>,

@@ -33,9 +33,20 @@ pub const PROVIDER: Provider = Provider {
     event_headers: &["i-twilio-"],
     signature_headers: &["x-twilio-signature"],
     credential_fields: &[],
+    event_type,
     #[cfg(test)]
     contract: tests::contract,
 };
+
+/// A status callback's status (`MessageStatus`, `CallStatus`, `SmsStatus`),
+/// or an Event Streams CloudEvent's `type`.
+fn event_type(req: &Inbound) -> Option<String> {
+    ["MessageStatus", "CallStatus", "SmsStatus"]
+        .iter()
+        .find_map(|name| super::form_text(&req.body, name))
+        .or_else(|| super::json_text(&req.body, "/type"))
+        .or_else(|| super::json_text(&req.body, "/0/type"))
+}
 
 struct Twilio {
     secrets: Vec<Vec<u8>>,

@@ -22,9 +22,15 @@ pub const PROVIDER: Provider = Provider {
     event_headers: &["wechatpay-"],
     signature_headers: &["wechatpay-signature", "wechatpay-serial"],
     credential_fields: &[],
+    event_type,
     #[cfg(test)]
     contract: tests::contract,
 };
+
+/// The notification's `event_type` (`TRANSACTION.SUCCESS`).
+fn event_type(req: &Inbound) -> Option<String> {
+    super::json_text(&req.body, "/event_type")
+}
 
 struct Wechatpay {
     platform_keys: Vec<(String, RsaPublicKey)>,

@@ -197,7 +197,7 @@ pub async fn accept(
             delivery.replay_digest = replay_digest(source, inbound);
             let lease = (source.mode == Mode::Sync).then(|| SyncLease {
                 owner: format!("sync:{:016x}", rand::random::<u64>()),
-                secs: source.attempt_timeout_secs as f64 + LEASE_MARGIN.as_secs_f64(),
+                secs: (source.attempt_timeout() + LEASE_MARGIN).as_secs_f64(),
             });
             let answered =
                 |claimed: Claimed| Accepted::Answered(reply::verified(source, inbound, &claimed));
