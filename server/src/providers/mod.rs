@@ -442,9 +442,12 @@ mod event_types {
         }
     }
 
+    /// Provider, headers, body, and the type it names.
+    type Case<'a> = (&'a str, &'a [(&'a str, &'a str)], &'a str, Option<&'a str>);
+
     #[test]
     fn each_provider_names_the_type_its_filters_match() {
-        let cases: &[(&str, &[(&str, &str)], &str, Option<&str>)] = &[
+        let cases: &[Case] = &[
             (
                 "standard",
                 &[],
