@@ -548,7 +548,7 @@ pub mod ssr {
             let rows = sqlx::query!(
                 r#"SELECT r.source AS "source!", count(d.*) AS "dead!"
                    FROM unnest($1::text[], $2::int[]) AS r(source, w)
-                   JOIN LATERAL (SELECT 1 FROM events e
+                   JOIN LATERAL (SELECT 1 FROM dispatches e
                                  WHERE e.state = 'dead' AND e.source = r.source
                                    AND e.state_changed_at > now() - make_interval(mins => r.w)
                                  LIMIT $3) d ON true
@@ -586,7 +586,7 @@ pub mod ssr {
             let rows = sqlx::query!(
                 r#"SELECT w.source AS "source!", count(*) AS "due!",
                           (extract(epoch FROM now() - min(w.next_attempt_at)) / 60)::float8 AS "oldest_due_minutes!"
-                   FROM (SELECT e.source, e.next_attempt_at FROM events e
+                   FROM (SELECT e.source, e.next_attempt_at FROM dispatches e
                          WHERE e.state IN ('queued', 'retrying') AND e.next_attempt_at <= now()
                          ORDER BY e.next_attempt_at LIMIT $1) w
                    JOIN sources s ON s.slug = w.source

@@ -65,6 +65,8 @@ impl Payload {
 #[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct AttemptRow {
     pub id: i64,
+    /// The destination it was an attempt at.
+    pub destination: String,
     pub number: i32,
     pub worker: String,
     pub started_at: String,
@@ -94,6 +96,24 @@ pub struct EventSummary {
     pub dead_reason: Option<String>,
     pub completed_at: Option<String>,
     pub first_delivery_id: Option<i64>,
+    /// The provider's event type, where a destination's filter needed it.
+    pub event_type: Option<String>,
+}
+
+/// One lane of an event: its dispatch to one destination of its source.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
+pub struct DispatchRow {
+    pub destination: String,
+    /// `queued`, `processing`, `retrying`, `completed`, `dead`, or
+    /// `filtered` (the destination's filter does not take the event).
+    pub state: String,
+    pub state_changed_at: String,
+    pub attempt_count: i32,
+    pub next_attempt_at: Option<String>,
+    pub last_error: Option<String>,
+    pub dead_reason: Option<String>,
+    pub completed_at: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -167,6 +187,8 @@ pub enum TimelineEntry {
 #[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct EventDetail {
     pub event: EventSummary,
+    /// One per destination, by name.
+    pub dispatches: Vec<DispatchRow>,
     pub timeline: Vec<TimelineEntry>,
     /// The delivery whose body is forwarded, in full.
     pub first_delivery: Option<DeliveryDetail>,
@@ -200,6 +222,9 @@ pub async fn get_delivery(
 #[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct DeadLetter {
     pub id: i64,
+    /// The destinations its dispatches died at (its reason and attempts
+    /// are the latest one's).
+    pub destinations: Vec<String>,
     pub source: String,
     pub idem_key: String,
     pub dead_reason: Option<String>,
@@ -433,9 +458,24 @@ pub mod server {
         )
         .fetch_one(pool)
         .await?;
+        let dispatches = sqlx::query_as!(
+            DispatchRow,
+            r#"SELECT destination, state,
+                      to_char(state_changed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.MS') AS "state_changed_at!",
+                      attempt_count,
+                      CASE WHEN state IN ('queued', 'retrying')
+                           THEN to_char(next_attempt_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.MS') END
+                          AS next_attempt_at,
+                      last_error, dead_reason,
+                      to_char(completed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.MS') AS completed_at
+               FROM dispatches WHERE event_id = $1 ORDER BY destination"#,
+            id
+        )
+        .fetch_all(pool)
+        .await?;
         let attempts = sqlx::query_as!(
             AttemptRow,
-            r#"SELECT id, number, worker,
+            r#"SELECT id, destination, number, worker,
                       to_char(started_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.MS') AS "started_at!",
                       to_char(finished_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.MS') AS finished_at,
                       status, latency_ms, response_excerpt, error,
@@ -466,6 +506,7 @@ pub mod server {
         timeline.sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
         Ok(Some(EventDetail {
             event,
+            dispatches,
             timeline: timeline.into_iter().map(|(_, _, e)| e).collect(),
             first_delivery,
             deliveries_shown,
@@ -503,16 +544,16 @@ pub mod server {
     ) -> Result<Vec<EventSummary>, sqlx::Error> {
         sqlx::query_as!(
             EventSummary,
-            r#"SELECT id, source, idem_key, state,
+            r#"SELECT id AS "id!", source AS "source!", idem_key AS "idem_key!", state AS "state!",
                       to_char(state_changed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.MS') AS "state_changed_at!",
                       to_char(first_seen_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.MS') AS "first_seen_at!",
                       to_char(last_seen_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.MS') AS "last_seen_at!",
-                      receive_count, attempt_count,
-                      to_char(next_attempt_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.MS') AS "next_attempt_at!",
+                      receive_count AS "receive_count!", attempt_count AS "attempt_count!",
+                      to_char(coalesce(next_attempt_at, state_changed_at) AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.MS') AS "next_attempt_at!",
                       last_error, dead_reason,
                       to_char(completed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.MS') AS completed_at,
-                      first_delivery_id
-               FROM events
+                      first_delivery_id, event_type
+               FROM event_summaries
                WHERE ($1::bigint IS NULL OR id = $1)
                  AND ($2::text IS NULL OR source = $2)
                  AND ($3::text[] IS NULL OR state = ANY ($3))
@@ -593,19 +634,28 @@ pub mod server {
     ) -> Result<DeadLetterPage, sqlx::Error> {
         let rows = sqlx::query_as!(
             DeadLetter,
-            r#"SELECT id, source, idem_key, dead_reason, attempt_count, receive_count,
-                      to_char(first_seen_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.MS') AS "first_seen_at!",
-                      to_char(state_changed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.MS') AS "died_at!",
-                      (extract(epoch FROM state_changed_at) * 1000000)::bigint AS "died_micros!",
-                      first_delivery_id
-               FROM events
-               WHERE state = 'dead' AND ($1::text IS NULL OR source = $1)
+            r#"SELECT e.id,
+                      ARRAY(SELECT q.destination FROM dispatches q
+                            WHERE q.event_id = e.id AND q.state = 'dead'
+                            ORDER BY q.destination) AS "destinations!",
+                      e.source, e.idem_key, p.dead_reason, p.attempt_count, e.receive_count,
+                      to_char(e.first_seen_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.MS') AS "first_seen_at!",
+                      to_char(p.state_changed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.MS') AS "died_at!",
+                      (extract(epoch FROM p.state_changed_at) * 1000000)::bigint AS "died_micros!",
+                      e.first_delivery_id
+               FROM dispatches p JOIN events e ON e.id = p.event_id
+               WHERE p.state = 'dead' AND ($1::text IS NULL OR p.source = $1)
+                 -- An event once, at its latest death: pages stay keyed by event.
+                 AND NOT EXISTS (SELECT 1 FROM dispatches q
+                                 WHERE q.event_id = p.event_id AND q.state = 'dead'
+                                   AND (q.state_changed_at, q.destination)
+                                       > (p.state_changed_at, p.destination))
                  AND ($2::bigint IS NULL
-                      OR (state_changed_at, id) < (to_timestamp($2 / 1000000.0), $3))
-                 AND ($5::text IS NULL OR state_changed_at >= $5::text::timestamptz)
-                 AND ($6::text IS NULL OR state_changed_at < $6::text::timestamptz)
-                 AND ($7::text IS NULL OR dead_reason ILIKE '%' || $7 || '%')
-               ORDER BY state_changed_at DESC, id DESC
+                      OR (p.state_changed_at, p.event_id) < (to_timestamp($2 / 1000000.0), $3))
+                 AND ($5::text IS NULL OR p.state_changed_at >= $5::text::timestamptz)
+                 AND ($6::text IS NULL OR p.state_changed_at < $6::text::timestamptz)
+                 AND ($7::text IS NULL OR p.dead_reason ILIKE '%' || $7 || '%')
+               ORDER BY p.state_changed_at DESC, p.event_id DESC
                LIMIT $4"#,
             filter.source.as_deref(),
             before.map(|b| b.0),

@@ -198,8 +198,8 @@ pub mod ssr {
         }
         // The same filter as `actions::ssr::bulk` (and the dead-letter list).
         let matching = sqlx::query!(
-            r#"SELECT count(*) AS "n!", coalesce(max(id), 0) AS "up_to!"
-               FROM events
+            r#"SELECT count(DISTINCT event_id) AS "n!", coalesce(max(event_id), 0) AS "up_to!"
+               FROM dispatches
                WHERE state = 'dead'
                  AND ($1::text IS NULL OR source = $1)
                  AND ($2::text IS NULL OR state_changed_at >= $2::text::timestamptz)
@@ -570,11 +570,14 @@ pub mod ssr {
                     WHERE job_id = $1 AND outcome = 'pending')
                    UNION ALL
                    (SELECT e.id, e.idem_key FROM events e
-                    WHERE e.state = 'dead' AND e.id > $2 AND e.id <= $3
-                      AND ($4::text IS NULL OR e.source = $4)
-                      AND ($5::text IS NULL OR e.state_changed_at >= $5::text::timestamptz)
-                      AND ($6::text IS NULL OR e.state_changed_at < $6::text::timestamptz)
-                      AND ($7::text IS NULL OR e.dead_reason ILIKE '%' || $7 || '%')
+                    WHERE e.id > $2 AND e.id <= $3
+                      AND EXISTS (
+                          SELECT 1 FROM dispatches p
+                          WHERE p.event_id = e.id AND p.state = 'dead'
+                            AND ($4::text IS NULL OR p.source = $4)
+                            AND ($5::text IS NULL OR p.state_changed_at >= $5::text::timestamptz)
+                            AND ($6::text IS NULL OR p.state_changed_at < $6::text::timestamptz)
+                            AND ($7::text IS NULL OR p.dead_reason ILIKE '%' || $7 || '%'))
                       AND NOT EXISTS (SELECT 1 FROM bulk_job_results r
                                       WHERE r.job_id = $1 AND r.event_id = e.id))
                    ORDER BY id LIMIT $8),

@@ -279,7 +279,7 @@ pub mod server {
             BacklogRow,
             r#"SELECT source, count(*) AS "waiting!",
                     extract(epoch FROM now() - min(next_attempt_at))::float8 AS oldest_due_secs
-             FROM (SELECT source, next_attempt_at FROM events
+             FROM (SELECT source, next_attempt_at FROM dispatches
                    WHERE state IN ('queued', 'retrying')
                    ORDER BY next_attempt_at LIMIT $1) w
              GROUP BY source"#,
@@ -291,7 +291,7 @@ pub mod server {
             r#"SELECT source, count(*) AS "dead!",
                       count(*) FILTER (WHERE state_changed_at > now() - interval '10 minutes')
                           AS "recent!"
-               FROM (SELECT source, state_changed_at FROM events WHERE state = 'dead'
+               FROM (SELECT source, state_changed_at FROM dispatches WHERE state = 'dead'
                      ORDER BY state_changed_at DESC LIMIT $1) d
                GROUP BY source"#,
             COUNT_CAP

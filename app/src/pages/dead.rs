@@ -62,6 +62,7 @@ fn DeadTable(page: DeadLetterPage, source: String) -> impl IntoView {
                     <th scope="col">"Dead since (UTC)"</th>
                     <th scope="col">"Source"</th>
                     <th scope="col">"Key"</th>
+                    <th scope="col">"Dead at"</th>
                     <th scope="col">"Reason"</th>
                     <th scope="col">"Attempts"</th>
                     <th scope="col">"Deliveries"</th>
@@ -74,6 +75,7 @@ fn DeadTable(page: DeadLetterPage, source: String) -> impl IntoView {
                         <td>{d.died_at}</td>
                         <td><a href=format!("/dead?source={}", d.source)><code>{d.source.clone()}</code></a></td>
                         <td><a href=format!("/events/{}", d.id)><code>{d.idem_key}</code></a></td>
+                        <td>{d.destinations.join(", ")}</td>
                         <td class="bad-text">{d.dead_reason.unwrap_or_default()}</td>
                         <td>{d.attempt_count}</td>
                         <td>{d.receive_count}</td>

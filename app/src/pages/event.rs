@@ -52,6 +52,7 @@ pub fn EventPage() -> impl IntoView {
 fn EventBody(detail: EventDetail) -> impl IntoView {
     let EventDetail {
         event,
+        dispatches,
         timeline,
         first_delivery,
         deliveries_shown,
@@ -85,6 +86,7 @@ fn EventBody(detail: EventDetail) -> impl IntoView {
         <dl class="facts" data-testid="event-facts">
             <dt>"State"</dt><dd><StateBadge state=event.state.clone()/> " since " {event.state_changed_at.clone()} " UTC"</dd>
             <dt>"Source"</dt><dd><code>{event.source.clone()}</code></dd>
+            {event.event_type.clone().map(|t| view! { <dt>"Event type"</dt><dd><code>{t}</code></dd> })}
             <dt>"Idempotency-Key sent"</dt><dd><code>{format!("{}:{}", event.source, event.idem_key)}</code></dd>
             <dt>"First received"</dt><dd>{event.first_seen_at.clone()} " UTC"</dd>
             <dt>"Last received"</dt><dd>{event.last_seen_at.clone()} " UTC"</dd>
@@ -98,7 +100,33 @@ fn EventBody(detail: EventDetail) -> impl IntoView {
         {event.first_delivery_id.map(|first| view! {
             <RedeliverButton delivery_id=first label="Re-deliver through the dedup layer"/>
         })}
-        {(event.state == "completed").then(|| view! { <ForceForm event_id=event.id/> })}
+        {dispatches.iter().any(|d| d.state == "completed").then(|| view! { <ForceForm event_id=event.id/> })}
+        <h2>"Destinations"</h2>
+        <table class="lanes" data-testid="dispatches">
+            <thead><tr><th>"Destination"</th><th>"State"</th><th>"Attempts"</th><th>"Details"</th></tr></thead>
+            <tbody>
+                {dispatches.into_iter().map(|d| {
+                    let details = match d.state.as_str() {
+                        "filtered" => "its filter does not take this event: nothing is forwarded there".to_owned(),
+                        "completed" => format!("completed {} UTC", d.completed_at.clone().unwrap_or_default()),
+                        "dead" => d.dead_reason.clone().unwrap_or_default(),
+                        _ => match (&d.next_attempt_at, &d.last_error) {
+                            (Some(next), Some(e)) => format!("next attempt {next} UTC; last error: {e}"),
+                            (Some(next), None) => format!("next attempt {next} UTC"),
+                            (None, _) => format!("since {} UTC", d.state_changed_at),
+                        },
+                    };
+                    view! {
+                        <tr data-destination=d.destination.clone()>
+                            <td><code>{d.destination.clone()}</code></td>
+                            <td><StateBadge state=d.state.clone()/></td>
+                            <td>{d.attempt_count}</td>
+                            <td class="small">{details}</td>
+                        </tr>
+                    }
+                }).collect_view()}
+            </tbody>
+        </table>
         <h2>"Timeline"</h2>
         {more}
         <ol class="timeline" data-testid="timeline">
@@ -200,7 +228,7 @@ fn AttemptItem(a: AttemptRow) -> impl IntoView {
         <li class="tl-attempt" data-kind="attempt">
             <span class="tl-time">{a.started_at.clone()}</span>
             <span class="tl-what">
-                {format!("attempt {} by {}", a.number, a.worker)} " "
+                {format!("attempt {} to {} by {}", a.number, a.destination, a.worker)} " "
                 <span class=class>{words}</span>{latency}
             </span>
             {error}

@@ -269,9 +269,15 @@ async fn spread_over_days(pool: &PgPool, after_id: i64, days: u32) -> Result<(),
     .await?;
     sqlx::query(
         "UPDATE events e SET first_seen_at = first_seen_at - s.back,
-             last_seen_at = last_seen_at - s.back, state_changed_at = state_changed_at - s.back,
-             next_attempt_at = next_attempt_at - s.back, completed_at = completed_at - s.back
+             last_seen_at = last_seen_at - s.back
          FROM event_shift s WHERE s.id = e.id",
+    )
+    .execute(&mut *tx)
+    .await?;
+    sqlx::query(
+        "UPDATE dispatches p SET state_changed_at = state_changed_at - s.back,
+             next_attempt_at = next_attempt_at - s.back, completed_at = completed_at - s.back
+         FROM event_shift s WHERE s.id = p.event_id",
     )
     .execute(&mut *tx)
     .await?;

@@ -562,12 +562,6 @@ pub fn parse_and_validate(
             &invalid,
             &secret,
         )?;
-        if destinations.len() > 1 {
-            return Err(invalid(
-                &at("destination"),
-                "several destinations per source are not delivered yet: give one".into(),
-            ));
-        }
         sources.push(SourceConfig {
             slug: s.slug,
             provider,

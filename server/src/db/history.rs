@@ -132,10 +132,10 @@ async fn retire_locked(
             // follows the waiting events, not the history.
             let held = format!(
                 "SELECT count(*) FROM (
-                     SELECT first_delivery_id FROM events WHERE state IN ('queued', 'retrying')
+                     SELECT event_id FROM dispatches WHERE state IN ('queued', 'retrying')
                      UNION ALL
-                     SELECT first_delivery_id FROM events WHERE state = 'processing'
-                 ) e, LATERAL (SELECT 1 FROM {ident} d WHERE d.id = e.first_delivery_id LIMIT 1) d"
+                     SELECT event_id FROM dispatches WHERE state = 'processing'
+                 ) p JOIN events e ON e.id = p.event_id, LATERAL (SELECT 1 FROM {ident} d WHERE d.id = e.first_delivery_id LIMIT 1) d"
             );
             let held: i64 = sqlx::query_scalar(&held).fetch_one(&mut *conn).await?;
             if held > 0 {

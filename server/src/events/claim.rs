@@ -13,30 +13,55 @@ pub struct InlineLease<'a> {
     pub secs: f64,
 }
 
-/// Claims `(source, key)` for a new event. Ack mode (no lease): `queued`, for
-/// the workers. Sync mode: `processing` under the request's lease. Returns
-/// the new event's id and the delivery id reserved for the claimant, or None
-/// when another delivery holds the key (`ON CONFLICT DO NOTHING`: never
-/// check-then-write).
+/// A new event's dispatch to one destination of its source: `wanted` when
+/// the destination's filter takes the event (else it is recorded
+/// `filtered`, and nothing is forwarded there).
+#[derive(Clone, Copy, Debug)]
+pub struct Planned<'a> {
+    pub destination: &'a str,
+    pub wanted: bool,
+}
+
+/// Claims `(source, key)` for a new event, with a dispatch per destination
+/// in `plan`. Ack mode (no lease): `queued`, for the workers. Sync mode:
+/// `processing` under the request's lease. Returns the new event's id and
+/// the delivery id reserved for the claimant, or None when another delivery
+/// holds the key (`ON CONFLICT DO NOTHING`: never check-then-write).
 pub async fn claim(
     tx: &mut PgConnection,
     source: &str,
     key: &str,
+    plan: &[Planned<'_>],
+    event_type: Option<&str>,
     lease: Option<InlineLease<'_>>,
 ) -> Result<Option<(i64, i64)>, sqlx::Error> {
     let row = sqlx::query!(
-        r#"INSERT INTO events (source, idem_key, state, forwarder, first_delivery_id,
-                             lease_owner, lease_expires_at)
-         VALUES ($1, $2, CASE WHEN $3::text IS NULL THEN 'queued' ELSE 'processing' END,
-                 CASE WHEN $3::text IS NULL THEN 'workers' ELSE 'request' END,
-                 nextval('deliveries_id_seq'), $3,
-                 CASE WHEN $3::text IS NULL THEN NULL ELSE now() + make_interval(secs => $4) END)
-         ON CONFLICT (source, idem_key) DO NOTHING
-         RETURNING id, first_delivery_id AS "first_delivery_id!""#,
+        r#"WITH ev AS (
+             INSERT INTO events (source, idem_key, first_delivery_id, event_type)
+             VALUES ($1, $2, nextval('deliveries_id_seq'), $7)
+             ON CONFLICT (source, idem_key) DO NOTHING
+             RETURNING id, source, first_delivery_id
+         ),
+         planned AS (
+             INSERT INTO dispatches (event_id, destination, source, state, forwarder,
+                                     lease_owner, lease_expires_at)
+             SELECT ev.id, p.destination, ev.source,
+                    CASE WHEN NOT p.wanted THEN 'filtered'
+                         WHEN $3::text IS NULL THEN 'queued' ELSE 'processing' END,
+                    CASE WHEN $3::text IS NULL THEN 'workers' ELSE 'request' END,
+                    CASE WHEN p.wanted THEN $3::text END,
+                    CASE WHEN p.wanted AND $3::text IS NOT NULL
+                         THEN now() + make_interval(secs => $4) END
+             FROM ev, unnest($5::text[], $6::bool[]) AS p(destination, wanted)
+         )
+         SELECT id, first_delivery_id AS "first_delivery_id!" FROM ev"#,
         source,
         key,
         lease.map(|l| l.owner),
-        lease.map_or(0.0, |l| l.secs)
+        lease.map_or(0.0, |l| l.secs),
+        &plan.iter().map(|p| p.destination).collect::<Vec<_>>() as _,
+        &plan.iter().map(|p| p.wanted).collect::<Vec<_>>(),
+        event_type
     )
     .fetch_optional(tx)
     .await?;
@@ -55,9 +80,11 @@ pub struct Duplicate {
 }
 
 /// A delivery of a key that is held: counts the receipt. In sync mode
-/// (`takeover` given) the request takes over an event its requests forward
-/// when no attempt is running: waiting (`queued`, `retrying`) or its holder's
-/// lease expired. The row lock makes two duplicates never both take over.
+/// (`takeover` given) the request takes over a dispatch its requests
+/// forward when no attempt is running: waiting (`queued`, `retrying`) or its
+/// holder's lease expired. The takeover's update checks that again on the
+/// row it locks, so two duplicates never both take over; no other
+/// dispatch is locked.
 pub async fn duplicate(
     tx: &mut PgConnection,
     source: &str,
@@ -65,12 +92,23 @@ pub async fn duplicate(
     takeover: Option<InlineLease<'_>>,
 ) -> Result<Duplicate, sqlx::Error> {
     let row = sqlx::query!(
-        r#"WITH found AS (
-                 SELECT id, state, attempt_count, $3::text IS NOT NULL AND forwarder = 'request'
-                        AND (state IN ('queued', 'retrying')
-                             OR (state = 'processing' AND lease_expires_at < now())) AS take
-                 FROM events WHERE source = $1 AND idem_key = $2
-                 FOR UPDATE
+        r#"WITH ev AS (
+                 SELECT id FROM events WHERE source = $1 AND idem_key = $2
+                 FOR NO KEY UPDATE
+             ),
+             found AS (
+                 SELECT p.event_id, p.destination, p.state, p.attempt_count,
+                        p.response_status, p.response_content_type, p.response_body
+                 FROM dispatches p WHERE p.event_id = (SELECT id FROM ev)
+             ),
+             taken AS (
+                 UPDATE dispatches p SET state = 'processing', state_changed_at = now(),
+                     lease_owner = $3, lease_expires_at = now() + make_interval(secs => $4)
+                 WHERE $3::text IS NOT NULL AND p.event_id = (SELECT id FROM ev)
+                   AND p.forwarder = 'request'
+                   AND (p.state IN ('queued', 'retrying')
+                        OR (p.state = 'processing' AND p.lease_expires_at < now()))
+                 RETURNING p.event_id, p.destination
              ),
              -- Its open attempt, if it began, is its last (see events::lease).
              abandoned AS (
@@ -78,18 +116,29 @@ pub async fn duplicate(
                      error = CASE WHEN a.finished_at IS NULL
                                   THEN 'the request holding it went away; taken over'
                                   ELSE a.error END
-                 WHERE (a.event_id, a.number) =
-                       (SELECT id, attempt_count FROM found WHERE take AND state = 'processing')
+                 WHERE (a.event_id, a.destination, a.number) IN
+                       (SELECT f.event_id, f.destination, f.attempt_count
+                        FROM found f JOIN taken t USING (event_id, destination)
+                        WHERE f.state = 'processing')
+             ),
+             counted AS (
+                 UPDATE events e SET receive_count = e.receive_count + 1, last_seen_at = now()
+                 WHERE e.id = (SELECT id FROM ev)
+                 RETURNING e.id
              )
-             UPDATE events e SET receive_count = e.receive_count + 1, last_seen_at = now(),
-                 state = CASE WHEN f.take THEN 'processing' ELSE e.state END,
-                 state_changed_at = CASE WHEN f.take THEN now() ELSE e.state_changed_at END,
-                 lease_owner = CASE WHEN f.take THEN $3 ELSE e.lease_owner END,
-                 lease_expires_at = CASE WHEN f.take THEN now() + make_interval(secs => $4)
-                                         ELSE e.lease_expires_at END
-             FROM found f WHERE e.id = f.id
-             RETURNING e.id, e.state, f.take AS "take!", e.response_status,
-                       e.response_content_type, e.response_body"#,
+             -- Sync mode has one destination: its stored answer is the event's.
+             SELECT c.id AS "id!",
+                    CASE WHEN EXISTS (SELECT 1 FROM taken) THEN 'processing'
+                         ELSE event_state(array_agg(f.state)) END AS "state!",
+                    EXISTS (SELECT 1 FROM taken) AS "take!",
+                    (array_agg(f.response_status) FILTER (WHERE f.response_body IS NOT NULL))[1]
+                        AS response_status,
+                    (array_agg(f.response_content_type)
+                         FILTER (WHERE f.response_body IS NOT NULL))[1] AS response_content_type,
+                    (array_agg(f.response_body) FILTER (WHERE f.response_body IS NOT NULL))[1]
+                        AS response_body
+             FROM counted c LEFT JOIN found f ON true
+             GROUP BY c.id"#,
         source,
         key,
         takeover.map(|l| l.owner),
@@ -115,9 +164,10 @@ pub async fn duplicate(
     })
 }
 
-/// An operator's re-delivery of a dead event queues it again for the
-/// workers (whatever the source's mode: no provider waits for it). The row
-/// lock makes exactly one of any number of concurrent re-deliveries win.
+/// An operator's re-delivery of a dead event queues its dead dispatches
+/// again for the workers (whatever the source's mode: no provider waits for
+/// it); `destination` limits it to that one. The event's row lock, taken
+/// first, makes exactly one of any number of concurrent re-deliveries win.
 /// When the payload the event forwards is gone, the re-delivery's own
 /// (`delivery_id`, recorded in the same transaction) takes its place. A
 /// bulk job revives an event once, however many of its runners try (one
@@ -127,26 +177,46 @@ pub async fn revive(
     tx: &mut PgConnection,
     source: &str,
     key: &str,
+    destination: Option<&str>,
     delivery_id: i64,
     bulk_job: Option<i64>,
 ) -> Result<Option<i64>, sqlx::Error> {
+    // Settled dispatches change only under their event's row lock: retention
+    // (which forgets settled events) never deletes one being revived.
+    let event: Option<i64> = sqlx::query_scalar!(
+        "SELECT id FROM events WHERE source = $1 AND idem_key = $2 FOR NO KEY UPDATE",
+        source,
+        key
+    )
+    .fetch_optional(&mut *tx)
+    .await?;
+    let Some(event_id) = event else {
+        return Ok(None);
+    };
     sqlx::query_scalar!(
-        "UPDATE events e SET state = 'queued', forwarder = 'workers', state_changed_at = now(),
-             next_attempt_at = now(), attempt_count = 0, revived_at = now(), dead_reason = NULL, last_error = NULL,
-             receive_count = receive_count + 1, last_seen_at = now(),
+        r#"WITH revived AS (
+             UPDATE dispatches p SET state = 'queued', forwarder = 'workers',
+                 state_changed_at = now(), next_attempt_at = now(), attempt_count = 0,
+                 revived_at = now(), dead_reason = NULL, last_error = NULL
+             WHERE p.event_id = $1 AND p.state = 'dead'
+               AND ($4::text IS NULL OR p.destination = $4)
+               AND ($3::bigint IS NULL OR NOT EXISTS (
+                       SELECT 1 FROM deliveries d
+                       WHERE d.event_id = p.event_id AND d.bulk_job_id = $3
+                         AND d.outcome = 'claimed'))
+             RETURNING p.event_id
+         )
+         UPDATE events e SET receive_count = receive_count + 1, last_seen_at = now(),
              first_delivery_id = CASE WHEN EXISTS (SELECT 1 FROM deliveries d
                                                    WHERE d.id = e.first_delivery_id
                                                      AND d.body IS NOT NULL)
-                                      THEN e.first_delivery_id ELSE $3 END
-         WHERE source = $1 AND idem_key = $2 AND state = 'dead'
-           AND ($4::bigint IS NULL OR NOT EXISTS (
-                   SELECT 1 FROM deliveries d
-                   WHERE d.event_id = e.id AND d.bulk_job_id = $4 AND d.outcome = 'claimed'))
-         RETURNING id",
-        source,
-        key,
+                                      THEN e.first_delivery_id ELSE $2 END
+         WHERE e.id = $1 AND EXISTS (SELECT 1 FROM revived)
+         RETURNING id"#,
+        event_id,
         delivery_id,
-        bulk_job
+        bulk_job,
+        destination
     )
     .fetch_optional(tx)
     .await
@@ -159,10 +229,17 @@ pub struct BatchClaim<'a> {
     pub key_sources: Vec<&'a str>,
     pub key_ids: Vec<&'a str>,
     pub key_copies: Vec<i32>,
-    /// Per key: the lease, in seconds, under which a new event goes straight
-    /// to this process's workers (`processing`, for its first attempt);
-    /// None: it waits `queued` for a lease.
-    pub key_leases: Vec<Option<f64>>,
+    /// Per key: the provider's event type, where a filter needed it.
+    pub key_types: Vec<Option<&'a str>>,
+    /// A new event's dispatches, each by its key's 1-based place in the
+    /// keys: its destination, whether that wants it, and the lease, in
+    /// seconds, under which it goes straight to this process's workers
+    /// (`processing`, for its first attempt; None: it waits `queued` for a
+    /// lease).
+    pub plan_keys: Vec<i32>,
+    pub plan_destinations: Vec<&'a str>,
+    pub plan_wanted: Vec<bool>,
+    pub plan_leases: Vec<Option<f64>>,
     /// Who holds those leases.
     pub lease_owner: &'a str,
     pub sources: Vec<&'a str>,
@@ -186,22 +263,24 @@ pub struct BatchClaim<'a> {
 }
 
 /// One answered delivery: its 1-based place in the batch, delivery id,
-/// event id, and `claimed` or the state of the event holding its key;
-/// whether the claim was handed to this process's workers, and the key it
-/// was claimed under.
+/// event id, and `claimed` or the state of the event holding its key; for
+/// a claim, the destinations whose dispatch was handed to this process's
+/// workers and whether any waits `queued`; and the key it was claimed under.
 pub struct BatchRow {
     pub ord: i64,
     pub delivery_id: i64,
     pub event_id: i64,
     pub outcome: String,
-    pub handed: bool,
+    pub handed: Option<Vec<String>>,
+    pub queued: bool,
     pub claim_key: String,
 }
 
 /// Claims a batch in one statement: each key is claimed (a new event
-/// counting its copies: `queued`, or leased to this process's workers for
-/// its first attempt, which spares them a lease statement and a row update
-/// per event; the attempt is recorded when it ends) or its event is locked and counted
+/// counting its copies, with a dispatch per destination: `queued`,
+/// `filtered`, or leased to this process's workers for its first attempt,
+/// which spares them a lease statement and a row update per dispatch; the
+/// attempt is recorded when it ends) or its event is locked and counted
 /// (`ON CONFLICT DO UPDATE` waits for a concurrent claim of the same key and
 /// then counts on it), and every delivery is recorded. A new event's receive
 /// count equals the batch's copies; a stored one already counted at least
@@ -217,35 +296,52 @@ pub async fn claim_batch(
 BatchRow,
 r#"WITH keys AS (
              -- A source paused since the workers last read it is not handed over.
-             SELECT k.source, k.idem_key, k.copies,
-                    CASE WHEN NOT coalesce(s.paused_override, s.config_paused, false)
-                         THEN k.lease_secs END AS lease_secs
-             FROM unnest($1::text[], $2::text[], $3::int[], $17::float8[])
-                 AS k(source, idem_key, copies, lease_secs)
+             SELECT k.source, k.idem_key, k.copies, k.event_type, k.key_no,
+                    coalesce(s.paused_override, s.config_paused, false) AS paused
+             FROM unnest($1::text[], $2::text[], $3::int[], $17::text[]) WITH ORDINALITY
+                 AS k(source, idem_key, copies, event_type, key_no)
              LEFT JOIN sources s ON s.slug = k.source
          ),
          held AS (
-             INSERT INTO events AS e (source, idem_key, state, first_delivery_id, receive_count,
-                                      lease_owner, lease_expires_at, attempt_count)
-             SELECT source, idem_key,
-                    CASE WHEN lease_secs IS NULL THEN 'queued' ELSE 'processing' END,
-                    nextval('deliveries_id_seq'), copies,
-                    CASE WHEN lease_secs IS NOT NULL THEN $18::text END,
-                    now() + make_interval(secs => lease_secs),
-                    CASE WHEN lease_secs IS NULL THEN 0 ELSE 1 END
+             INSERT INTO events AS e (source, idem_key, first_delivery_id, receive_count,
+                                      event_type)
+             SELECT source, idem_key, nextval('deliveries_id_seq'), copies, event_type
              -- Locked in key order whatever the join with sources did to the
-             -- rows' order: concurrent batches and the recorder never deadlock.
+             -- rows' order: concurrent batches never deadlock.
              FROM keys ORDER BY source, idem_key
              ON CONFLICT (source, idem_key) DO UPDATE
                  SET receive_count = e.receive_count + EXCLUDED.receive_count, last_seen_at = now()
-             RETURNING e.id, e.source, e.idem_key, e.state, e.first_delivery_id, e.receive_count
+             RETURNING e.id, e.source, e.idem_key, e.first_delivery_id, e.receive_count
+         ),
+         fresh AS (
+             SELECT h.id, h.source, k.key_no, k.paused
+             FROM held h JOIN keys k USING (source, idem_key)
+             WHERE h.receive_count = k.copies
+         ),
+         planned AS (
+             INSERT INTO dispatches (event_id, destination, source, state, lease_owner,
+                                     lease_expires_at, attempt_count)
+             SELECT f.id, p.destination, f.source,
+                    CASE WHEN NOT p.wanted THEN 'filtered'
+                         WHEN f.paused OR p.lease_secs IS NULL THEN 'queued'
+                         ELSE 'processing' END,
+                    CASE WHEN p.wanted AND NOT f.paused AND p.lease_secs IS NOT NULL
+                         THEN $18::text END,
+                    CASE WHEN p.wanted AND NOT f.paused
+                         THEN now() + make_interval(secs => p.lease_secs) END,
+                    CASE WHEN p.wanted AND NOT f.paused AND p.lease_secs IS NOT NULL
+                         THEN 1 ELSE 0 END
+             FROM fresh f
+             JOIN unnest($19::int[], $20::text[], $21::bool[], $22::float8[])
+                  AS p(key_no, destination, wanted, lease_secs) ON p.key_no = f.key_no
+             RETURNING event_id, destination, state
          ),
          placed AS (
-             SELECT i.*, h.id AS event_id, h.state,
+             SELECT i.*, h.id AS event_id,
                     CASE WHEN i.first AND h.receive_count = i.copies THEN h.first_delivery_id
                          ELSE nextval('deliveries_id_seq') END AS delivery_id,
                     CASE WHEN i.first AND h.receive_count = i.copies THEN 'claimed'
-                         WHEN h.state IN ('completed', 'dead') THEN h.state
+                         WHEN es.state IN ('completed', 'dead') THEN es.state
                          ELSE 'in_progress' END AS outcome
              FROM unnest($4::text[], $5::text[], $6::bool[], $7::int[], $8::text[], $9::text[],
                          $10::text[], $11::jsonb[], $12::bytea[], $13::int[], $14::text[], $15::int[],
@@ -254,6 +350,13 @@ r#"WITH keys AS (
                       AS i(source, idem_key, first, copies, verification, query, content_type,
                            headers, body, body_size, remote_addr, ack_micros, posted_key, ord)
              JOIN held h USING (source, idem_key)
+             -- A stored event's state, from its dispatches as this statement
+             -- sees them (one a concurrent batch just claimed has none yet:
+             -- in progress, as it is).
+             LEFT JOIN LATERAL (
+                 SELECT event_state(array_agg(p.state)) AS state FROM dispatches p
+                 WHERE p.event_id = h.id AND h.receive_count <> i.copies
+             ) es ON true
          ),
          recorded AS (
              INSERT INTO deliveries (id, source, event_id, idem_key, outcome, http_status, ack_micros,
@@ -263,10 +366,13 @@ r#"WITH keys AS (
                     verification, query, content_type, headers, body, body_size, remote_addr
              FROM placed
          )
-         -- A new event (the claimant's copy) is in `processing` only when handed over.
          SELECT p.ord AS "ord!", p.delivery_id AS "delivery_id!", p.event_id AS "event_id!",
                 p.outcome AS "outcome!",
-                p.outcome = 'claimed' AND p.state = 'processing' AS "handed!",
+                CASE WHEN p.outcome = 'claimed' THEN
+                    (SELECT array_agg(x.destination) FROM planned x
+                     WHERE x.event_id = p.event_id AND x.state = 'processing') END AS handed,
+                p.outcome = 'claimed' AND EXISTS (SELECT 1 FROM planned x
+                     WHERE x.event_id = p.event_id AND x.state = 'queued') AS "queued!",
                 p.idem_key AS "claim_key!"
          FROM placed p"#,
 &batch.key_sources as _,
@@ -285,8 +391,12 @@ r#"WITH keys AS (
 &batch.remote_addrs as _,
 &batch.ack_micros as _,
 &batch.posted_keys as _,
-&batch.key_leases as _,
-batch.lease_owner
+&batch.key_types as _,
+batch.lease_owner,
+&batch.plan_keys,
+&batch.plan_destinations as _,
+&batch.plan_wanted,
+&batch.plan_leases as _,
 )
     .fetch_all(conn)
     .await

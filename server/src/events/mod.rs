@@ -42,12 +42,12 @@ mod work;
 
 pub use claim::{
     claim, claim_batch, duplicate, guard, prune_guard, revive, BatchClaim, BatchRow, Duplicate,
-    InlineLease,
+    InlineLease, Planned,
 };
 pub use operator::{force, prune, Forced};
 pub use work::{
-    complete_inline, finish, finish_each, lease, release_paused, release_unbegun, start_inline,
-    AttemptRecord, Done, Inline, Leased, Next, Runnable, REQUEST_GRACE,
+    adopt_orphans, complete_inline, finish, finish_each, lease, release_paused, release_unbegun,
+    start_inline, AttemptRecord, Done, Inline, Leased, Next, Runnable, REQUEST_GRACE,
 };
 
 /// A sync-mode destination's answer, stored with its event and returned

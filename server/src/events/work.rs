@@ -9,10 +9,13 @@ use sqlx::PgPool;
 
 use super::StoredResponse;
 
-/// An event leased for one attempt, with what it forwards.
+/// An event's dispatch to one destination, leased for one attempt, with
+/// what it forwards.
 #[derive(Clone, Debug)]
 pub struct Leased {
     pub event_id: i64,
+    /// The destination's name in its source's config.
+    pub destination: String,
     /// The attempt's row when it was written as it began (sync mode, inside
     /// the provider's request); the workers' attempts are written once, when
     /// they end.
@@ -79,12 +82,13 @@ pub struct Done {
     pub response: Option<StoredResponse>,
 }
 
-/// The sources this process can forward, each with its lease: the source's
-/// attempt timeout plus a margin. Workers lease only these, so a process
-/// never takes an event it has no destination for.
+/// The destinations this process can forward to, each with its lease: its
+/// attempt timeout plus a margin. Workers lease only their dispatches, so a
+/// process never takes one it has no destination for.
 #[derive(Clone, Debug, Default)]
 pub struct Runnable {
     slugs: Vec<String>,
+    destinations: Vec<String>,
     lease_secs: Vec<f64>,
     /// How long a sync-mode event whose inline attempt failed waits for its
     /// provider's retry before the workers adopt it.
@@ -101,16 +105,22 @@ pub struct Runnable {
 pub const REQUEST_GRACE: Duration = Duration::from_secs(600);
 
 impl Runnable {
+    /// Each (source, destination, attempt timeout).
     pub fn new<'a>(
-        sources: impl IntoIterator<Item = (&'a str, Duration)>,
+        destinations: impl IntoIterator<Item = (&'a str, &'a str, Duration)>,
         margin: Duration,
     ) -> Self {
-        let (slugs, lease_secs) = sources
-            .into_iter()
-            .map(|(slug, timeout)| (slug.to_owned(), (timeout + margin).as_secs_f64()))
-            .unzip();
+        let mut slugs = Vec::new();
+        let mut names = Vec::new();
+        let mut lease_secs = Vec::new();
+        for (slug, name, timeout) in destinations {
+            slugs.push(slug.to_owned());
+            names.push(name.to_owned());
+            lease_secs.push((timeout + margin).as_secs_f64());
+        }
         Self {
             slugs,
+            destinations: names,
             lease_secs,
             request_grace: REQUEST_GRACE,
             takeover_grace: Duration::ZERO,
@@ -134,13 +144,13 @@ impl Runnable {
     }
 }
 
-/// Leases up to `limit` due events that workers forward: queued or retrying
-/// ones whose time has come, and processing ones whose holder lost its
-/// lease (a takeover, which closes the abandoned attempt). A sync-mode
-/// event is adopted from its provider's requests when its holder vanished
+/// Leases up to `limit` due dispatches that workers forward: queued or
+/// retrying ones whose time has come, and processing ones whose holder lost
+/// its lease (a takeover, which closes the abandoned attempt). A sync-mode
+/// dispatch is adopted from its provider's requests when its holder vanished
 /// (the lease expired: a crash, or the provider hung up) or its provider
 /// has not retried a failed attempt within `REQUEST_GRACE`. Only `runnable`
-/// sources, and none that is paused.
+/// destinations, and none of a paused source.
 pub async fn lease(
     pool: &PgPool,
     worker: &str,
@@ -153,33 +163,34 @@ pub async fn lease(
     sqlx::query_as!(
         Leased,
         r#"WITH runnable AS (
-             SELECT r.slug, r.lease_secs
-             FROM unnest($3::text[], $4::float8[]) AS r(slug, lease_secs)
+             SELECT r.slug, r.destination, r.lease_secs
+             FROM unnest($3::text[], $7::text[], $4::float8[]) AS r(slug, destination, lease_secs)
              JOIN sources s ON s.slug = r.slug
              WHERE NOT coalesce(s.paused_override, s.config_paused)
          ),
          candidates AS (
-             (SELECT id FROM events
+             (SELECT event_id, destination FROM dispatches
               WHERE state IN ('queued', 'retrying') AND next_attempt_at <= now()
-                AND forwarder = 'workers' AND source IN (SELECT slug FROM runnable)
+                AND forwarder = 'workers'
+                AND (source, destination) IN (SELECT slug, destination FROM runnable)
               ORDER BY next_attempt_at LIMIT $2)
              UNION ALL
-             (SELECT id FROM events
+             (SELECT event_id, destination FROM dispatches
               WHERE state = 'processing' AND lease_expires_at < now() - make_interval(secs => $6)
-                AND source IN (SELECT slug FROM runnable)
+                AND (source, destination) IN (SELECT slug, destination FROM runnable)
               ORDER BY lease_expires_at LIMIT $2)
              UNION ALL
-             (SELECT id FROM events
+             (SELECT event_id, destination FROM dispatches
               WHERE state = 'retrying' AND forwarder = 'request'
                 AND state_changed_at < now() - make_interval(secs => $5)
-                AND source IN (SELECT slug FROM runnable)
+                AND (source, destination) IN (SELECT slug, destination FROM runnable)
               ORDER BY state_changed_at LIMIT $2)
          ),
          locked AS (
-             SELECT id, state = 'processing' AS taken_over,
+             SELECT event_id, destination, state = 'processing' AS taken_over,
                     lease_owner AS lost_by, forwarder AS lost_forwarder,
-                    state_changed_at AS began FROM events
-             WHERE id IN (SELECT id FROM candidates)
+                    state_changed_at AS began FROM dispatches
+             WHERE (event_id, destination) IN (SELECT event_id, destination FROM candidates)
                AND ((state IN ('queued', 'retrying') AND next_attempt_at <= now()
                      AND forwarder = 'workers')
                     OR (state = 'processing' AND lease_expires_at < now() - make_interval(secs => $6))
@@ -189,22 +200,22 @@ pub async fn lease(
              FOR UPDATE SKIP LOCKED
          ),
          leased AS (
-             UPDATE events e SET
+             UPDATE dispatches p SET
                  state = 'processing', state_changed_at = now(), forwarder = 'workers',
                  lease_owner = $1,
                  lease_expires_at = now() + make_interval(secs => r.lease_secs),
-                 attempt_count = e.attempt_count + 1
+                 attempt_count = p.attempt_count + 1
              FROM locked, runnable r
-             WHERE e.id = locked.id AND r.slug = e.source
-             RETURNING e.id, locked.taken_over, locked.lost_by, locked.lost_forwarder,
-                       locked.began,
-                       e.source, e.idem_key, e.attempt_count,
-                       e.first_delivery_id, e.first_seen_at, e.revived_at, e.forced_at,
-                       CASE WHEN e.forced_at IS NOT NULL AND e.completed_at IS NULL
-                            THEN e.forced_by END AS forced_by,
-                       e.forced_at IS NOT NULL AND e.completed_at IS NULL AS forced
+             WHERE p.event_id = locked.event_id AND p.destination = locked.destination
+               AND r.slug = p.source AND r.destination = p.destination
+             RETURNING p.event_id, p.destination, locked.taken_over, locked.lost_by,
+                       locked.lost_forwarder, locked.began, p.source, p.attempt_count,
+                       p.revived_at, p.forced_at,
+                       CASE WHEN p.forced_at IS NOT NULL AND p.completed_at IS NULL
+                            THEN p.forced_by END AS forced_by,
+                       p.forced_at IS NOT NULL AND p.completed_at IS NULL AS forced
          ),
-         -- A taken-over event's attempt is its last one, found by number (a
+         -- A taken-over dispatch's attempt is its last one, found by number (a
          -- condition on finished_at would draw the planner to attempts_open,
          -- whose dead entries made this the lease's dearest step). Written as
          -- it began only inside a provider's request (sync mode): closed here;
@@ -214,46 +225,48 @@ pub async fn lease(
          -- over): only a row still open is this attempt's.
          closed AS (
              UPDATE attempts a SET finished_at = now(), error = 'worker lost its lease; taken over'
-             WHERE (a.event_id, a.number) IN
-                   (SELECT id, attempt_count - 1 FROM leased WHERE taken_over)
+             WHERE (a.event_id, a.destination, a.number) IN
+                   (SELECT event_id, destination, attempt_count - 1 FROM leased WHERE taken_over)
                AND a.finished_at IS NULL
-             RETURNING a.event_id
+             RETURNING a.event_id, a.destination
          ),
          -- A sync claim whose request died before its attempt began has none.
          -- Begun a day ago at most: older days' partitions may be gone (an
          -- event may wait that long, its source paused, its holder dead).
          abandoned AS (
-             INSERT INTO attempts (event_id, number, worker, started_at, finished_at, error, forced_by)
-             SELECT id, attempt_count - 1, lost_by, greatest(began, now() - interval '1 day'), now(),
+             INSERT INTO attempts (event_id, destination, number, worker, started_at, finished_at,
+                                   error, forced_by)
+             SELECT event_id, destination, attempt_count - 1, lost_by,
+                    greatest(began, now() - interval '1 day'), now(),
                     'worker lost its lease; taken over', forced_by
              FROM leased
              WHERE taken_over AND lost_forwarder = 'workers' AND lost_by IS NOT NULL
-               AND id NOT IN (SELECT event_id FROM closed)
+               AND (event_id, destination) NOT IN (SELECT event_id, destination FROM closed)
          )
-         SELECT l.id AS event_id, NULL::bigint AS attempt_id, l.source, l.idem_key,
+         SELECT l.event_id, l.destination, NULL::bigint AS attempt_id, l.source, e.idem_key,
                 l.attempt_count AS attempt,
                 coalesce(d.body, c.body) AS body,
                 CASE WHEN d.body IS NULL THEN c.content_type ELSE d.content_type END
                     AS content_type,
                 CASE WHEN d.body IS NULL THEN c.headers ELSE d.headers END AS headers,
                 l.forced AS "forced!",
-                extract(epoch FROM greatest(l.first_seen_at, l.revived_at, l.forced_at))::float8
+                extract(epoch FROM greatest(e.first_seen_at, l.revived_at, l.forced_at))::float8
                     AS "received!"
-         FROM leased l
+         FROM leased l JOIN events e ON e.id = l.event_id
          -- Looked up by id in each partition's index, in the days since the
          -- event was first seen (no delivery of it is older): a join alone
          -- may hash a scan of every partition (41 ms a lease under load).
          -- (LIMIT keeps it a subquery, run per event, not folded into a join.)
          LEFT JOIN LATERAL (
              SELECT d.body, d.content_type, d.headers FROM deliveries d
-             WHERE d.id = l.first_delivery_id AND d.received_at >= l.first_seen_at
+             WHERE d.id = e.first_delivery_id AND d.received_at >= e.first_seen_at
              LIMIT 1
          ) d ON true
          -- Only when that payload is gone (retention racing a force or a
          -- revive): the newest copy posted under the event's own key.
          LEFT JOIN LATERAL (
              SELECT c.body, c.content_type, c.headers FROM deliveries c
-             WHERE d.body IS NULL AND c.event_id = l.id AND c.idem_key = l.idem_key
+             WHERE d.body IS NULL AND c.event_id = e.id AND c.idem_key = e.idem_key
                AND c.body IS NOT NULL
              ORDER BY c.id DESC LIMIT 1
          ) c ON true"#,
@@ -262,7 +275,8 @@ pub async fn lease(
         &runnable.slugs,
         &runnable.lease_secs,
         runnable.request_grace.as_secs_f64(),
-        runnable.takeover_grace.as_secs_f64()
+        runnable.takeover_grace.as_secs_f64(),
+        &runnable.destinations
     )
     .fetch_all(pool)
     .await
@@ -290,14 +304,14 @@ pub async fn start_inline(
 ) -> Result<Inline, sqlx::Error> {
     let started = sqlx::query!(
         "WITH ev AS (
-             UPDATE events e SET attempt_count = e.attempt_count + 1
+             UPDATE dispatches p SET attempt_count = p.attempt_count + 1
              FROM sources s
-             WHERE e.id = $1 AND e.lease_owner = $2 AND e.state = 'processing'
-               AND s.slug = e.source AND NOT coalesce(s.paused_override, s.config_paused)
-             RETURNING e.id, e.attempt_count
+             WHERE p.event_id = $1 AND p.lease_owner = $2 AND p.state = 'processing'
+               AND s.slug = p.source AND NOT coalesce(s.paused_override, s.config_paused)
+             RETURNING p.event_id, p.destination, p.attempt_count
          )
-         INSERT INTO attempts (event_id, number, worker)
-         SELECT id, attempt_count, $2 FROM ev
+         INSERT INTO attempts (event_id, destination, number, worker)
+         SELECT event_id, destination, attempt_count, $2 FROM ev
          RETURNING id, number",
         event_id,
         lease_owner
@@ -327,10 +341,10 @@ pub async fn release_paused(
     lease_owner: &str,
 ) -> Result<bool, sqlx::Error> {
     let released: Option<i64> = sqlx::query_scalar!(
-        "UPDATE events SET state = 'queued', forwarder = 'workers', state_changed_at = now(),
+        "UPDATE dispatches SET state = 'queued', forwarder = 'workers', state_changed_at = now(),
              next_attempt_at = now(), lease_owner = NULL, lease_expires_at = NULL
-         WHERE id = $1 AND lease_owner = $2 AND state = 'processing'
-         RETURNING id",
+         WHERE event_id = $1 AND lease_owner = $2 AND state = 'processing'
+         RETURNING event_id",
         event_id,
         lease_owner
     )
@@ -339,7 +353,7 @@ pub async fn release_paused(
     Ok(released.is_some())
 }
 
-/// Events leased to this process's workers at their claim whose attempt
+/// Dispatches leased to this process's workers at their claim whose attempt
 /// never began (their source was paused or rests, they waited too long for
 /// a worker, the process is stopping) go back to `queued` for any worker's
 /// lease, with no trace of the attempt that did not happen. Only while
@@ -353,12 +367,18 @@ pub async fn release_unbegun(
         return Ok(0);
     }
     let released = sqlx::query!(
-        "UPDATE events e SET state = 'queued', state_changed_at = now(),
+        "UPDATE dispatches p SET state = 'queued', state_changed_at = now(),
              next_attempt_at = now(), lease_owner = NULL, lease_expires_at = NULL,
-             attempt_count = e.attempt_count - 1
-         WHERE e.id = ANY ($2) AND e.state = 'processing' AND e.lease_owner = $1",
+             attempt_count = p.attempt_count - 1
+         FROM unnest($2::bigint[], $3::text[]) AS u(event_id, destination)
+         WHERE p.event_id = u.event_id AND p.destination = u.destination
+           AND p.state = 'processing' AND p.lease_owner = $1",
         owner,
-        &unbegun.iter().map(|l| l.event_id).collect::<Vec<_>>()
+        &unbegun.iter().map(|l| l.event_id).collect::<Vec<_>>(),
+        &unbegun
+            .iter()
+            .map(|l| l.destination.clone())
+            .collect::<Vec<_>>()
     )
     .execute(pool)
     .await?
@@ -374,16 +394,23 @@ pub async fn finish(pool: &PgPool, holder: &str, done: &Done) -> Result<bool, sq
 }
 
 /// `finish` for several attempts in one statement, each with its holder:
-/// each attempt is recorded, and each event moves on if its holder still
-/// holds its lease. Returns the ids of the events that moved.
-pub async fn finish_each(pool: &PgPool, done: &[(&str, &Done)]) -> Result<Vec<i64>, sqlx::Error> {
+/// each attempt is recorded, and each dispatch moves on if its holder still
+/// holds its lease. Returns the (event id, destination) of each dispatch
+/// that moved.
+pub async fn finish_each(
+    pool: &PgPool,
+    done: &[(&str, &Done)],
+) -> Result<Vec<(i64, String)>, sqlx::Error> {
     if done.is_empty() {
         return Ok(Vec::new());
     }
-    // In key order, as claim batches lock events: the two never deadlock.
+    // Claims never lock a dispatch (they insert new ones) and nothing else
+    // that waits for a row lock locks several: only two holders of one
+    // dispatch (after a takeover) record it at once. The order is for
+    // repeatable plans; an update's join may visit rows in any order.
     let mut sorted: Vec<(&str, &Done)> = done.to_vec();
     sorted.sort_by(|(_, a), (_, b)| {
-        (&a.leased.source, &a.leased.idem_key).cmp(&(&b.leased.source, &b.leased.idem_key))
+        (a.leased.event_id, &a.leased.destination).cmp(&(b.leased.event_id, &b.leased.destination))
     });
     let holders: Vec<&str> = sorted.iter().map(|(holder, _)| *holder).collect();
     let done: Vec<&Done> = sorted.into_iter().map(|(_, d)| d).collect();
@@ -399,14 +426,14 @@ pub async fn finish_each(pool: &PgPool, done: &[(&str, &Done)]) -> Result<Vec<i6
     fn kept<'a>(d: &&'a Done) -> Option<&'a StoredResponse> {
         d.response.as_ref().filter(|_| d.next == Next::Completed)
     }
-    let moved = sqlx::query_scalar!(
+    let moved = sqlx::query!(
 "WITH input AS (
              SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::int[], $5::int[],
                                   $6::text[], $7::text[], $8::float8[], $9::text[], $10::text[],
-                                  $11::int[], $12::text[], $13::bytea[], $14::int[])
+                                  $11::int[], $12::text[], $13::bytea[], $14::int[], $15::text[])
                  AS t(holder, event_id, attempt_id, status, latency_ms, excerpt, error, delay,
                       state, reason, response_status, response_content_type, response_body,
-                      number)
+                      number, destination)
          ),
          -- Written as it began (sync mode): completed. A worker's: written
          -- now, once (its request went out its latency ago, by the
@@ -419,50 +446,44 @@ pub async fn finish_each(pool: &PgPool, done: &[(&str, &Done)]) -> Result<Vec<i6
                  next_attempt_at = now() + make_interval(secs => i.delay), result = i.state
              FROM input i WHERE a.id = ANY ($3::bigint[]) AND a.id = i.attempt_id
          ),
-         -- The events locked in key order first, as claim batches lock them
-         -- (an update's join may visit them in any order): never a deadlock.
-         ordered AS MATERIALIZED (
-             SELECT e.id FROM events e JOIN input i ON e.id = i.event_id
-             ORDER BY e.source, e.idem_key
-             FOR NO KEY UPDATE OF e
-         ),
          moved AS (
-             UPDATE events e SET
+             UPDATE dispatches p SET
              state = i.state, state_changed_at = now(),
              lease_owner = NULL, lease_expires_at = NULL,
-             next_attempt_at = CASE WHEN i.delay IS NULL THEN e.next_attempt_at
+             next_attempt_at = CASE WHEN i.delay IS NULL THEN p.next_attempt_at
                                     ELSE now() + make_interval(secs => i.delay) END,
              completed_at = CASE WHEN i.state = 'completed' THEN now() END,
              last_error = i.reason,
              dead_reason = CASE WHEN i.state = 'dead' THEN i.reason END,
-             response_status = coalesce(i.response_status::smallint, e.response_status),
+             response_status = coalesce(i.response_status::smallint, p.response_status),
              response_content_type = CASE WHEN i.response_status IS NULL
-                                          THEN e.response_content_type
+                                          THEN p.response_content_type
                                           ELSE i.response_content_type END,
-             response_body = coalesce(i.response_body, e.response_body)
+             response_body = coalesce(i.response_body, p.response_body)
              FROM input i
-             WHERE e.id = i.event_id AND e.state = 'processing' AND e.lease_owner = i.holder
-               AND e.id IN (SELECT id FROM ordered)
-             RETURNING e.id
+             WHERE p.event_id = i.event_id AND p.destination = i.destination
+               AND p.state = 'processing' AND p.lease_owner = i.holder
+             RETURNING p.event_id, p.destination
          ),
          -- Only while its holder held the lease: a holder that lost it (its
          -- attempt was recorded as lost by the takeover) or a retry of a
          -- recording already committed writes nothing. `forced_by` as the
-         -- event was before this statement.
+         -- dispatch was before this statement.
          written AS (
-             INSERT INTO attempts (event_id, number, worker, started_at, finished_at, status,
-                                   latency_ms, response_excerpt, error, next_attempt_at, result,
-                                   forced_by)
-             SELECT i.event_id, i.number, i.holder,
+             INSERT INTO attempts (event_id, destination, number, worker, started_at, finished_at,
+                                   status, latency_ms, response_excerpt, error, next_attempt_at,
+                                   result, forced_by)
+             SELECT i.event_id, i.destination, i.number, i.holder,
                     now() - make_interval(secs => i.latency_ms / 1000.0), now(), i.status,
                     i.latency_ms, i.excerpt, i.error, now() + make_interval(secs => i.delay),
                     i.state,
-                    CASE WHEN e.forced_at IS NOT NULL AND e.completed_at IS NULL
-                         THEN e.forced_by END
-             FROM input i JOIN moved m ON m.id = i.event_id JOIN events e ON e.id = i.event_id
+                    CASE WHEN p.forced_at IS NOT NULL AND p.completed_at IS NULL
+                         THEN p.forced_by END
+             FROM input i JOIN moved m USING (event_id, destination)
+             JOIN dispatches p ON p.event_id = i.event_id AND p.destination = i.destination
              WHERE i.attempt_id IS NULL
          )
-         SELECT id AS \"id!\" FROM moved",
+         SELECT event_id AS \"event_id!\", destination AS \"destination!\" FROM moved",
 &holders as _,
 done.iter().map(|d| d.leased.event_id).collect::<Vec<_>>() as _,
 done.iter().map(|d| d.leased.attempt_id).collect::<Vec<_>>() as _,
@@ -477,10 +498,14 @@ done.iter().map(|d| kept(d).map(|r| i32::from(r.status))).collect::<Vec<_>>() as
 done.iter().map(|d| kept(d).and_then(|r| r.content_type.as_deref())).collect::<Vec<_>>() as _,
 done.iter().map(|d| kept(d).map(|r| r.body.as_slice())).collect::<Vec<_>>() as _,
 &done.iter().map(|d| d.leased.attempt).collect::<Vec<_>>(),
+&done.iter().map(|d| d.leased.destination.as_str()).collect::<Vec<_>>() as _,
 )
     .fetch_all(pool)
     .await?;
-    Ok(moved)
+    Ok(moved
+        .into_iter()
+        .map(|r| (r.event_id, r.destination))
+        .collect())
 }
 
 /// Settles a sync claim that needs no destination (Discord's PING), storing
@@ -492,10 +517,10 @@ pub async fn complete_inline(
     response: &StoredResponse,
 ) -> Result<(), sqlx::Error> {
     sqlx::query!(
-        "UPDATE events SET state = 'completed', state_changed_at = now(), completed_at = now(),
-             lease_owner = NULL, lease_expires_at = NULL,
+        "UPDATE dispatches SET state = 'completed', state_changed_at = now(),
+             completed_at = now(), lease_owner = NULL, lease_expires_at = NULL,
              response_status = $3, response_content_type = $4, response_body = $5
-         WHERE id = $1 AND lease_owner = $2 AND state = 'processing'",
+         WHERE event_id = $1 AND lease_owner = $2 AND state = 'processing'",
         event_id,
         lease_owner,
         response.status,
@@ -505,4 +530,50 @@ pub async fn complete_inline(
     .execute(pool)
     .await?;
     Ok(())
+}
+
+/// Dispatches waiting for a destination `source`'s config no longer names
+/// (a destination renamed, or the events of a source that had none, kept
+/// under `default`) are adopted by the destinations it names now: each
+/// that lacks a dispatch of the event gets one, queued, and the orphan
+/// goes. An orphan whose event every named destination has already stays
+/// (a destination taken out of the config for a while keeps its backlog).
+/// Never one whose holder's lease still runs: a process on the old config
+/// may be forwarding it. Filters are not applied to adopted events: their
+/// type was not taken at their claim. Returns how many dispatches were made.
+pub async fn adopt_orphans(
+    pool: &PgPool,
+    source: &str,
+    destinations: &[&str],
+) -> Result<u64, sqlx::Error> {
+    if destinations.is_empty() {
+        return Ok(0);
+    }
+    let adopted: i64 = sqlx::query_scalar!(
+        r#"WITH orphans AS (
+             SELECT p.event_id, p.destination FROM dispatches p
+             WHERE p.source = $1 AND p.destination <> ALL ($2)
+               AND (p.state IN ('queued', 'retrying')
+                    OR (p.state = 'processing' AND p.lease_expires_at < now()))
+             FOR UPDATE SKIP LOCKED
+         ),
+         adopted AS (
+             INSERT INTO dispatches (event_id, destination, source, state)
+             SELECT o.event_id, d.name, $1, 'queued'
+             FROM (SELECT DISTINCT event_id FROM orphans) o, unnest($2::text[]) AS d(name)
+             ON CONFLICT (event_id, destination) DO NOTHING
+             RETURNING event_id
+         ),
+         gone AS (
+             DELETE FROM dispatches p USING orphans o
+             WHERE p.event_id = o.event_id AND p.destination = o.destination
+               AND o.event_id IN (SELECT event_id FROM adopted)
+         )
+         SELECT count(*) AS "count!" FROM adopted"#,
+        source,
+        destinations as _
+    )
+    .fetch_one(pool)
+    .await?;
+    Ok(adopted as u64)
 }

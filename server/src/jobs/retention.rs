@@ -82,9 +82,9 @@ pub async fn prune(
                 "DELETE FROM deliveries_legacy WHERE id IN (
                      SELECT d.id FROM deliveries_legacy d
                      WHERE d.received_at < now() - make_interval(days => $1)
-                       AND NOT EXISTS (SELECT 1 FROM events e WHERE e.id = d.event_id
-                                       AND e.first_delivery_id = d.id
-                                       AND e.state IN ('queued', 'processing', 'retrying'))
+                       AND NOT EXISTS (SELECT 1 FROM events e JOIN dispatches p ON p.event_id = e.id
+                                       WHERE e.id = d.event_id AND e.first_delivery_id = d.id
+                                         AND p.state IN ('queued', 'processing', 'retrying'))
                      ORDER BY d.id
                      LIMIT $2)",
                 retention_days as i32,

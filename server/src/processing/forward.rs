@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::config::SourceConfig;
+use crate::config::{Destination, SourceConfig};
 use crate::events::{AttemptRecord, Leased};
 use crate::providers::{standard, Provider};
 
@@ -69,6 +69,7 @@ pub struct Answer {
 pub async fn forward(
     client: &reqwest::Client,
     source: &SourceConfig,
+    destination: Option<&Destination>,
     leased: &Leased,
     keep_bytes: usize,
 ) -> Answer {
@@ -86,7 +87,7 @@ pub async fn forward(
         body: Vec::new(),
         unreachable: false,
     };
-    let (Some(destination), Some(body)) = (source.destination(), leased.body.as_deref()) else {
+    let (Some(destination), Some(body)) = (destination, leased.body.as_deref()) else {
         return failed("nothing to forward: no destination or the payload was pruned".into());
     };
     let message_id = message_id(leased.event_id);

@@ -123,7 +123,9 @@ impl Inbox {
             |(mut begin, mut release), (at, leased)| {
                 if at.elapsed() > fresh_within
                     || self.wake.is_paused(&leased.source)
-                    || self.rests.down(&leased.source)
+                    || self
+                        .rests
+                        .down(&super::rests::key(&leased.source, &leased.destination))
                 {
                     release.push(leased);
                 } else {
@@ -171,12 +173,12 @@ impl Handoff for Inbox {
         &self.owner
     }
 
-    fn reserve(&self, source: &str) -> Option<f64> {
+    fn reserve(&self, source: &str, destination: &str) -> Option<f64> {
         let config = self.config.sources.iter().find(|s| s.slug == source)?;
+        let wanted = config.destinations.iter().find(|d| d.name == destination)?;
         if config.mode != Mode::Ack
-            || !config.forwards()
             || self.wake.is_paused(source)
-            || self.rests.down(source)
+            || self.rests.down(&super::rests::key(source, destination))
             || self.bytes.load(Ordering::SeqCst) >= ROOM_BYTES
         {
             return None;
@@ -190,7 +192,7 @@ impl Handoff for Inbox {
             self.reserved.fetch_sub(1, Ordering::SeqCst);
             return None;
         }
-        let timeout = config.attempt_timeout();
+        let timeout = Duration::from_secs(wanted.timeout_secs);
         Some((timeout + self.lease_margin()).as_secs_f64())
     }
 

@@ -121,7 +121,7 @@ async fn run(pool: PgPool, mut waiting: mpsc::UnboundedReceiver<Request>) {
 
 /// Records every attempt of `batch` in one statement; the ids of the events
 /// that moved.
-async fn finish(pool: &PgPool, batch: &[Request]) -> Result<Vec<i64>, sqlx::Error> {
+async fn finish(pool: &PgPool, batch: &[Request]) -> Result<Vec<(i64, String)>, sqlx::Error> {
     let all: Vec<(&str, &Done)> = batch
         .iter()
         .flat_map(|r| r.done.iter().map(move |d| (r.holder.as_str(), d)))
@@ -129,14 +129,15 @@ async fn finish(pool: &PgPool, batch: &[Request]) -> Result<Vec<i64>, sqlx::Erro
     events::finish_each(pool, &all).await
 }
 
-/// Tells each request of `batch` how many of its events moved.
-fn answer(batch: impl IntoIterator<Item = Request>, moved: &[i64]) {
-    let moved: std::collections::HashSet<i64> = moved.iter().copied().collect();
+/// Tells each request of `batch` how many of its dispatches moved.
+fn answer(batch: impl IntoIterator<Item = Request>, moved: &[(i64, String)]) {
+    let moved: std::collections::HashSet<(i64, &str)> =
+        moved.iter().map(|(e, d)| (*e, d.as_str())).collect();
     for request in batch {
         let n = request
             .done
             .iter()
-            .filter(|d| moved.contains(&d.leased.event_id))
+            .filter(|d| moved.contains(&(d.leased.event_id, d.leased.destination.as_str())))
             .count();
         let _ = request.moved.send(Ok(n));
     }

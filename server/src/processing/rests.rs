@@ -36,7 +36,13 @@ impl Resting {
     }
 }
 
-/// The resting sources of one process, shared by its workers and its inbox.
+/// What rests: one destination of one source.
+pub fn key(source: &str, destination: &str) -> String {
+    format!("{source}/{destination}")
+}
+
+/// The resting destinations of one process (by `key`), shared by its
+/// workers and its inbox.
 #[derive(Debug, Default)]
 pub struct Rests {
     sources: Mutex<HashMap<String, Resting>>,

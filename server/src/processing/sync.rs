@@ -142,8 +142,13 @@ async fn forward_inline(
                 ))
             }
         };
+    // A sync source has one destination (the config allows no more).
+    let destination = source.destinations.first();
     let leased = Leased {
         event_id: claimed.event_id,
+        destination: destination
+            .map_or(crate::config::destination::DEFAULT_NAME, |d| &d.name)
+            .to_owned(),
         attempt_id: Some(attempt_id),
         source: source.slug.clone(),
         idem_key: idem_key.to_owned(),
@@ -157,7 +162,7 @@ async fn forward_inline(
         received,
     };
     let keep_bytes = services.config.max_body_bytes;
-    let answer = forward::forward(&services.client, source, &leased, keep_bytes).await;
+    let answer = forward::forward(&services.client, source, destination, &leased, keep_bytes).await;
     let response = answer.record.status.map(|status| StoredResponse {
         status: status as i16,
         content_type: answer.content_type.clone(),
@@ -165,7 +170,9 @@ async fn forward_inline(
     });
     let (next, record) = decide(
         &services.policy,
-        super::worker::max_attempts(source),
+        destination.map_or(crate::config::destination::DEFAULT_MAX_ATTEMPTS, |d| {
+            d.max_attempts
+        }),
         attempt,
         answer,
     );

@@ -16,7 +16,7 @@ use tracing::Instrument;
 
 use super::handoff::Inbox;
 use super::recorder::Recorder;
-use super::rests::{Rests, UNREACHABLE_MAX};
+use super::rests::{self, Rests, UNREACHABLE_MAX};
 use super::retry::{classify, RetryPolicy, Verdict};
 use super::wake::Wake;
 use super::{forward, Services};
@@ -161,6 +161,7 @@ impl Workers {
         let process = format!("{}:{}", hostname(), std::process::id());
         let mut set = JoinSet::new();
         if count > 0 {
+            set.spawn(self.clone().adopt_orphans());
             set.spawn(self.clone().follow_pauses(shutdown.clone()));
             set.spawn(self.clone().close_inbox_at(shutdown.clone()));
         }
@@ -174,6 +175,23 @@ impl Workers {
             set.spawn(async move { worker.run(id, shutdown).await });
         }
         set
+    }
+
+    /// Once at start: dispatches to destinations the config no longer
+    /// names go to the ones it names (`events::adopt_orphans`).
+    pub async fn adopt_orphans(self) {
+        for s in &self.config.sources {
+            let names: Vec<&str> = s.destinations.iter().map(|d| d.name.as_str()).collect();
+            match events::adopt_orphans(&self.pool, &s.slug, &names).await {
+                Ok(0) => {}
+                Ok(n) => {
+                    tracing::info!(source = %s.slug, dispatches = n, "events waiting for a destination no longer configured were given to the configured ones")
+                }
+                Err(e) => {
+                    tracing::warn!(source = %s.slug, error = %e, "could not look for events waiting on a destination no longer configured")
+                }
+            }
+        }
     }
 
     /// A pool whose lease statements do not wait for this one's, as
@@ -291,8 +309,8 @@ impl Workers {
         }
     }
 
-    /// The sources this process can forward: those with a destination, and
-    /// not paused as far as this pool knows. The lease checks the pause in
+    /// The destinations this process can forward to: of sources not paused
+    /// as far as this pool knows, and not resting. The lease checks the pause in
     /// the database too; leaving out a source known paused here spares a
     /// lease that would scan its whole backlog to find nothing (and none at
     /// all runs when every source is paused).
@@ -301,10 +319,16 @@ impl Workers {
             self.config
                 .sources
                 .iter()
-                .filter(|s| {
-                    s.forwards() && !self.wake.is_paused(&s.slug) && !self.rests.resting(&s.slug)
-                })
-                .map(|s| (s.slug.as_str(), s.attempt_timeout())),
+                .filter(|s| !self.wake.is_paused(&s.slug))
+                .flat_map(|s| s.destinations.iter().map(move |d| (s, d)))
+                .filter(|(s, d)| !self.rests.resting(&rests::key(&s.slug, &d.name)))
+                .map(|(s, d)| {
+                    (
+                        s.slug.as_str(),
+                        d.name.as_str(),
+                        Duration::from_secs(d.timeout_secs),
+                    )
+                }),
             self.lease_margin,
         )
         .with_request_grace(self.request_grace)
@@ -355,7 +379,11 @@ impl Workers {
             let leased = leased?;
             // Leased under the gate: a resting source's first batch after its
             // rest is its probe, and the next lease leaves the source out.
-            self.rests.probing(leased.iter().map(|l| l.source.as_str()));
+            let probes: Vec<String> = leased
+                .iter()
+                .map(|l| rests::key(&l.source, &l.destination))
+                .collect();
+            self.rests.probing(probes.iter().map(String::as_str));
             leased
         };
         let count = leased.len();
@@ -370,12 +398,14 @@ impl Workers {
     async fn forward_batch(&self, holder: &str, leased: Vec<Leased>) -> Result<(), sqlx::Error> {
         // Each attempt runs as its own task: it goes on while others are recorded.
         let mut reached: std::collections::HashMap<String, bool> = Default::default();
-        let sources: std::collections::HashSet<String> =
-            leased.iter().map(|l| l.source.clone()).collect();
+        let sources: std::collections::HashSet<String> = leased
+            .iter()
+            .map(|l| rests::key(&l.source, &l.destination))
+            .collect();
         let mut running: FuturesUnordered<_> = leased
             .into_iter()
             .map(|leased| {
-                let span = tracing::info_span!("attempt", source = %leased.source, event = leased.event_id, attempt = leased.attempt);
+                let span = tracing::info_span!("attempt", source = %leased.source, destination = %leased.destination, event = leased.event_id, attempt = leased.attempt);
                 tokio::spawn(self.clone().attempt(leased).instrument(span))
             })
             .collect();
@@ -402,7 +432,9 @@ impl Workers {
                 .map(|(done, connection)| {
                     // Only attempts that tried to connect say anything.
                     if let Some(connected) = connection {
-                        *reached.entry(done.leased.source.clone()).or_insert(false) |= connected;
+                        *reached
+                            .entry(rests::key(&done.leased.source, &done.leased.destination))
+                            .or_insert(false) |= connected;
                     }
                     done
                 })
@@ -488,19 +520,20 @@ impl Workers {
     /// One forward and where it leads, and whether it got a connection
     /// (None: it tried none).
     async fn attempt(self, leased: Leased) -> (Done, Option<bool>) {
-        // Only this process's sources are leased (`runnable`).
+        // Only this process's destinations are leased (`runnable`); one
+        // handed over by a process on another config is tried again later.
+        let unconfigured = |leased: Leased, error: String| Done {
+            leased,
+            next: Next::RetryIn(Duration::from_secs(60)),
+            record: AttemptRecord {
+                error: Some(error),
+                ..Default::default()
+            },
+            response: None,
+        };
         let Some(source) = self.config.sources.iter().find(|s| s.slug == leased.source) else {
             let error = format!("source {:?} is not configured here", leased.source);
-            let done = Done {
-                leased,
-                next: Next::RetryIn(Duration::from_secs(60)),
-                record: AttemptRecord {
-                    error: Some(error),
-                    ..Default::default()
-                },
-                response: None,
-            };
-            return (done, None);
+            return (unconfigured(leased, error), None);
         };
         if leased.body.is_none() {
             // Retrying cannot bring a pruned payload back.
@@ -521,7 +554,18 @@ impl Workers {
             Mode::Sync => self.config.max_body_bytes,
             Mode::Ack => forward::EXCERPT_BYTES,
         };
-        let answer = forward::forward(&self.client, source, &leased, keep).await;
+        let Some(destination) = source
+            .destinations
+            .iter()
+            .find(|d| d.name == leased.destination)
+        else {
+            let error = format!(
+                "destination {:?} of source {:?} is not configured here",
+                leased.destination, leased.source
+            );
+            return (unconfigured(leased, error), None);
+        };
+        let answer = forward::forward(&self.client, source, Some(destination), &leased, keep).await;
         let response = (source.mode == Mode::Sync)
             .then(|| {
                 answer.record.status.map(|status| StoredResponse {
@@ -532,7 +576,12 @@ impl Workers {
             })
             .flatten();
         let connected = !answer.unreachable;
-        let (next, record) = decide(&self.policy, max_attempts(source), leased.attempt, answer);
+        let (next, record) = decide(
+            &self.policy,
+            destination.max_attempts,
+            leased.attempt,
+            answer,
+        );
         let done = Done {
             leased,
             record,
@@ -541,15 +590,6 @@ impl Workers {
         };
         (done, Some(connected))
     }
-}
-
-/// How many attempts its destination gets before the event is dead.
-pub fn max_attempts(source: &crate::config::SourceConfig) -> u32 {
-    source
-        .destination()
-        .map_or(crate::config::destination::DEFAULT_MAX_ATTEMPTS, |d| {
-            d.max_attempts
-        })
 }
 
 /// Where an event goes after an attempt's answer, and the attempt as recorded.

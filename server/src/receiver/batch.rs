@@ -49,12 +49,13 @@ pub const OUTCOME_WAIT: Duration = Duration::from_secs(10);
 pub trait Handoff: Send + Sync {
     /// Who holds the leases such claims write.
     fn owner(&self) -> &str;
-    /// Room for one new event of `source`: the lease, in seconds, it is
-    /// claimed under; None: it is claimed `queued`.
-    fn reserve(&self, source: &str) -> Option<f64>;
+    /// Room for one new event's dispatch to `destination` of `source`: the
+    /// lease, in seconds, it is claimed under; None: it is claimed `queued`.
+    fn reserve(&self, source: &str, destination: &str) -> Option<f64>;
     /// Reservations that took no event: the key was held, or the batch failed.
     fn unreserve(&self, count: usize);
-    /// A committed claim leased to `owner`, in place of its reservation.
+    /// A committed claim's dispatch leased to `owner`, in place of its
+    /// reservation.
     fn deliver(&self, leased: Leased);
     /// A committed claim of `source` left `queued`.
     fn queued(&self, source: &str);
@@ -73,6 +74,10 @@ pub struct PendingClaim {
     pub started: Instant,
     /// The replay guard's digest of the signed content, where it applies.
     pub replay_digest: Option<Vec<u8>>,
+    /// Its source's destinations, each with whether it wants the event.
+    pub plan: Vec<(String, bool)>,
+    /// The provider's event type, where a destination's filter needed it.
+    pub event_type: Option<String>,
 }
 
 /// A claim in the queue, with where its answer goes and since when it waits.
@@ -522,8 +527,33 @@ fn batch_claim<'a>(
         key_copies[k] += 1;
     }
     let copies: Vec<i32> = key_at.iter().map(|&k| key_copies[k]).collect();
+    // Each key's plan is its first delivery's: the copies are one event.
+    let mut key_types = vec![None; keys.len()];
+    let mut planned = vec![false; keys.len()];
+    let (mut plan_keys, mut plan_destinations, mut plan_wanted, mut plan_leases) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for (p, &k) in pending.iter().zip(&key_at) {
+        if std::mem::replace(&mut planned[k], true) {
+            continue;
+        }
+        key_types[k] = p.event_type.as_deref();
+        for (destination, wanted) in &p.plan {
+            plan_keys.push(k as i32 + 1);
+            plan_destinations.push(destination.as_str());
+            plan_wanted.push(*wanted);
+            plan_leases.push(
+                wanted
+                    .then(|| handoff.reserve(keys[k].0, destination))
+                    .flatten(),
+            );
+        }
+    }
     let mut batch = BatchClaim {
-        key_leases: keys.iter().map(|k| handoff.reserve(k.0)).collect(),
+        key_types,
+        plan_keys,
+        plan_destinations,
+        plan_wanted,
+        plan_leases,
         lease_owner: handoff.owner(),
         key_sources: keys.iter().map(|k| k.0).collect(),
         key_ids: keys.iter().map(|k| k.1).collect(),
@@ -586,8 +616,8 @@ impl<'a> Reserving<'a> {
         self.reserved.load(Ordering::Relaxed) > 0
     }
 
-    fn reserve(&self, source: &str) -> Option<f64> {
-        let lease = self.handoff?.reserve(source)?;
+    fn reserve(&self, source: &str, destination: &str) -> Option<f64> {
+        let lease = self.handoff?.reserve(source, destination)?;
         self.reserved.fetch_add(1, Ordering::Relaxed);
         Some(lease)
     }
@@ -666,6 +696,7 @@ async fn commit_batch(connection: &mut Committer, shared: &Shared, batch: Vec<Jo
                 event_id,
                 outcome,
                 handed: handed_over,
+                queued,
                 claim_key,
             } in rows
             {
@@ -673,22 +704,35 @@ async fn commit_batch(connection: &mut Committer, shared: &Shared, batch: Vec<Jo
                 if let (Some(handoff), Some(at)) = (&shared.handoff, at) {
                     if outcome == "claimed" {
                         let claim = &mut pending[at];
-                        if handed_over {
+                        let handed_over = handed_over.unwrap_or_default();
+                        let received = crate::telemetry::metrics::unix_now()
+                            - claim.started.elapsed().as_secs_f64();
+                        // The payload is moved to the last dispatch, copied to the others.
+                        let count = handed_over.len();
+                        for (i, destination) in handed_over.into_iter().enumerate() {
                             handed += 1;
+                            let last = i + 1 == count;
+                            let take =
+                                |v: &mut Vec<u8>| if last { std::mem::take(v) } else { v.clone() };
                             handoff.deliver(Leased {
                                 event_id,
+                                destination,
                                 attempt_id: None,
                                 source: claim.source.clone(),
-                                idem_key: claim_key,
+                                idem_key: claim_key.clone(),
                                 attempt: 1,
-                                body: Some(std::mem::take(&mut claim.body)),
-                                content_type: claim.content_type.take(),
-                                headers: Some(claim.headers.take()),
+                                body: Some(take(&mut claim.body)),
+                                content_type: claim.content_type.clone(),
+                                headers: Some(if last {
+                                    claim.headers.take()
+                                } else {
+                                    claim.headers.clone()
+                                }),
                                 forced: false,
-                                received: crate::telemetry::metrics::unix_now()
-                                    - claim.started.elapsed().as_secs_f64(),
+                                received,
                             });
-                        } else {
+                        }
+                        if queued {
                             handoff.queued(&claim.source);
                         }
                     }

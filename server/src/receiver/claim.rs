@@ -87,6 +87,11 @@ pub struct NewDelivery<'a> {
     pub truncated: bool,
     /// The SHA-256 of the whole body as received, where only an excerpt is kept.
     pub body_sha256: Option<Vec<u8>>,
+    /// A verified delivery's plan: its source's destinations, each with
+    /// whether it wants the event (`plan`).
+    pub plan: Vec<(String, bool)>,
+    /// The provider's event type, where a destination's filter needed it.
+    pub event_type: Option<String>,
 }
 
 /// A stored delivery fed back through the pipeline by an operator.
@@ -176,7 +181,15 @@ pub async fn claim_in(
     // it; nor does a replay ever take a sync claim over.
     let inline = lease.filter(|_| d.redelivery.is_none() && !replay);
     let verification = verification.as_ref();
-    let mut won = events::claim(tx, d.source, key, inline).await?;
+    let plan: Vec<events::Planned> = d
+        .plan
+        .iter()
+        .map(|(destination, wanted)| events::Planned {
+            destination,
+            wanted: *wanted,
+        })
+        .collect();
+    let mut won = events::claim(tx, d.source, key, &plan, d.event_type.as_deref(), inline).await?;
     // An operator's re-delivery of a dead event queues it again.
     if won.is_none() && d.redelivery.is_some() {
         let delivery_id: i64 =
@@ -184,7 +197,7 @@ pub async fn claim_in(
                 .fetch_one(&mut *tx)
                 .await?;
         let job = d.redelivery.and_then(|r| r.bulk_job);
-        won = events::revive(tx, d.source, key, delivery_id, job)
+        won = events::revive(tx, d.source, key, None, delivery_id, job)
             .await?
             .map(|event_id| (event_id, delivery_id));
     }

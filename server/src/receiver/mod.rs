@@ -12,7 +12,7 @@ use std::time::Instant;
 use sha2::Digest;
 use sqlx::PgPool;
 
-use crate::config::{Mode, SourceConfig};
+use crate::config::{destination, Mode, SourceConfig};
 use crate::events::LEASE_MARGIN;
 pub use crate::providers::Inbound;
 use crate::providers::{Rejection, Window};
@@ -96,6 +96,32 @@ fn idempotency_key(source: &SourceConfig, req: &Inbound) -> Result<String, Rejec
     Ok(key)
 }
 
+/// Which of its source's destinations want a verified event, and its type
+/// where a filter needed it. A source with no destination keeps its events
+/// under `default`, queued: they wait for one to be configured.
+fn plan(source: &SourceConfig, req: &Inbound) -> (Vec<(String, bool)>, Option<String>) {
+    if source.destinations.is_empty() {
+        return (vec![(destination::DEFAULT_NAME.to_owned(), true)], None);
+    }
+    let filtered = source.destinations.iter().any(|d| d.filter.is_some());
+    let event_type = if filtered {
+        (source.provider.event_type)(req)
+    } else {
+        None
+    };
+    let form = req.header("content-type").is_some_and(|t| {
+        t.trim_start()
+            .starts_with("application/x-www-form-urlencoded")
+    });
+    let body = destination::Body::new(&req.body, form);
+    let plan = source
+        .destinations
+        .iter()
+        .map(|d| (d.name.clone(), d.wants(event_type.as_deref(), &body)))
+        .collect();
+    (plan, event_type)
+}
+
 /// The SHA-256 of what the signature covers, where it binds neither the key
 /// nor a timestamp and the source keeps its replay guard on.
 fn replay_digest(source: &SourceConfig, req: &Inbound) -> Option<Vec<u8>> {
@@ -154,6 +180,8 @@ pub async fn accept(
         replay_digest: None,
         truncated: false,
         body_sha256: None,
+        plan: Vec::new(),
+        event_type: None,
     };
     let result = match checked {
         // Beyond its address's rate a stranger's rejection is only counted;
@@ -195,6 +223,7 @@ pub async fn accept(
             delivery.verification = verification;
             delivery.idem_key = Some(&key);
             delivery.replay_digest = replay_digest(source, inbound);
+            (delivery.plan, delivery.event_type) = plan(source, inbound);
             let lease = (source.mode == Mode::Sync).then(|| SyncLease {
                 owner: format!("sync:{:016x}", rand::random::<u64>()),
                 secs: (source.attempt_timeout() + LEASE_MARGIN).as_secs_f64(),
@@ -223,6 +252,8 @@ pub async fn accept(
                         remote_addr: inbound.remote_addr.clone(),
                         started: receipt.started,
                         replay_digest: delivery.replay_digest,
+                        plan: delivery.plan,
+                        event_type: delivery.event_type,
                     })
                     .await
                     .map(answered),
@@ -291,6 +322,8 @@ pub async fn record_oversized(
         replay_digest: None,
         truncated: true,
         body_sha256: None,
+        plan: Vec::new(),
+        event_type: None,
     };
     // The sender's mistake stays a 413 even when it cannot be recorded.
     if let Err(e) = claim::record_rejected(pool, &delivery, rejection.status).await {

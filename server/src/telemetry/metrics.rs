@@ -202,7 +202,7 @@ async fn read_gauges(pool: &sqlx::PgPool) -> Result<(), sqlx::Error> {
         r#"SELECT s.slug, count(w.source) AS "waiting!",
                   extract(epoch FROM now() - min(w.next_attempt_at))::float8 AS oldest
            FROM sources s
-           LEFT JOIN (SELECT source, next_attempt_at FROM events
+           LEFT JOIN (SELECT source, next_attempt_at FROM dispatches
                       WHERE state IN ('queued', 'retrying')
                       ORDER BY next_attempt_at LIMIT $1) w ON w.source = s.slug
            GROUP BY s.slug"#,
@@ -213,7 +213,7 @@ async fn read_gauges(pool: &sqlx::PgPool) -> Result<(), sqlx::Error> {
     let dead = sqlx::query!(
         r#"SELECT s.slug, count(d.source) AS "count!"
            FROM sources s
-           LEFT JOIN (SELECT source FROM events WHERE state = 'dead' LIMIT $1) d ON d.source = s.slug
+           LEFT JOIN (SELECT source FROM dispatches WHERE state = 'dead' LIMIT $1) d ON d.source = s.slug
            GROUP BY s.slug"#,
         cap
     )

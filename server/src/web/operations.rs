@@ -272,12 +272,13 @@ impl Operations for ServerOperations {
         by: Caller,
     ) -> BoxFuture<'_, Result<(), AppError>> {
         Box::pin(async move {
-            match crate::events::force(&self.services.pool, event_id, by.user_id(), &reason).await {
+            match crate::events::force(&self.services.pool, event_id, None, by.user_id(), &reason).await {
                 Ok(Forced::Queued { .. }) => {
                     self.services.wake.work();
                     Ok(())
                 }
                 Ok(Forced::NotCompleted(state)) => Err(AppError::Conflict(format!("only a completed event can be forced; this one is {}", state.as_str()))),
+                Ok(Forced::Unwanted) => Err(AppError::Conflict(String::from("no destination wants this event (every one filters it out): there is nowhere to forward it"))),
                 Ok(Forced::NoPayload) => Err(AppError::Conflict(String::from("retention removed every stored copy of its payload: there is nothing to forward"))),
                 Ok(Forced::NotFound) => Err(AppError::NotFound(String::from("event not found"))),
                 Err(e) => Err(AppError::database(e)),

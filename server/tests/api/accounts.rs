@@ -37,7 +37,7 @@ async fn first_delivery(pool: &PgPool, key: &str) -> (i64, i64) {
 }
 
 async fn state(pool: &PgPool, key: &str) -> String {
-    sqlx::query_scalar("SELECT state FROM events WHERE idem_key = $1")
+    sqlx::query_scalar("SELECT state FROM event_summaries WHERE idem_key = $1")
         .bind(key)
         .fetch_one(pool)
         .await
@@ -694,7 +694,7 @@ async fn bulk_redelivery_applies_the_guard_to_each_dead_event(pool: PgPool) {
     assert!(outcomes.iter().all(|r| *r));
     app.drain().await;
     let completed: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM events WHERE state = 'completed'")
+        sqlx::query_scalar("SELECT count(*) FROM event_summaries WHERE state = 'completed'")
             .fetch_one(&pool)
             .await
             .unwrap();

@@ -24,7 +24,7 @@ async fn deliver(app: &TestApp, key: &str, secret: &[u8]) -> u16 {
 
 /// Every dead letter so far leaves the rules' windows.
 async fn dead_letters_age_an_hour(pool: &PgPool) {
-    sqlx::query("UPDATE events SET state_changed_at = state_changed_at - interval '1 hour'")
+    sqlx::query("UPDATE dispatches SET state_changed_at = state_changed_at - interval '1 hour'")
         .execute(pool)
         .await
         .unwrap();
@@ -113,7 +113,7 @@ oldest_due_minutes = 1
     // An event due for minutes that no worker takes: backlog, until drained.
     deliver(&app, "late", b"gh-secret").await;
     sqlx::query(
-        "UPDATE events SET next_attempt_at = now() - interval '3 minutes' WHERE idem_key = 'late'",
+        "UPDATE dispatches SET next_attempt_at = now() - interval '3 minutes' WHERE event_id IN (SELECT id FROM events WHERE idem_key = 'late')",
     )
     .execute(&pool)
     .await
@@ -675,7 +675,8 @@ async fn an_admins_silence_keeps_an_alert_shown_but_unsent(pool: PgPool) {
         .await;
     assert_eq!(status, 200);
     let age = || {
-        sqlx::query("UPDATE events SET state_changed_at = now() - interval '1 hour'").execute(&pool)
+        sqlx::query("UPDATE dispatches SET state_changed_at = now() - interval '1 hour'")
+            .execute(&pool)
     };
     age().await.unwrap();
     assert_eq!(

@@ -139,3 +139,43 @@ fn below_web_nothing_knows_axum() {
         }
     }
 }
+
+/// An event's forwarding state has one owner: only `events` writes
+/// dispatches (the demo seeder only moves its history's times back). The
+/// dashboard's crate reads them.
+#[test]
+fn only_the_events_module_writes_dispatches() {
+    let mut files = Vec::new();
+    rust_files(&src(), &mut files);
+    rust_files(&src().join("../../app/src"), &mut files);
+    let mut writers = Vec::new();
+    for file in files {
+        let module = file
+            .strip_prefix(src())
+            .ok()
+            .and_then(|_| top_module(&file))
+            .unwrap_or_default();
+        let seeder = file.ends_with("cli/seed.rs");
+        let code = code(&file)
+            .to_lowercase()
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ");
+        for write in [
+            "update dispatches",
+            "insert into dispatches",
+            "delete from dispatches",
+        ] {
+            if code.contains(write)
+                && module != "events"
+                && !(seeder && write == "update dispatches")
+            {
+                writers.push(format!("{}: {write}", file.display()));
+            }
+        }
+    }
+    assert!(
+        writers.is_empty(),
+        "dispatches written outside events: {writers:?}"
+    );
+}

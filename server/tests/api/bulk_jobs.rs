@@ -38,7 +38,7 @@ async fn dead_events(app: &TestApp) {
 }
 
 async fn dead(pool: &PgPool) -> i64 {
-    sqlx::query_scalar("SELECT count(*) FROM events WHERE state = 'dead'")
+    sqlx::query_scalar("SELECT count(*) FROM event_summaries WHERE state = 'dead'")
         .fetch_one(pool)
         .await
         .unwrap()
@@ -131,7 +131,7 @@ async fn a_bulk_job_runs_on_the_server_and_records_every_events_outcome(pool: Pg
     app.drain().await;
     assert_eq!(destination.count(), 2 * EVENTS);
     let completed: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM events WHERE state = 'completed'")
+        sqlx::query_scalar("SELECT count(*) FROM event_summaries WHERE state = 'completed'")
             .fetch_one(&pool)
             .await
             .unwrap();

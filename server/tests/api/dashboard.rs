@@ -77,10 +77,10 @@ async fn counted(pool: &PgPool) -> Sums {
                 (SELECT count(*) FROM deliveries WHERE outcome = 'rejected' AND http_status = 401) AS bad_signature,
                 (SELECT count(*) FROM attempts) AS attempts,
                 (SELECT count(*) FROM attempts WHERE status IS NULL OR status >= 300) AS attempts_failed,
-                (SELECT count(*) FROM events WHERE state = 'completed') AS events_completed,
-                (SELECT count(*) FROM events WHERE state = 'dead') AS events_dead,
+                (SELECT count(*) FROM event_summaries WHERE state = 'completed') AS events_completed,
+                (SELECT count(*) FROM event_summaries WHERE state = 'dead') AS events_dead,
                 (SELECT count(*) FROM deliveries) AS ack_counted,
-                (SELECT count(*) FROM events WHERE state = 'completed') AS e2e_counted",
+                (SELECT count(*) FROM event_summaries WHERE state = 'completed') AS e2e_counted",
     )
     .fetch_one(pool)
     .await

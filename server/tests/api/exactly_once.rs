@@ -51,7 +51,7 @@ async fn scalar_i64(pool: &PgPool, sql: &str) -> i64 {
 }
 
 async fn state_of(pool: &PgPool, key: &str) -> String {
-    sqlx::query_scalar("SELECT state FROM events WHERE idem_key = $1")
+    sqlx::query_scalar("SELECT state FROM event_summaries WHERE idem_key = $1")
         .bind(key)
         .fetch_one(pool)
         .await
@@ -126,7 +126,7 @@ async fn a_quick_success_is_recorded_before_a_slow_batchmate_returns(pool: PgPoo
     for _ in 0..100 {
         let held = scalar_i64(
             &pool,
-            "SELECT count(*) FROM events WHERE lease_owner = 'batch-worker'",
+            "SELECT count(*) FROM dispatches WHERE lease_owner = 'batch-worker'",
         )
         .await;
         if held == 2 {
@@ -831,7 +831,11 @@ async fn a_replay_racing_the_original_claim_is_its_duplicate(pool: PgPool) {
     replaysafe::events::guard(&mut original, &["gh"], &[&digest], &["orig"])
         .await
         .unwrap();
-    replaysafe::events::claim(&mut original, "gh", "orig", None)
+    let plan = [replaysafe::events::Planned {
+        destination: "default",
+        wanted: true,
+    }];
+    replaysafe::events::claim(&mut original, "gh", "orig", &plan, None, None)
         .await
         .unwrap()
         .expect("claimed");
@@ -886,10 +890,15 @@ async fn sync_events_their_provider_abandoned_are_adopted_by_the_workers(pool: P
         secs: 0.0,
     };
     let mut tx = pool.begin().await.unwrap();
-    let (event, _) = replaysafe::events::claim(&mut tx, "slack", "orphan", Some(holder))
-        .await
-        .unwrap()
-        .expect("claimed");
+    let plan = [replaysafe::events::Planned {
+        destination: "default",
+        wanted: true,
+    }];
+    let (event, _) =
+        replaysafe::events::claim(&mut tx, "slack", "orphan", &plan, None, Some(holder))
+            .await
+            .unwrap()
+            .expect("claimed");
     tx.commit().await.unwrap();
     assert!(matches!(
         replaysafe::events::start_inline(&pool, event, "sync:crashed").await,

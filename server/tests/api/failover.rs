@@ -395,7 +395,7 @@ pub async fn check_promise(answers: &Answers, check: Check<'_>) -> usize {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let unsettled: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM events WHERE idem_key = ANY($1) AND state <> 'completed'",
+            "SELECT count(*) FROM event_summaries WHERE idem_key = ANY($1) AND state <> 'completed'",
         )
         .bind(&acknowledged)
         .fetch_one(&new_primary)

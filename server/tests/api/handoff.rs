@@ -60,7 +60,7 @@ async fn events(pool: &PgPool) -> Vec<(String, i32, i64, i64)> {
         "SELECT e.state, e.attempt_count,
                 (SELECT count(*) FROM attempts a WHERE a.event_id = e.id),
                 (SELECT count(*) FROM attempts a WHERE a.event_id = e.id AND a.finished_at IS NULL)
-         FROM events e ORDER BY e.idem_key",
+         FROM event_summaries e ORDER BY e.idem_key",
     )
     .fetch_all(pool)
     .await
@@ -313,7 +313,7 @@ async fn copies_in_one_batch_and_a_full_inbox_still_forward_each_event_once(pool
         assert!(statuses.iter().all(|&s| s == 200), "{statuses:?}");
     }
     let states: Vec<(String, i64)> =
-        sqlx::query_as("SELECT state, count(*) FROM events GROUP BY state ORDER BY state")
+        sqlx::query_as("SELECT state, count(*) FROM event_summaries GROUP BY state ORDER BY state")
             .fetch_all(&pool)
             .await
             .unwrap();

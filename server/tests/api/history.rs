@@ -84,10 +84,27 @@ async fn the_upgrade_partitions_a_seeded_database_without_losing_a_row(pool: PgP
     assert_eq!(deliveries.0, 25_000);
     assert_eq!(attempts.0, 19_600);
 
-    MIGRATOR.run(&pool).await.unwrap();
+    let mut conn = pool.acquire().await.unwrap();
+    for migration in MIGRATOR.iter().filter(|m| m.version == PARTITIONING) {
+        conn.apply(migration).await.unwrap();
+    }
+    drop(conn);
 
     assert_eq!(fingerprint(&pool, "deliveries").await, deliveries);
     assert_eq!(fingerprint(&pool, "attempts").await, attempts);
+    // The migrations after it (dispatches) on the partitioned history.
+    MIGRATOR.run(&pool).await.unwrap();
+    let dispatches: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM dispatches p JOIN events e ON e.id = p.event_id
+         WHERE p.destination = 'default' AND p.source = e.source",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        dispatches, 20_000,
+        "each event's state is its default dispatch's"
+    );
     let partitioned: Vec<String> = sqlx::query_scalar(
         "SELECT relname::text FROM pg_class WHERE relkind = 'p' ORDER BY relname",
     )
@@ -203,7 +220,7 @@ async fn retention_drops_a_day_but_never_the_payload_of_an_event_in_flight(pool:
         assert_eq!(answer.status(), 200);
     }
     sqlx::query(
-        "UPDATE events SET next_attempt_at = now() + interval '1 hour' WHERE idem_key = 'waiting'",
+        "UPDATE dispatches SET next_attempt_at = now() + interval '1 hour' WHERE event_id IN (SELECT id FROM events WHERE idem_key = 'waiting')",
     )
     .execute(&pool)
     .await
@@ -276,7 +293,7 @@ async fn retention_drops_a_day_but_never_the_payload_of_an_event_in_flight(pool:
     );
 
     // Forwarded at last, the event needs its payload no more: its day goes.
-    sqlx::query("UPDATE events SET next_attempt_at = now() WHERE idem_key = 'waiting'")
+    sqlx::query("UPDATE dispatches SET next_attempt_at = now() WHERE event_id IN (SELECT id FROM events WHERE idem_key = 'waiting')")
         .execute(&pool)
         .await
         .unwrap();

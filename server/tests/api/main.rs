@@ -11,6 +11,7 @@ mod edge;
 mod embedded;
 mod exactly_once;
 mod failover;
+mod fanout;
 mod handoff;
 mod health;
 mod helpers;

@@ -235,7 +235,7 @@ impl World {
 
     async fn force(&self) {
         let picked: Option<i64> = sqlx::query_scalar(
-            "SELECT id FROM events WHERE source = ANY($1) AND state = 'completed'
+            "SELECT id FROM event_summaries WHERE source = ANY($1) AND state = 'completed'
              ORDER BY random() LIMIT 1",
         )
         .bind(&self.slugs[..])
@@ -437,7 +437,7 @@ async fn run_seed(pool: &PgPool, seed: u64) -> Result<String, String> {
         a.unwrap();
         b.unwrap();
         let waiting: Vec<(String, String)> = sqlx::query_as(
-            "SELECT state, forwarder FROM events WHERE source = ANY($1)
+            "SELECT state, forwarder FROM dispatches WHERE source = ANY($1)
                AND state NOT IN ('completed', 'dead')",
         )
         .bind(&world.slugs[..])
@@ -460,7 +460,7 @@ async fn run_seed(pool: &PgPool, seed: u64) -> Result<String, String> {
 
     // The invariant.
     let events: Vec<(i64, String)> =
-        sqlx::query_as("SELECT id, state FROM events WHERE source = ANY($1)")
+        sqlx::query_as("SELECT id, state FROM event_summaries WHERE source = ANY($1)")
             .bind(&world.slugs[..])
             .fetch_all(pool)
             .await

@@ -97,7 +97,7 @@ async fn an_outage_loses_nothing_and_heals_without_a_restart(pool: PgPool) {
     );
     assert_eq!(app.drain().await, 1);
     let states: Vec<(String, String)> =
-        sqlx::query_as("SELECT idem_key, state FROM events ORDER BY idem_key")
+        sqlx::query_as("SELECT idem_key, state FROM event_summaries ORDER BY idem_key")
             .fetch_all(&pool)
             .await
             .unwrap();

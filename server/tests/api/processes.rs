@@ -92,10 +92,11 @@ async fn two_processes_forward_each_event_once(pool: PgPool) {
         assert_eq!(r.unwrap().status(), 200);
     }
     for _ in 0..100 {
-        let done: i64 = sqlx::query_scalar("SELECT count(*) FROM events WHERE state = 'completed'")
-            .fetch_one(&pool)
-            .await
-            .unwrap();
+        let done: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM event_summaries WHERE state = 'completed'")
+                .fetch_one(&pool)
+                .await
+                .unwrap();
         if done == 30 {
             break;
         }
@@ -153,10 +154,11 @@ async fn a_killed_workers_event_is_taken_over_by_another_process(pool: PgPool) {
     let _survivor = ServerProcess::start(&cfg, &url, &["--workers", "1"]).await;
     let mut state = String::new();
     while killed_at.elapsed() < Duration::from_secs(1 + 30 + 5) {
-        state = sqlx::query_scalar("SELECT state FROM events WHERE idem_key = 'evt-crash'")
-            .fetch_one(&pool)
-            .await
-            .unwrap();
+        state =
+            sqlx::query_scalar("SELECT state FROM event_summaries WHERE idem_key = 'evt-crash'")
+                .fetch_one(&pool)
+                .await
+                .unwrap();
         if state == "completed" {
             break;
         }

@@ -49,11 +49,13 @@ async fn deliver(app: &TestApp, delivery_id: &str, body: &str) -> reqwest::Respo
 }
 
 async fn event_state(pool: &PgPool, key: &str) -> (String, i32, Option<String>) {
-    sqlx::query_as("SELECT state, attempt_count, dead_reason FROM events WHERE idem_key = $1")
-        .bind(key)
-        .fetch_one(pool)
-        .await
-        .unwrap()
+    sqlx::query_as(
+        "SELECT state, attempt_count, dead_reason FROM event_summaries WHERE idem_key = $1",
+    )
+    .bind(key)
+    .fetch_one(pool)
+    .await
+    .unwrap()
 }
 
 /// An answer with a NUL byte, which PostgreSQL's text refuses, is recorded
@@ -70,7 +72,7 @@ async fn an_answer_with_a_nul_byte_is_recorded(pool: PgPool) {
     assert_eq!(deliver(&app, "nul", r#"{"nul":1}"#).await.status(), 200);
     assert_eq!(app.drain().await, 1);
     let (state, excerpt): (String, Option<String>) = sqlx::query_as(
-        "SELECT e.state, a.response_excerpt FROM events e JOIN attempts a ON a.event_id = e.id
+        "SELECT e.state, a.response_excerpt FROM event_summaries e JOIN attempts a ON a.event_id = e.id
          WHERE e.idem_key = 'nul'",
     )
     .fetch_one(&pool)
@@ -229,7 +231,7 @@ async fn retry_after_is_honoured(pool: PgPool) {
     deliver(&app, "d-429", "{}").await;
     app.drain().await;
     let (state, wait): (String, f64) = sqlx::query_as(
-        "SELECT state, extract(epoch FROM next_attempt_at - now())::float8 FROM events WHERE idem_key = 'd-429'",
+        "SELECT state, extract(epoch FROM next_attempt_at - now())::float8 FROM event_summaries WHERE idem_key = 'd-429'",
     )
     .fetch_one(&pool)
     .await
@@ -249,7 +251,7 @@ async fn a_dead_workers_lease_is_taken_over(pool: PgPool) {
     let leased = app.lease_as("doomed", 1).await;
     assert_eq!(leased.len(), 1);
     let lease_secs: f64 = sqlx::query_scalar(
-        "SELECT extract(epoch FROM lease_expires_at - now())::float8 FROM events",
+        "SELECT extract(epoch FROM lease_expires_at - now())::float8 FROM dispatches",
     )
     .fetch_one(&pool)
     .await
@@ -262,7 +264,7 @@ async fn a_dead_workers_lease_is_taken_over(pool: PgPool) {
     assert_eq!(app.drain().await, 0);
 
     // Time passes: the lease expires (moved back rather than waited for).
-    sqlx::query("UPDATE events SET lease_expires_at = now() - interval '1 second'")
+    sqlx::query("UPDATE dispatches SET lease_expires_at = now() - interval '1 second'")
         .execute(&pool)
         .await
         .unwrap();
@@ -335,10 +337,10 @@ async fn retention_prunes_only_what_is_due(pool: PgPool) {
     }
     let workers = app.workers();
     // One event goes dead (the destination's first answer is 400), one completes, one waits.
-    sqlx::query("UPDATE events SET next_attempt_at = now() + interval '1 hour' WHERE idem_key IN ('old-waiting', 'fresh', 'old-done')")
+    sqlx::query("UPDATE dispatches SET next_attempt_at = now() + interval '1 hour' WHERE event_id IN (SELECT id FROM events WHERE idem_key IN ('old-waiting', 'fresh', 'old-done'))")
         .execute(&pool).await.unwrap();
     assert_eq!(workers.run_once("w").await.unwrap(), 1); // old-dead: 400, dead
-    sqlx::query("UPDATE events SET next_attempt_at = now() WHERE idem_key = 'old-done'")
+    sqlx::query("UPDATE dispatches SET next_attempt_at = now() WHERE event_id IN (SELECT id FROM events WHERE idem_key = 'old-done')")
         .execute(&pool)
         .await
         .unwrap();
@@ -652,6 +654,8 @@ async fn sync_mode_retry_takes_over_after_a_failure_or_a_crash(pool: PgPool) {
         replay_digest: None,
         truncated: false,
         body_sha256: None,
+        plan: vec![("default".into(), true)],
+        event_type: None,
     };
     let held = replaysafe::receiver::claim::claim(
         &pool,
@@ -667,15 +671,17 @@ async fn sync_mode_retry_takes_over_after_a_failure_or_a_crash(pool: PgPool) {
         409,
         "the lease still holds"
     );
-    sqlx::query("UPDATE events SET lease_expires_at = now() - interval '1 second' WHERE id = $1")
-        .bind(held.event_id)
-        .execute(&pool)
-        .await
-        .unwrap();
+    sqlx::query(
+        "UPDATE dispatches SET lease_expires_at = now() - interval '1 second' WHERE event_id = $1",
+    )
+    .bind(held.event_id)
+    .execute(&pool)
+    .await
+    .unwrap();
     let taken = interact(&app, orphan).await;
     assert_eq!(taken.status(), 200);
     assert_eq!(taken.headers()["x-replaysafe-outcome"], "claimed");
-    let state: String = sqlx::query_scalar("SELECT state FROM events WHERE id = $1")
+    let state: String = sqlx::query_scalar("SELECT state FROM event_summaries WHERE id = $1")
         .bind(held.event_id)
         .fetch_one(&pool)
         .await

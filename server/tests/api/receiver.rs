@@ -101,7 +101,7 @@ async fn a_signed_delivery_is_claimed_recorded_and_queued(pool: PgPool) {
     assert_eq!(outcome(&response), "claimed");
 
     let (state, receive_count): (String, i32) = sqlx::query_as(
-        "SELECT state, receive_count FROM events WHERE source = 'std' AND idem_key = 'msg_1'",
+        "SELECT state, receive_count FROM event_summaries WHERE source = 'std' AND idem_key = 'msg_1'",
     )
     .fetch_one(&pool)
     .await
@@ -558,6 +558,8 @@ pub fn pending_claim(idem_key: String) -> replaysafe::receiver::batch::PendingCl
         remote_addr: None,
         started: std::time::Instant::now(),
         replay_digest: None,
+        plan: vec![("default".into(), true)],
+        event_type: None,
     }
 }
 
@@ -651,7 +653,7 @@ async fn concurrent_batches_never_deadlock_and_count_every_copy(pool: PgPool) {
 
     // Settled events (by the real transitions): a later copy reports the event's state.
     let runnable = replaysafe::events::Runnable::new(
-        [("std", std::time::Duration::from_secs(5))],
+        [("std", "default", std::time::Duration::from_secs(5))],
         std::time::Duration::from_secs(25),
     );
     let leased = replaysafe::events::lease(&pool, "settler", 20, &runnable)

@@ -56,7 +56,7 @@ async fn deliver(app: &TestApp, key: &str) {
 }
 
 async fn dead_count(pool: &PgPool) -> i64 {
-    sqlx::query_scalar("SELECT count(*) FROM events WHERE state = 'dead'")
+    sqlx::query_scalar("SELECT count(*) FROM event_summaries WHERE state = 'dead'")
         .fetch_one(pool)
         .await
         .unwrap()

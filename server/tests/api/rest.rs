@@ -74,7 +74,7 @@ async fn dead_event(app: &TestApp, key: &str) -> (i64, i64) {
     assert!((200..300).contains(&status), "{status}");
     app.drain().await;
     sqlx::query_as(
-        "SELECT id, first_delivery_id FROM events WHERE idem_key = $1 AND state = 'dead'",
+        "SELECT id, first_delivery_id FROM event_summaries WHERE idem_key = $1 AND state = 'dead'",
     )
     .bind(key)
     .fetch_one(&app.pool)

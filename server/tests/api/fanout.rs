@@ -1,0 +1,383 @@
+//! Fan-out (issue 18): one source, several destinations, each with its own
+//! dispatch of each event it wants; filters route by the provider's event
+//! type and the verified body; the dedup promise holds per destination.
+
+use replaysafe::db::MIGRATOR;
+use sqlx::PgPool;
+
+use crate::helpers::{hmac_hex, spawn_app, test_config, Destination, Scripted, TestApp};
+
+struct Three {
+    billing: Destination,
+    crm: Destination,
+    analytics: Destination,
+}
+
+/// Source `gh` (GitHub) with three destinations: `billing` wants issue
+/// events, `crm` every event, `analytics` pushes to main only.
+fn config(d: &Three, max_attempts: u32) -> replaysafe::config::Config {
+    test_config(
+        &format!(
+            r#"
+[[source]]
+slug = "gh"
+provider = "github"
+secrets = ["gh-secret"]
+max_attempts = {max_attempts}
+
+[[source.destination]]
+name = "billing"
+url = "{}"
+filter = "issues.*"
+
+[[source.destination]]
+name = "crm"
+url = "{}"
+
+[[source.destination]]
+name = "analytics"
+url = "{}"
+filter = {{ types = ["push"], body = {{ "/ref" = "refs/heads/main" }} }}
+"#,
+            d.billing.url, d.crm.url, d.analytics.url
+        ),
+        &[],
+    )
+}
+
+async fn deliver(app: &TestApp, id: &str, event: &str, body: &str) -> reqwest::Response {
+    app.client
+        .post(app.url("/hooks/gh"))
+        .header("content-type", "application/json")
+        .header("x-github-event", event)
+        .header("x-github-delivery", id)
+        .header(
+            "x-hub-signature-256",
+            format!("sha256={}", hmac_hex(b"gh-secret", body.as_bytes())),
+        )
+        .body(body.to_owned())
+        .send()
+        .await
+        .unwrap()
+}
+
+/// (destination, state) of an event's dispatches, by destination.
+async fn dispatches(pool: &PgPool, key: &str) -> Vec<(String, String)> {
+    sqlx::query_as(
+        "SELECT p.destination, p.state FROM dispatches p JOIN events e ON e.id = p.event_id
+         WHERE e.idem_key = $1 ORDER BY p.destination",
+    )
+    .bind(key)
+    .fetch_all(pool)
+    .await
+    .unwrap()
+}
+
+async fn state_of(pool: &PgPool, key: &str) -> String {
+    sqlx::query_scalar("SELECT state FROM event_summaries WHERE idem_key = $1")
+        .bind(key)
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
+    list.iter()
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .collect()
+}
+
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn each_destination_gets_each_event_it_wants_once(pool: PgPool) {
+    let three = Three {
+        billing: Destination::start(vec![]).await,
+        crm: Destination::start(vec![]).await,
+        analytics: Destination::start(vec![]).await,
+    };
+    let app = spawn_app(pool.clone(), config(&three, 3)).await;
+    let issue = r#"{"action":"opened","issue":{"number":1}}"#;
+    let main = r#"{"ref":"refs/heads/main"}"#;
+    let branch = r#"{"ref":"refs/heads/topic"}"#;
+    // Each sent twice: the provider's retry is a duplicate for every destination.
+    for _ in 0..2 {
+        assert_eq!(
+            deliver(&app, "e-issue", "issues", issue).await.status(),
+            200
+        );
+        assert_eq!(deliver(&app, "e-main", "push", main).await.status(), 200);
+        assert_eq!(deliver(&app, "e-topic", "push", branch).await.status(), 200);
+    }
+    assert_eq!(
+        dispatches(&pool, "e-issue").await,
+        pairs(&[
+            ("analytics", "filtered"),
+            ("billing", "queued"),
+            ("crm", "queued")
+        ])
+    );
+    let event_type: Option<String> =
+        sqlx::query_scalar("SELECT event_type FROM events WHERE idem_key = 'e-issue'")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!(event_type.as_deref(), Some("issues.opened"));
+
+    assert_eq!(app.drain().await, 5, "2 + 2 + 1 dispatches want forwarding");
+    assert_eq!(three.billing.keys(), ["gh:e-issue"]);
+    let mut crm = three.crm.keys();
+    crm.sort();
+    assert_eq!(crm, ["gh:e-issue", "gh:e-main", "gh:e-topic"]);
+    assert_eq!(three.analytics.keys(), ["gh:e-main"]);
+    for key in ["e-issue", "e-main", "e-topic"] {
+        assert_eq!(state_of(&pool, key).await, "completed", "{key}");
+    }
+    assert_eq!(
+        dispatches(&pool, "e-topic").await,
+        pairs(&[
+            ("analytics", "filtered"),
+            ("billing", "filtered"),
+            ("crm", "completed")
+        ])
+    );
+    // Each attempt is recorded against its destination.
+    let attempts: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT destination, count(*) FROM attempts GROUP BY destination ORDER BY destination",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        attempts,
+        [
+            ("analytics".to_owned(), 1),
+            ("billing".to_owned(), 1),
+            ("crm".to_owned(), 3)
+        ]
+    );
+
+    // A late retry is answered "already completed" and goes nowhere.
+    let late = deliver(&app, "e-issue", "issues", issue).await;
+    assert_eq!(late.headers()["x-replaysafe-outcome"], "completed");
+    assert_eq!(app.drain().await, 0);
+    assert_eq!(three.crm.count(), 3);
+}
+
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn a_dead_destination_is_revived_alone_and_once(pool: PgPool) {
+    let three = Three {
+        billing: Destination::start(vec![Scripted::status(500), Scripted::status(500)]).await,
+        crm: Destination::start(vec![]).await,
+        analytics: Destination::start(vec![]).await,
+    };
+    let app = spawn_app(pool.clone(), config(&three, 2)).await;
+    let issue = r#"{"action":"closed"}"#;
+    assert_eq!(deliver(&app, "e-1", "issues", issue).await.status(), 200);
+    // Retries are due at once (the test workers' policy): billing fails twice.
+    while app.drain().await > 0 {}
+    assert_eq!(
+        dispatches(&pool, "e-1").await,
+        pairs(&[
+            ("analytics", "filtered"),
+            ("billing", "dead"),
+            ("crm", "completed")
+        ])
+    );
+    assert_eq!(
+        state_of(&pool, "e-1").await,
+        "dead",
+        "dead: any destination dead"
+    );
+    let duplicate = deliver(&app, "e-1", "issues", issue).await;
+    assert_eq!(duplicate.headers()["x-replaysafe-outcome"], "dead");
+
+    // Operators click at once: billing's dispatch is revived once; crm,
+    // which completed, is never forwarded again.
+    let first: i64 =
+        sqlx::query_scalar("SELECT first_delivery_id FROM events WHERE idem_key = 'e-1'")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    let form = format!("delivery_id={first}");
+    let clicks =
+        futures_util::future::join_all((0..4).map(|_| app.server_fn("redeliver", &form))).await;
+    let requeued = clicks
+        .iter()
+        .filter(|(status, result)| *status == 200 && result["requeued"] == true)
+        .count();
+    assert_eq!(requeued, 1, "{clicks:?}");
+    assert_eq!(app.drain().await, 1);
+    assert_eq!(three.billing.count(), 3);
+    assert_eq!(three.crm.count(), 1);
+    assert_eq!(state_of(&pool, "e-1").await, "completed");
+}
+
+/// Configs refuse what fan-out cannot honour, naming the key.
+#[test]
+fn destinations_are_checked_as_the_config_is_read() {
+    let base = "[[source]]\nslug = \"gh\"\nprovider = \"github\"\nsecrets = [\"x\"]\n";
+    for (extra, key) in [
+        (
+            "[[source.destination]]\nname = \"a\"\nurl = \"http://h/\"\n[[source.destination]]\nname = \"a\"\nurl = \"http://h/\"",
+            "source[0].destination[1].name",
+        ),
+        (
+            "[[source.destination]]\nname = \"a\"\nurl = \"ftp://h/\"",
+            "source[0].destination[0].url",
+        ),
+        (
+            "[[source.destination]]\nname = \"a\"\nurl = \"http://h/\"\nfilter = \"[\"",
+            "source[0].destination[0].filter",
+        ),
+        (
+            "[[source.destination]]\nname = \"a\"\nurl = \"http://h/\"\nrate_per_sec = 0",
+            "source[0].destination[0].rate_per_sec",
+        ),
+        (
+            "[[source.destination]]\nname = \"a\"\nurl = \"http://h/\"\nordering = \"fifo\"",
+            "source[0].destination[0].ordering",
+        ),
+        (
+            "[[source.destination]]\nname = \"a\"\nurl = \"http://h/\"\nspeed = 1",
+            "source[0].destination[0]",
+        ),
+        (
+            "destination_secret = \"whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD\"\n[[source.destination]]\nname = \"a\"\nurl = \"http://h/\"",
+            "source[0].destination_secret",
+        ),
+    ] {
+        let text = format!("{base}{extra}");
+        let env = |_: &str| None;
+        let e = replaysafe::config::parse_and_validate(None, &text, &env)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(&format!("`{key}`")), "{extra:?} gave {e}");
+    }
+}
+
+async fn wait_for(destination: &Destination, n: usize) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while destination.count() < n {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} of {n} reached the destination",
+            destination.count()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+/// Claims handed to this process's workers at once: one lease per wanted
+/// destination, no lease statement, each payload reaching each of them.
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn handed_over_claims_reach_every_destination_that_wants_them(pool: PgPool) {
+    crate::helpers::track_statements(&pool).await;
+    let three = Three {
+        billing: Destination::start(vec![]).await,
+        crm: Destination::start(vec![]).await,
+        analytics: Destination::start(vec![]).await,
+    };
+    let app = spawn_app(pool.clone(), config(&three, 3)).await;
+    let mut workers = replaysafe::processing::worker::Workers::new(&app.services);
+    workers.poll = std::time::Duration::from_secs(3600);
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let _running = workers.spawn(4, shutdown.clone());
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let before = crate::helpers::lease_statements(&pool).await;
+    let sent = futures_util::future::join_all((0..60).map(|i| {
+        let app = &app;
+        async move {
+            let (event, body) = if i % 2 == 0 {
+                ("issues", format!(r#"{{"action":"opened","n":{i}}}"#))
+            } else {
+                ("push", format!(r#"{{"ref":"refs/heads/main","n":{i}}}"#))
+            };
+            deliver(app, &format!("h-{i}"), event, &body)
+                .await
+                .status()
+                .as_u16()
+        }
+    }))
+    .await;
+    assert!(sent.iter().all(|&s| s == 200), "{sent:?}");
+    wait_for(&three.crm, 60).await;
+    wait_for(&three.billing, 30).await;
+    wait_for(&three.analytics, 30).await;
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert_eq!(crate::helpers::lease_statements(&pool).await - before, 0);
+    for (d, n, parity) in [
+        (&three.crm, 60, None),
+        (&three.billing, 30, Some(0)),
+        (&three.analytics, 30, Some(1)),
+    ] {
+        let mut keys = d.keys();
+        keys.sort();
+        keys.dedup();
+        assert_eq!(keys.len(), n, "each once");
+        assert_eq!(d.count(), n, "none twice");
+        let bodies: Vec<serde_json::Value> = d
+            .received
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|c| serde_json::from_slice(&c.body).unwrap())
+            .collect();
+        if let Some(parity) = parity {
+            assert!(bodies
+                .iter()
+                .all(|b| b["n"].as_i64().unwrap() % 2 == parity));
+        }
+    }
+    let open: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM dispatches WHERE state NOT IN ('completed', 'filtered')",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(open, 0);
+    shutdown.cancel();
+}
+
+/// A source's events kept while it had no destination (under `default`)
+/// go to the destinations configured later, each once.
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn events_kept_without_a_destination_go_to_the_ones_configured_later(pool: PgPool) {
+    let bare = test_config(
+        "[[source]]\nslug = \"gh\"\nprovider = \"github\"\nsecrets = [\"gh-secret\"]\n",
+        &[],
+    );
+    let before = spawn_app(pool.clone(), bare).await;
+    for i in 0..3 {
+        assert_eq!(
+            deliver(
+                &before,
+                &format!("k-{i}"),
+                "push",
+                &format!(r#"{{"ref":"refs/heads/main","i":{i}}}"#)
+            )
+            .await
+            .status(),
+            200
+        );
+    }
+    assert_eq!(before.drain().await, 0, "nowhere to forward");
+    let three = Three {
+        billing: Destination::start(vec![]).await,
+        crm: Destination::start(vec![]).await,
+        analytics: Destination::start(vec![]).await,
+    };
+    let app = spawn_app(pool.clone(), config(&three, 3)).await;
+    app.workers().adopt_orphans().await;
+    app.workers().adopt_orphans().await;
+    while app.drain().await > 0 {}
+    for d in [&three.billing, &three.crm, &three.analytics] {
+        let mut keys = d.keys();
+        keys.sort();
+        assert_eq!(keys, ["gh:k-0", "gh:k-1", "gh:k-2"]);
+    }
+    let left: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM dispatches WHERE destination = 'default'")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!(left, 0);
+}
