@@ -81,6 +81,20 @@ pub struct SourceSummary {
     /// A worker's lease on one attempt is this plus a margin.
     pub attempt_timeout_secs: i32,
     pub paused_changed_at: Option<String>,
+    /// Its destinations, in the config's order.
+    pub destinations: Vec<DestinationSummary>,
+}
+
+/// One destination of a source as the config names it (no secret).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
+pub struct DestinationSummary {
+    pub name: String,
+    pub url: String,
+    /// Which events it takes, in words; None: every one.
+    pub filter: Option<String>,
+    /// Its rate and concurrency limits, in words; None: none.
+    pub limits: Option<String>,
 }
 
 #[server(endpoint = "sources")]
@@ -278,20 +292,35 @@ pub mod ssr {
         pool: &PgPool,
         slug: Option<&str>,
     ) -> Result<Vec<SourceSummary>, AppError> {
-        sqlx::query_as!(
-            SourceSummary,
+        let rows = sqlx::query!(
             r#"SELECT slug, provider, mode, destination,
                       coalesce(paused_override, config_paused) AS "paused!",
                       paused_override IS NOT NULL AS "paused_by_operator!",
                       in_config, attempt_timeout_secs,
-                      to_char(paused_changed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') AS paused_changed_at
+                      to_char(paused_changed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') AS paused_changed_at,
+                      destinations
                FROM sources WHERE ($1::text IS NULL OR slug = $1)
                ORDER BY in_config DESC, slug"#,
             slug
         )
         .fetch_all(pool)
         .await
-        .map_err(AppError::database)
+        .map_err(AppError::database)?;
+        Ok(rows
+            .into_iter()
+            .map(|r| SourceSummary {
+                slug: r.slug,
+                provider: r.provider,
+                mode: r.mode,
+                destination: r.destination,
+                paused: r.paused,
+                paused_by_operator: r.paused_by_operator,
+                in_config: r.in_config,
+                attempt_timeout_secs: r.attempt_timeout_secs,
+                paused_changed_at: r.paused_changed_at,
+                destinations: serde_json::from_value(r.destinations).unwrap_or_default(),
+            })
+            .collect())
     }
 
     /// Cuts rows fetched with one row beyond `size` (`LIMIT size + 1`) to a

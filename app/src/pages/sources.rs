@@ -104,9 +104,20 @@ fn SourceRow(s: SourceSummary, f: Option<SourceFigures>) -> impl IntoView {
             <td>{s.provider}</td>
             <td>{s.mode}</td>
             <td>
-                {match s.destination {
-                    Some(d) => view! { <code>{d}</code> }.into_any(),
-                    None => view! { <span class="muted">"none"</span> }.into_any(),
+                {if s.destinations.is_empty() {
+                    view! { <span class="muted">"none"</span> }.into_any()
+                } else {
+                    view! {
+                        <ul class="destinations">
+                            {s.destinations.into_iter().map(|d| view! {
+                                <li data-destination=d.name.clone()>
+                                    <strong>{d.name.clone()}</strong> " " <code>{d.url}</code>
+                                    {d.filter.map(|f| view! { <div class="muted small">{f}</div> })}
+                                    {d.limits.map(|l| view! { <div class="muted small">{l}</div> })}
+                                </li>
+                            }).collect_view()}
+                        </ul>
+                    }.into_any()
                 }}
                 <div class="muted small">{format!("attempt timeout {} s", s.attempt_timeout_secs)}</div>
             </td>

@@ -45,6 +45,12 @@ impl Destination {
         }
     }
 
+    /// Its attempts are limited (`rate_per_sec`, `max_in_flight`): they are
+    /// leased through its gate, never handed over at the claim.
+    pub fn is_gated(&self) -> bool {
+        self.rate_per_sec.is_some() || self.max_in_flight.is_some()
+    }
+
     /// Whether this destination wants an event of `event_type` whose
     /// verified body is `body`.
     pub fn wants(&self, event_type: Option<&str>, body: &Body) -> bool {
@@ -288,12 +294,11 @@ pub(super) fn build(
                 Ordering::None
             }
             Some("per_key") => {
-                if let Some(k) = &d.ordering_key {
-                    check_pointer(k).map_err(|p| invalid(&key("ordering_key"), p))?;
-                }
-                Ordering::PerKey {
-                    key: d.ordering_key,
-                }
+                // Refused rather than ignored until ordered leases land.
+                return Err(invalid(
+                    &key("ordering"),
+                    "\"per_key\" is not delivered yet: leave `ordering` out".into(),
+                ));
             }
             Some(other) => {
                 return Err(invalid(

@@ -77,11 +77,11 @@ pub async fn sync(pool: &PgPool, config: &Config) -> Result<(), sqlx::Error> {
     for s in &config.sources {
         sqlx::query!(
             "INSERT INTO sources (slug, provider, mode, destination, attempt_timeout_secs,
-                                  config_paused, in_config, synced_at)
-             VALUES ($1, $2, $3, $4, $5, $6, true, now())
+                                  config_paused, in_config, synced_at, destinations)
+             VALUES ($1, $2, $3, $4, $5, $6, true, now(), $7)
              ON CONFLICT (slug) DO UPDATE SET
                 provider = excluded.provider, mode = excluded.mode,
-                destination = excluded.destination,
+                destination = excluded.destination, destinations = excluded.destinations,
                 attempt_timeout_secs = excluded.attempt_timeout_secs,
                 config_paused = excluded.config_paused,
                 in_config = true, synced_at = now()",
@@ -90,7 +90,9 @@ pub async fn sync(pool: &PgPool, config: &Config) -> Result<(), sqlx::Error> {
             s.mode.as_str(),
             s.destination().map(|d| d.url.as_str()),
             i32::try_from(s.attempt_timeout().as_secs()).unwrap_or(i32::MAX),
-            s.paused
+            s.paused,
+            serde_json::to_value(s.destinations.iter().map(summary).collect::<Vec<_>>())
+                .unwrap_or_default()
         )
         .execute(&mut *tx)
         .await?;
@@ -103,4 +105,31 @@ pub async fn sync(pool: &PgPool, config: &Config) -> Result<(), sqlx::Error> {
     .execute(&mut *tx)
     .await?;
     tx.commit().await
+}
+
+/// A destination as the Sources page shows it: never its secret.
+fn summary(d: &crate::config::Destination) -> app::api::DestinationSummary {
+    let filter = d.filter.as_ref().map(|f| {
+        let mut words = Vec::new();
+        if !f.patterns.is_empty() {
+            words.push(format!("event types {}", f.patterns.join(", ")));
+        }
+        for (pointer, value) in &f.body {
+            words.push(format!("{pointer} = {value}"));
+        }
+        format!("takes {}", words.join("; "))
+    });
+    let mut limits = Vec::new();
+    if let Some(rate) = d.rate_per_sec {
+        limits.push(format!("at most {rate} attempts per second"));
+    }
+    if let Some(n) = d.max_in_flight {
+        limits.push(format!("at most {n} at once"));
+    }
+    app::api::DestinationSummary {
+        name: d.name.clone(),
+        url: d.url.clone(),
+        filter,
+        limits: (!limits.is_empty()).then(|| limits.join(", ")),
+    }
 }

@@ -46,8 +46,9 @@ pub use claim::{
 };
 pub use operator::{force, prune, Forced};
 pub use work::{
-    adopt_orphans, complete_inline, finish, finish_each, lease, release_paused, release_unbegun,
-    start_inline, AttemptRecord, Done, Inline, Leased, Next, Runnable, REQUEST_GRACE,
+    adopt_orphans, complete_inline, finish, finish_each, lease, lease_gated, release_paused,
+    release_unbegun, start_inline, AttemptRecord, Done, Gate, Inline, Leased, Next, Runnable,
+    REQUEST_GRACE,
 };
 
 /// A sync-mode destination's answer, stored with its event and returned

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use sqlx::PgPool;
+use sqlx::{PgConnection, PgPool};
 
 use super::StoredResponse;
 
@@ -160,6 +160,15 @@ pub async fn lease(
     if runnable.is_empty() {
         return Ok(Vec::new());
     }
+    lease_on(&mut *pool.acquire().await?, worker, limit, runnable).await
+}
+
+async fn lease_on(
+    conn: &mut PgConnection,
+    worker: &str,
+    limit: i64,
+    runnable: &Runnable,
+) -> Result<Vec<Leased>, sqlx::Error> {
     sqlx::query_as!(
         Leased,
         r#"WITH runnable AS (
@@ -168,12 +177,15 @@ pub async fn lease(
              JOIN sources s ON s.slug = r.slug
              WHERE NOT coalesce(s.paused_override, s.config_paused)
          ),
+         -- Each destination's due dispatches by themselves: one's backlog is
+         -- never walked through to find another's.
          candidates AS (
-             (SELECT event_id, destination FROM dispatches
-              WHERE state IN ('queued', 'retrying') AND next_attempt_at <= now()
-                AND forwarder = 'workers'
-                AND (source, destination) IN (SELECT slug, destination FROM runnable)
-              ORDER BY next_attempt_at LIMIT $2)
+             (SELECT c.event_id, c.destination FROM runnable r, LATERAL (
+                  SELECT event_id, destination FROM dispatches
+                  WHERE source = r.slug AND destination = r.destination
+                    AND state IN ('queued', 'retrying') AND next_attempt_at <= now()
+                    AND forwarder = 'workers'
+                  ORDER BY next_attempt_at LIMIT $2) c)
              UNION ALL
              (SELECT event_id, destination FROM dispatches
               WHERE state = 'processing' AND lease_expires_at < now() - make_interval(secs => $6)
@@ -278,8 +290,102 @@ pub async fn lease(
         runnable.takeover_grace.as_secs_f64(),
         &runnable.destinations
     )
-    .fetch_all(pool)
+    .fetch_all(conn)
     .await
+}
+
+/// A destination whose attempts are limited (`rate_per_sec`,
+/// `max_in_flight`): leased only through its gate, which holds across every
+/// process sharing the database.
+#[derive(Clone, Debug)]
+pub struct Gate {
+    pub source: String,
+    pub destination: String,
+    /// Attempts per second; None: no rate limit.
+    pub rate: Option<f64>,
+    /// Attempts that may start at once after a quiet spell: the rate's
+    /// worth of one `pace` (so any second sees at most the rate and this).
+    pub burst: f64,
+    pub max_in_flight: Option<i64>,
+}
+
+/// Leases up to `limit` due dispatches of the gate's destination, as many as
+/// its gate lets start now: the gate's row is locked first, so concurrent
+/// leases of the destination (any process's) take their turns, and each
+/// sees in its own fresh snapshot the attempts the one before it started.
+pub async fn lease_gated(
+    pool: &PgPool,
+    worker: &str,
+    limit: i64,
+    gate: &Gate,
+    runnable: &Runnable,
+) -> Result<Vec<Leased>, sqlx::Error> {
+    let mut tx = pool.begin().await?;
+    sqlx::query!(
+        "INSERT INTO destination_gates (source, destination, allowance, refilled_at)
+         VALUES ($1, $2, $3, clock_timestamp())
+         ON CONFLICT (source, destination) DO NOTHING",
+        &gate.source,
+        &gate.destination,
+        gate.burst
+    )
+    .execute(&mut *tx)
+    .await?;
+    sqlx::query!(
+        "SELECT 1 AS locked FROM destination_gates WHERE source = $1 AND destination = $2
+         FOR UPDATE",
+        &gate.source,
+        &gate.destination
+    )
+    .fetch_one(&mut *tx)
+    .await?;
+    // A statement after the lock: its snapshot has the attempts that the
+    // lease before this one committed.
+    let now = sqlx::query!(
+        r#"SELECT least($3::float8, g.allowance + coalesce($4::float8, 0)
+                      * greatest(0, extract(epoch FROM clock_timestamp() - g.refilled_at)))
+                  AS "tokens!",
+                  clock_timestamp() AS "at!",
+                  (SELECT count(*) FROM dispatches p
+                   WHERE p.state = 'processing' AND p.lease_expires_at > now()
+                     AND p.source = g.source AND p.destination = g.destination) AS "in_flight!"
+           FROM destination_gates g WHERE g.source = $1 AND g.destination = $2"#,
+        &gate.source,
+        &gate.destination,
+        gate.burst,
+        gate.rate
+    )
+    .fetch_one(&mut *tx)
+    .await?;
+    let mut room = limit;
+    if gate.rate.is_some() {
+        room = room.min(now.tokens.floor() as i64);
+    }
+    if let Some(max) = gate.max_in_flight {
+        room = room.min(max - now.in_flight);
+    }
+    let leased = if room > 0 {
+        lease_on(&mut tx, worker, room, runnable).await?
+    } else {
+        Vec::new()
+    };
+    let spent = if gate.rate.is_some() {
+        leased.len() as f64
+    } else {
+        0.0
+    };
+    sqlx::query!(
+        "UPDATE destination_gates SET allowance = $3, refilled_at = $4
+         WHERE source = $1 AND destination = $2",
+        &gate.source,
+        &gate.destination,
+        now.tokens - spent,
+        now.at
+    )
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(leased)
 }
 
 /// How a sync claim's attempt began.

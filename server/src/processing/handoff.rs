@@ -177,6 +177,7 @@ impl Handoff for Inbox {
         let config = self.config.sources.iter().find(|s| s.slug == source)?;
         let wanted = config.destinations.iter().find(|d| d.name == destination)?;
         if config.mode != Mode::Ack
+            || wanted.is_gated()
             || self.wake.is_paused(source)
             || self.rests.down(&super::rests::key(source, destination))
             || self.bytes.load(Ordering::SeqCst) >= ROOM_BYTES

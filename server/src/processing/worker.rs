@@ -28,6 +28,10 @@ use crate::events::{
 /// How often idle workers look for work they were not told about.
 pub const POLL_INTERVAL: Duration = Duration::from_millis(500);
 
+/// How often a process leases for each destination whose attempts are
+/// limited: a rate's burst is its worth of one pace.
+pub const PACE: Duration = Duration::from_millis(50);
+
 /// Most events one worker leases and forwards at once.
 pub const LEASE_BATCH: i64 = 32;
 
@@ -162,6 +166,10 @@ impl Workers {
         let mut set = JoinSet::new();
         if count > 0 {
             set.spawn(self.clone().adopt_orphans());
+            set.spawn(
+                self.clone()
+                    .pace(format!("{process}:paced"), shutdown.clone()),
+            );
             set.spawn(self.clone().follow_pauses(shutdown.clone()));
             set.spawn(self.clone().close_inbox_at(shutdown.clone()));
         }
@@ -192,6 +200,73 @@ impl Workers {
                 }
             }
         }
+    }
+
+    /// Leases, every `PACE`, for each destination whose attempts are limited
+    /// (and whose source is not paused, nor it resting), as many due
+    /// dispatches as its gate lets start, and forwards each batch by
+    /// itself. The workers' leases leave these destinations to it.
+    async fn pace(self, holder: String, shutdown: CancellationToken) {
+        let gated: Vec<(&crate::config::SourceConfig, &crate::config::Destination)> = self
+            .config
+            .sources
+            .iter()
+            .flat_map(|s| s.destinations.iter().map(move |d| (s, d)))
+            .filter(|(_, d)| d.is_gated())
+            .collect();
+        if gated.is_empty() {
+            return;
+        }
+        let mut running = JoinSet::new();
+        let mut tick = tokio::time::interval(PACE);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        while !shutdown.is_cancelled() {
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                _ = tick.tick() => {}
+            }
+            while running.try_join_next().is_some() {}
+            for (s, d) in &gated {
+                if self.wake.is_paused(&s.slug) || self.rests.resting(&rests::key(&s.slug, &d.name))
+                {
+                    continue;
+                }
+                let timeout = Duration::from_secs(d.timeout_secs);
+                let gate = events::Gate {
+                    source: s.slug.clone(),
+                    destination: d.name.clone(),
+                    rate: d.rate_per_sec,
+                    burst: d
+                        .rate_per_sec
+                        .map_or(0.0, |r| (r * PACE.as_secs_f64()).max(1.0)),
+                    max_in_flight: d.max_in_flight.map(i64::from),
+                };
+                let one = Runnable::new(
+                    [(s.slug.as_str(), d.name.as_str(), timeout)],
+                    self.lease_margin,
+                )
+                .with_request_grace(self.request_grace)
+                .with_takeover_grace(self.takeover_grace());
+                let leased =
+                    events::lease_gated(&self.pool, &holder, LEASE_BATCH, &gate, &one).await;
+                self.note(leased.as_ref().err().map(crate::db::is_transient));
+                match leased {
+                    Ok(leased) if !leased.is_empty() => {
+                        let (workers, holder) = (self.clone(), holder.clone());
+                        running.spawn(async move {
+                            if let Err(e) = workers.forward_batch(&holder, leased).await {
+                                tracing::warn!(error = %e, "paced forwarding: database error; retrying");
+                            }
+                        });
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        tracing::warn!(error = %e, "leasing a limited destination failed; retrying")
+                    }
+                }
+            }
+        }
+        while running.join_next().await.is_some() {}
     }
 
     /// A pool whose lease statements do not wait for this one's, as
@@ -321,7 +396,9 @@ impl Workers {
                 .iter()
                 .filter(|s| !self.wake.is_paused(&s.slug))
                 .flat_map(|s| s.destinations.iter().map(move |d| (s, d)))
-                .filter(|(s, d)| !self.rests.resting(&rests::key(&s.slug, &d.name)))
+                .filter(|(s, d)| {
+                    !d.is_gated() && !self.rests.resting(&rests::key(&s.slug, &d.name))
+                })
                 .map(|(s, d)| {
                     (
                         s.slug.as_str(),

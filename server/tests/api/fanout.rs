@@ -155,6 +155,18 @@ async fn each_destination_gets_each_event_it_wants_once(pool: PgPool) {
         ]
     );
 
+    // The Sources page lists the three, with what each takes (no secret).
+    let (status, sources) = app.server_fn("sources", "").await;
+    assert_eq!(status, 200, "{sources}");
+    let listed = &sources[0]["destinations"];
+    assert_eq!(listed.as_array().map(Vec::len), Some(3), "{sources}");
+    assert_eq!(listed[0]["name"], "billing");
+    assert!(
+        listed[0]["filter"].as_str().unwrap().contains("issues.*"),
+        "{listed}"
+    );
+    assert!(listed[1]["filter"].is_null(), "{listed}");
+
     // A late retry is answered "already completed" and goes nowhere.
     let late = deliver(&app, "e-issue", "issues", issue).await;
     assert_eq!(late.headers()["x-replaysafe-outcome"], "completed");
@@ -380,4 +392,144 @@ async fn events_kept_without_a_destination_go_to_the_ones_configured_later(pool:
             .await
             .unwrap();
     assert_eq!(left, 0);
+}
+
+/// Source `gh` with destination `limited` (its own limits) and `free`.
+fn limited_config(limited: &str, free: &str, limits: &str) -> replaysafe::config::Config {
+    test_config(
+        &format!(
+            r#"
+[[source]]
+slug = "gh"
+provider = "github"
+secrets = ["gh-secret"]
+
+[[source.destination]]
+name = "limited"
+url = "{limited}"
+{limits}
+
+[[source.destination]]
+name = "free"
+url = "{free}"
+"#
+        ),
+        &[],
+    )
+}
+
+/// Two processes on one database, each with its workers running.
+async fn two_processes(
+    pool: &PgPool,
+    config: replaysafe::config::Config,
+    shutdown: &tokio_util::sync::CancellationToken,
+) -> (TestApp, TestApp) {
+    let one = spawn_app(pool.clone(), config.clone()).await;
+    let other_pool = PgPool::connect(&crate::helpers::database_url(pool).await)
+        .await
+        .unwrap();
+    let two = spawn_app(other_pool, config).await;
+    for app in [&one, &two] {
+        std::mem::forget(
+            replaysafe::processing::worker::Workers::new(&app.services).spawn(4, shutdown.clone()),
+        );
+    }
+    (one, two)
+}
+
+async fn send_to_both(one: &TestApp, two: &TestApp, n: usize) {
+    let sent = futures_util::future::join_all((0..n).map(|i| {
+        let app = if i % 2 == 0 { one } else { two };
+        async move {
+            deliver(app, &format!("r-{i}"), "push", &format!(r#"{{"i":{i}}}"#))
+                .await
+                .status()
+                .as_u16()
+        }
+    }))
+    .await;
+    assert!(sent.iter().all(|&s| s == 200), "{sent:?}");
+}
+
+fn arrivals(d: &Destination) -> Vec<std::time::Instant> {
+    let mut at: Vec<_> = d.received.lock().unwrap().iter().map(|c| c.at).collect();
+    at.sort();
+    at
+}
+
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn a_rate_limit_holds_across_two_processes(pool: PgPool) {
+    let limited = Destination::start(vec![]).await;
+    let free = Destination::start(vec![]).await;
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let config = limited_config(&limited.url, &free.url, "rate_per_sec = 50");
+    let (one, two) = two_processes(&pool, config, &shutdown).await;
+    let started = std::time::Instant::now();
+    send_to_both(&one, &two, 250).await;
+    // The limited destination's backlog does not hold the other one back.
+    wait_for(&free, 250).await;
+    let free_done = started.elapsed();
+    assert!(
+        limited.count() < 200,
+        "the free destination had all 250 in {free_done:?}, the limited one {}",
+        limited.count()
+    );
+    wait_for(&limited, 250).await;
+    let at = arrivals(&limited);
+    let busiest = (0..at.len())
+        .map(|i| {
+            at[i..]
+                .iter()
+                .take_while(|t| t.duration_since(at[i]) < std::time::Duration::from_secs(1))
+                .count()
+        })
+        .max()
+        .unwrap();
+    eprintln!("rate_per_sec = 50, two processes: at most {busiest} requests in any second");
+    assert!(busiest <= 55, "{busiest} requests in one second at 50/s");
+    let spread = at.last().unwrap().duration_since(at[0]).as_secs_f64();
+    assert!(
+        spread > 3.5 && spread < 8.0,
+        "250 requests at 50/s took {spread:.1} s"
+    );
+    let mut keys = limited.keys();
+    keys.sort();
+    keys.dedup();
+    assert_eq!(keys.len(), 250, "each once");
+    shutdown.cancel();
+}
+
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn at_most_max_in_flight_attempts_run_at_once_across_two_processes(pool: PgPool) {
+    let slow = Scripted {
+        status: 200,
+        headers: vec![],
+        delay: std::time::Duration::from_millis(300),
+    };
+    let limited = Destination::start(vec![slow; 40]).await;
+    let free = Destination::start(vec![]).await;
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let config = limited_config(&limited.url, &free.url, "max_in_flight = 3");
+    let (one, two) = two_processes(&pool, config, &shutdown).await;
+    send_to_both(&one, &two, 30).await;
+    wait_for(&limited, 30).await;
+    let at = arrivals(&limited);
+    let overlapping = (0..at.len())
+        .map(|i| {
+            at.iter()
+                .filter(|t| {
+                    **t <= at[i]
+                        && at[i].duration_since(**t) < std::time::Duration::from_millis(290)
+                })
+                .count()
+        })
+        .max()
+        .unwrap();
+    eprintln!("max_in_flight = 3, two processes: at most {overlapping} at once");
+    assert!(overlapping <= 3, "{overlapping} attempts in flight at once");
+    assert!(
+        overlapping >= 2,
+        "the limit is used ({overlapping} at once)"
+    );
+    shutdown.cancel();
 }
