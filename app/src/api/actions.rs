@@ -30,6 +30,17 @@ pub async fn set_source_paused(slug: String, paused: bool) -> Result<(), ServerF
     Ok(ssr::set_paused(&crate::api::ssr::cx().await?, slug, paused).await?)
 }
 
+/// Opens a destination's circuit breaker by hand (it stays open until an
+/// operator closes it) or closes it (operator; audit-logged).
+#[server(endpoint = "breaker")]
+pub async fn set_breaker(
+    slug: String,
+    destination: String,
+    open: bool,
+) -> Result<(), ServerFnError> {
+    Ok(ssr::set_breaker(&crate::api::ssr::cx().await?, slug, destination, open).await?)
+}
+
 /// Re-delivers one stored delivery through the receiver pipeline. A
 /// delivery rejected for its timestamp (the window stops captured replays)
 /// takes an admin and a typed `past_window_reason`.
@@ -133,6 +144,14 @@ pub mod ssr {
             paused: bool,
             by: Caller,
         ) -> BoxFuture<'_, Result<(), AppError>>;
+        /// Opens or closes a destination's circuit breaker by hand; the
+        /// state it left.
+        fn set_breaker(
+            &self,
+            slug: String,
+            destination: String,
+            open: bool,
+        ) -> BoxFuture<'_, Result<String, AppError>>;
         /// An admin's forced re-execution of a completed event, queued for
         /// the workers; refused with the reason otherwise.
         fn force(
@@ -184,6 +203,32 @@ pub mod ssr {
     pub async fn set_paused(cx: &Cx, slug: String, paused: bool) -> Result<(), AppError> {
         let caller = cx.require(Role::Operator)?;
         cx.operations.set_paused(slug, paused, caller.clone()).await
+    }
+
+    /// Opens or closes a destination's circuit breaker by hand (operator),
+    /// audit-logged with the state it left.
+    pub async fn set_breaker(
+        cx: &Cx,
+        slug: String,
+        destination: String,
+        open: bool,
+    ) -> Result<(), AppError> {
+        let caller = cx.require(Role::Operator)?;
+        let target = format!("destination {slug}/{destination}");
+        let was = cx.operations.set_breaker(slug, destination, open).await?;
+        let (action, now) = if open {
+            ("breaker.open", "open until an operator closes it")
+        } else {
+            ("breaker.close", "closed")
+        };
+        cx.audit(
+            caller,
+            action,
+            Some(&target),
+            &format!("{was}, now {now}"),
+            serde_json::json!({ "was": was }),
+        )
+        .await
     }
 
     /// Re-delivers one stored delivery through the dedup layer (operator;

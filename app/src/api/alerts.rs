@@ -653,6 +653,17 @@ pub mod ssr {
             )
             .fetch_all(pool)
             .await?;
+            // A destination whose breaker is open makes no attempts to fail:
+            // its source's destination keeps failing while it stays open.
+            let broken: Vec<(String, Vec<String>)> = sqlx::query!(
+                r#"SELECT source, array_agg(destination ORDER BY destination) AS "destinations!"
+                   FROM destination_gates WHERE breaker <> 'closed' GROUP BY source"#
+            )
+            .fetch_all(pool)
+            .await?
+            .into_iter()
+            .map(|r| (r.source, r.destinations))
+            .collect();
             for (slug, set) in &rules.per_source {
                 let (bad, attempts, failed) = rows
                     .iter()
@@ -674,6 +685,19 @@ pub mod ssr {
                     }
                 }
                 if let Some(rule) = &set.destination_failing {
+                    if let Some((_, open)) = broken.iter().find(|(s, _)| s == slug) {
+                        found.push(condition(
+                            "destination_failing",
+                            slug,
+                            format!(
+                                "the circuit breaker of {} is open: its events wait",
+                                open.join(", ")
+                            ),
+                            &[("breakers_open", open.len() as f64)],
+                            format!("/sources#{slug}"),
+                        ));
+                        continue;
+                    }
                     let was = firing.contains(&("destination_failing".to_owned(), slug.clone()));
                     // Starts on enough failures, none succeeding; ends on a success.
                     let holds = failed == attempts

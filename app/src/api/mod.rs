@@ -95,6 +95,16 @@ pub struct DestinationSummary {
     pub filter: Option<String>,
     /// Its rate and concurrency limits, in words; None: none.
     pub limits: Option<String>,
+    /// Its circuit breaker: `closed`, `open` or `half_open` (a probe is out).
+    #[serde(default = "closed")]
+    pub breaker: String,
+    /// Opened by an operator: it stays open until one closes it.
+    #[serde(default)]
+    pub breaker_by_hand: bool,
+}
+
+fn closed() -> String {
+    "closed".into()
 }
 
 #[server(endpoint = "sources")]
@@ -110,7 +120,7 @@ pub mod ssr {
 
     use std::sync::Arc;
 
-    use super::SourceSummary;
+    use super::{DestinationSummary, SourceSummary};
     use crate::api::actions::ssr::Operations;
     use crate::auth::{Caller, Role};
 
@@ -298,7 +308,10 @@ pub mod ssr {
                       paused_override IS NOT NULL AS "paused_by_operator!",
                       in_config, attempt_timeout_secs,
                       to_char(paused_changed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') AS paused_changed_at,
-                      destinations
+                      destinations,
+                      (SELECT coalesce(jsonb_object_agg(g.destination,
+                                           jsonb_build_array(g.breaker, g.opened_by_hand)), '{}')
+                       FROM destination_gates g WHERE g.source = sources.slug) AS "breakers!"
                FROM sources WHERE ($1::text IS NULL OR slug = $1)
                ORDER BY in_config DESC, slug"#,
             slug
@@ -318,7 +331,21 @@ pub mod ssr {
                 in_config: r.in_config,
                 attempt_timeout_secs: r.attempt_timeout_secs,
                 paused_changed_at: r.paused_changed_at,
-                destinations: serde_json::from_value(r.destinations).unwrap_or_default(),
+                destinations: {
+                    let mut listed: Vec<DestinationSummary> =
+                        serde_json::from_value(r.destinations).unwrap_or_default();
+                    for d in &mut listed {
+                        if let Some((state, by_hand)) = r
+                            .breakers
+                            .get(&d.name)
+                            .and_then(|b| serde_json::from_value::<(String, bool)>(b.clone()).ok())
+                        {
+                            d.breaker = state;
+                            d.breaker_by_hand = by_hand;
+                        }
+                    }
+                    listed
+                },
             })
             .collect())
     }

@@ -1,6 +1,6 @@
 use leptos::prelude::*;
 
-use crate::api::actions::SetSourcePaused;
+use crate::api::actions::{SetBreaker, SetSourcePaused};
 use crate::api::overview::{load_overview, SourceFigures, COUNT_CAP};
 use crate::api::{list_sources, SourceSummary};
 use crate::auth::Role;
@@ -9,15 +9,21 @@ use crate::components::*;
 #[component]
 pub fn SourcesPage() -> impl IntoView {
     let toggle = ServerAction::<SetSourcePaused>::new();
-    // Re-read after every pause or resume.
-    let sources = Resource::new(move || toggle.version().get(), |_| list_sources());
+    let breaker = ServerAction::<SetBreaker>::new();
+    // Re-read after every pause, resume or breaker change.
+    let sources = Resource::new(
+        move || (toggle.version().get(), breaker.version().get()),
+        |_| list_sources(),
+    );
     let figures = Resource::new(|| (), |_| load_overview(None, "day".into()));
     provide_context(toggle);
+    provide_context(breaker);
     let failure = move || {
         toggle
             .value()
             .get()
             .and_then(|r| r.err())
+            .or_else(|| breaker.value().get().and_then(|r| r.err()))
             .map(|e| view! { <ErrorBox message=error_text(&e)/> })
     };
     view! {
@@ -114,6 +120,8 @@ fn SourceRow(s: SourceSummary, f: Option<SourceFigures>) -> impl IntoView {
                                     <strong>{d.name.clone()}</strong> " " <code>{d.url}</code>
                                     {d.filter.map(|f| view! { <div class="muted small">{f}</div> })}
                                     {d.limits.map(|l| view! { <div class="muted small">{l}</div> })}
+                                    <BreakerControl slug=slug.clone() destination=d.name.clone()
+                                        state=d.breaker by_hand=d.breaker_by_hand/>
                                 </li>
                             }).collect_view()}
                         </ul>
@@ -154,5 +162,53 @@ fn PauseButton(slug: String, paused: bool) -> impl IntoView {
                 }
             }
         </IfRole>
+    }
+}
+
+/// A destination's circuit breaker, and (operators) opening or closing it by hand.
+#[component]
+fn BreakerControl(
+    slug: String,
+    destination: String,
+    state: String,
+    by_hand: bool,
+) -> impl IntoView {
+    let set = expect_context::<ServerAction<SetBreaker>>();
+    let (class, words) = match (state.as_str(), by_hand) {
+        ("closed", _) => ("badge badge-ok", "breaker closed".to_owned()),
+        ("open", true) => (
+            "badge badge-bad",
+            "breaker opened by an operator".to_owned(),
+        ),
+        ("open", false) => ("badge badge-bad", "breaker open: attempts wait".to_owned()),
+        (other, _) => (
+            "badge badge-warn",
+            format!("breaker {}", other.replace('_', "-")),
+        ),
+    };
+    let open = state == "closed";
+    let label = if open {
+        "Open breaker"
+    } else {
+        "Close breaker"
+    };
+    view! {
+        <div class="small" data-testid="breaker" data-state=state.clone()>
+            <span class=class>{words}</span>
+            <IfRole role=Role::Operator>
+                {
+                    let (slug, destination) = (slug.clone(), destination.clone());
+                    let aria = format!("{label} of {slug}/{destination}");
+                    view! {
+                        <ActionForm action=set attr:class="inline">
+                            <input type="hidden" name="slug" value=slug/>
+                            <input type="hidden" name="destination" value=destination/>
+                            <input type="hidden" name="open" value=open.to_string()/>
+                            <button type="submit" class="secondary" aria-label=aria>{label}</button>
+                        </ActionForm>
+                    }
+                }
+            </IfRole>
+        </div>
     }
 }

@@ -27,7 +27,35 @@ pub struct Destination {
     /// Attempts running at once across every process.
     pub max_in_flight: Option<u32>,
     pub ordering: Ordering,
+    pub breaker: Breaker,
 }
+
+/// When a destination's circuit breaker opens, and for how long.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Breaker {
+    /// Failed attempts in a row (connection errors, timeouts, 408, 429,
+    /// 5xx) that open it; 0: never on a count.
+    pub failures: u32,
+    /// Or this share of failed attempts in `window_secs` (at least
+    /// `RATIO_MIN_ATTEMPTS` of them).
+    pub ratio: Option<f64>,
+    pub window_secs: u64,
+    /// Its first cool-down; each failed probe doubles it, up to
+    /// `MAX_COOLDOWN_SECS`.
+    pub cooldown_secs: u64,
+}
+
+pub const RATIO_MIN_ATTEMPTS: i32 = 20;
+pub const MAX_COOLDOWN_SECS: u64 = 600;
+
+/// Twenty failures in a row: more than any retry schedule of one event, so
+/// only a destination that fails every event opens it.
+pub const DEFAULT_BREAKER: Breaker = Breaker {
+    failures: 20,
+    ratio: None,
+    window_secs: 60,
+    cooldown_secs: 30,
+};
 
 impl Destination {
     /// The single-string `destination`, with the source's defaults.
@@ -42,6 +70,7 @@ impl Destination {
             rate_per_sec: None,
             max_in_flight: None,
             ordering: Ordering::None,
+            breaker: DEFAULT_BREAKER,
         }
     }
 
@@ -148,6 +177,10 @@ pub(super) struct RawDestination {
     max_in_flight: Option<u32>,
     ordering: Option<String>,
     ordering_key: Option<String>,
+    breaker_failures: Option<u32>,
+    breaker_ratio: Option<f64>,
+    breaker_window_secs: Option<u64>,
+    breaker_cooldown_secs: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -307,6 +340,29 @@ pub(super) fn build(
                 ))
             }
         };
+        if let Some(r) = d.breaker_ratio {
+            if !(r > 0.0 && r <= 1.0) {
+                return Err(invalid(
+                    &key("breaker_ratio"),
+                    "must be a share of failed attempts above 0 and at most 1".into(),
+                ));
+            }
+        }
+        let breaker = Breaker {
+            failures: d.breaker_failures.unwrap_or(DEFAULT_BREAKER.failures),
+            ratio: d.breaker_ratio,
+            window_secs: at_least_one(
+                &key("breaker_window_secs"),
+                d.breaker_window_secs,
+                DEFAULT_BREAKER.window_secs,
+            )?,
+            cooldown_secs: at_least_one(
+                &key("breaker_cooldown_secs"),
+                d.breaker_cooldown_secs,
+                DEFAULT_BREAKER.cooldown_secs,
+            )?
+            .min(MAX_COOLDOWN_SECS),
+        };
         if raw.mode == Mode::Sync {
             for (field, given) in [
                 ("filter", filter.is_some()),
@@ -332,6 +388,7 @@ pub(super) fn build(
             rate_per_sec,
             max_in_flight: d.max_in_flight,
             ordering,
+            breaker,
         });
     }
     Ok(out)

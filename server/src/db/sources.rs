@@ -131,5 +131,7 @@ fn summary(d: &crate::config::Destination) -> app::api::DestinationSummary {
         url: d.url.clone(),
         filter,
         limits: (!limits.is_empty()).then(|| limits.join(", ")),
+        breaker: "closed".into(),
+        breaker_by_hand: false,
     }
 }

@@ -36,6 +36,7 @@
 //! - **admin**: `force` (a completed event runs once more).
 //! - **retention**: `prune` forgets settled keys.
 
+pub mod breaker;
 mod claim;
 mod operator;
 mod work;
@@ -46,9 +47,9 @@ pub use claim::{
 };
 pub use operator::{force, prune, Forced};
 pub use work::{
-    adopt_orphans, complete_inline, finish, finish_each, lease, lease_gated, release_paused,
-    release_unbegun, start_inline, AttemptRecord, Done, Gate, Inline, Leased, Next, Runnable,
-    REQUEST_GRACE,
+    adopt_orphans, complete_inline, finish, finish_each, lease, lease_gated, lease_probe,
+    release_paused, release_unbegun, start_inline, AttemptRecord, Done, Gate, Inline, Leased, Next,
+    Runnable, REQUEST_GRACE,
 };
 
 /// A sync-mode destination's answer, stored with its event and returned

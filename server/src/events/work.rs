@@ -160,14 +160,26 @@ pub async fn lease(
     if runnable.is_empty() {
         return Ok(Vec::new());
     }
-    lease_on(&mut *pool.acquire().await?, worker, limit, runnable).await
+    lease_on(&mut *pool.acquire().await?, worker, limit, runnable, false).await
 }
 
+/// A half-open breaker's probe (`breaker::take_probes`): one due dispatch
+/// of the runnable destination, which is otherwise left alone.
+pub async fn lease_probe(
+    pool: &PgPool,
+    worker: &str,
+    runnable: &Runnable,
+) -> Result<Vec<Leased>, sqlx::Error> {
+    lease_on(&mut *pool.acquire().await?, worker, 1, runnable, true).await
+}
+
+/// `probing`: leases of destinations whose breaker is not closed too.
 async fn lease_on(
     conn: &mut PgConnection,
     worker: &str,
     limit: i64,
     runnable: &Runnable,
+    probing: bool,
 ) -> Result<Vec<Leased>, sqlx::Error> {
     sqlx::query_as!(
         Leased,
@@ -176,6 +188,10 @@ async fn lease_on(
              FROM unnest($3::text[], $7::text[], $4::float8[]) AS r(slug, destination, lease_secs)
              JOIN sources s ON s.slug = r.slug
              WHERE NOT coalesce(s.paused_override, s.config_paused)
+               -- A broken destination's dispatches wait (`breaker`).
+               AND ($8 OR NOT EXISTS (SELECT 1 FROM destination_gates g
+                                      WHERE g.source = r.slug AND g.destination = r.destination
+                                        AND g.breaker <> 'closed'))
          ),
          -- Each destination's due dispatches by themselves: one's backlog is
          -- never walked through to find another's.
@@ -288,7 +304,8 @@ async fn lease_on(
         &runnable.lease_secs,
         runnable.request_grace.as_secs_f64(),
         runnable.takeover_grace.as_secs_f64(),
-        &runnable.destinations
+        &runnable.destinations,
+        probing
     )
     .fetch_all(conn)
     .await
@@ -365,7 +382,7 @@ pub async fn lease_gated(
         room = room.min(max - now.in_flight);
     }
     let leased = if room > 0 {
-        lease_on(&mut tx, worker, room, runnable).await?
+        lease_on(&mut tx, worker, room, runnable, false).await?
     } else {
         Vec::new()
     };

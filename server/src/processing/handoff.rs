@@ -43,6 +43,7 @@ pub struct Inbox {
     config: Arc<Config>,
     wake: Arc<Wake>,
     rests: Arc<Rests>,
+    breakers: Arc<super::breakers::Breakers>,
     /// Claims are handed over only while open (`Workers::spawn` opens it).
     open: AtomicBool,
     /// Closed for good: the workers stopped.
@@ -57,12 +58,18 @@ pub struct Inbox {
 }
 
 impl Inbox {
-    pub fn new(config: Arc<Config>, wake: Arc<Wake>, rests: Arc<Rests>) -> Self {
+    pub fn new(
+        config: Arc<Config>,
+        wake: Arc<Wake>,
+        rests: Arc<Rests>,
+        breakers: Arc<super::breakers::Breakers>,
+    ) -> Self {
         Self {
             owner: format!("{}:{}:inbox", super::worker::hostname(), std::process::id()),
             config,
             wake,
             rests,
+            breakers,
             open: AtomicBool::new(false),
             closed: AtomicBool::new(false),
             reserved: AtomicUsize::new(0),
@@ -178,6 +185,7 @@ impl Handoff for Inbox {
         let wanted = config.destinations.iter().find(|d| d.name == destination)?;
         if config.mode != Mode::Ack
             || wanted.is_gated()
+            || !self.breakers.is_closed(source, destination)
             || self.wake.is_paused(source)
             || self.rests.down(&super::rests::key(source, destination))
             || self.bytes.load(Ordering::SeqCst) >= ROOM_BYTES

@@ -2,6 +2,7 @@
 //! workers that lease due events, forward them to their destination and
 //! retry, complete or dead-letter them, and sync mode's inline forwarding.
 
+pub mod breakers;
 pub mod forward;
 pub mod handoff;
 pub mod intake;
@@ -49,6 +50,8 @@ pub struct Services {
     pub inbox: Arc<Inbox>,
     /// Sources whose destination takes no connection, resting.
     pub rests: Arc<Rests>,
+    /// The destinations' circuit breakers, as this process knows them.
+    pub breakers: Arc<breakers::Breakers>,
     /// Records the workers' finished attempts, all together.
     pub recorder: recorder::Recorder,
     /// Where the dashboard's and the API's reads go (`db::replica`).
@@ -68,8 +71,15 @@ impl Services {
         policy: RetryPolicy,
     ) -> Self {
         let rests = Arc::new(Rests::default());
-        let inbox = Arc::new(Inbox::new(config.clone(), wake.clone(), rests.clone()));
+        let breakers = Arc::new(breakers::Breakers::default());
+        let inbox = Arc::new(Inbox::new(
+            config.clone(),
+            wake.clone(),
+            rests.clone(),
+            breakers.clone(),
+        ));
         Self {
+            breakers,
             claims: ClaimBatcher::with_handoff(pool.clone(), CLAIM_COMMITTERS, inbox.clone()),
             inbox,
             rests,

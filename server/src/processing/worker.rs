@@ -59,6 +59,7 @@ pub struct Workers {
     pub poll: Duration,
     /// Sources whose destination is down, and until when they rest.
     rests: Arc<Rests>,
+    breakers: Arc<super::breakers::Breakers>,
     /// New events this process claimed, leased to the workers at their claim.
     inbox: Arc<Inbox>,
     /// Records every worker's finished attempts together.
@@ -111,6 +112,7 @@ impl Workers {
             leasing: Default::default(),
             poll: POLL_INTERVAL,
             rests: services.rests.clone(),
+            breakers: services.breakers.clone(),
             inbox: services.inbox.clone(),
             recorder: services.recorder.clone(),
             unreachable_max: UNREACHABLE_MAX,
@@ -227,7 +229,9 @@ impl Workers {
             }
             while running.try_join_next().is_some() {}
             for (s, d) in &gated {
-                if self.wake.is_paused(&s.slug) || self.rests.resting(&rests::key(&s.slug, &d.name))
+                if self.wake.is_paused(&s.slug)
+                    || !self.breakers.is_closed(&s.slug, &d.name)
+                    || self.rests.resting(&rests::key(&s.slug, &d.name))
                 {
                     continue;
                 }
@@ -377,9 +381,85 @@ impl Workers {
                 }
                 Err(e) => tracing::warn!(error = %e, "reading paused sources failed; will retry"),
             }
+            if let Err(e) = self.breakers.refresh(&self.pool).await {
+                tracing::warn!(error = %e, "reading circuit breakers failed; will retry");
+            }
+            self.probe_breakers().await;
             tokio::select! {
                 _ = shutdown.cancelled() => return,
                 _ = tokio::time::sleep(PAUSES_READ_EVERY) => {}
+            }
+        }
+    }
+
+    /// Breakers whose cool-down is over: this process takes the probe of
+    /// each (of its destinations) it wins, one attempt; with none due, the
+    /// breaker closes.
+    pub async fn probe_breakers(&self) {
+        let longest = self
+            .config
+            .sources
+            .iter()
+            .map(|s| s.attempt_timeout())
+            .max()
+            .unwrap_or_default();
+        let stale = ((longest + self.lease_margin) * 2).as_secs_f64();
+        let probes = match events::breaker::take_probes(&self.pool, stale).await {
+            Ok(probes) => probes,
+            Err(e) => {
+                tracing::warn!(error = %e, "taking circuit breaker probes failed; will retry");
+                return;
+            }
+        };
+        self.breakers.apply(&probes);
+        for probe in probes {
+            let Some(d) = self
+                .config
+                .sources
+                .iter()
+                .find(|s| s.slug == probe.source)
+                .and_then(|s| s.destinations.iter().find(|d| d.name == probe.destination))
+            else {
+                continue;
+            };
+            let one = Runnable::new(
+                [(
+                    probe.source.as_str(),
+                    d.name.as_str(),
+                    Duration::from_secs(d.timeout_secs),
+                )],
+                self.lease_margin,
+            );
+            let holder = format!("{}:{}:probe", hostname(), std::process::id());
+            match events::lease_probe(&self.pool, &holder, &one).await {
+                Ok(leased) if !leased.is_empty() => {
+                    let workers = self.clone();
+                    tokio::spawn(async move {
+                        if let Err(e) = workers.forward_batch(&holder, leased).await {
+                            tracing::warn!(error = %e, "circuit breaker probe: database error");
+                        }
+                    });
+                }
+                Ok(_) => {
+                    match events::breaker::close_unprobed(
+                        &self.pool,
+                        &probe.source,
+                        &probe.destination,
+                    )
+                    .await
+                    {
+                        Ok(true) => self.breakers.apply(&[events::breaker::Transition {
+                            from: "half_open".into(),
+                            to: "closed".into(),
+                            ..probe
+                        }]),
+                        Ok(false) => {}
+                        Err(e) => {
+                            tracing::warn!(error = %e, "closing an unprobed circuit breaker failed")
+                        }
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "leasing a circuit breaker's probe failed"),
             }
         }
     }
@@ -397,7 +477,9 @@ impl Workers {
                 .filter(|s| !self.wake.is_paused(&s.slug))
                 .flat_map(|s| s.destinations.iter().map(move |d| (s, d)))
                 .filter(|(s, d)| {
-                    !d.is_gated() && !self.rests.resting(&rests::key(&s.slug, &d.name))
+                    !d.is_gated()
+                        && self.breakers.is_closed(&s.slug, &d.name)
+                        && !self.rests.resting(&rests::key(&s.slug, &d.name))
                 })
                 .map(|(s, d)| {
                     (
@@ -577,6 +659,7 @@ impl Workers {
                 }
             }
         };
+        self.breakers.note(&self.pool, &self.config, &done).await;
         for d in done.iter() {
             crate::telemetry::metrics::attempt(
                 &d.leased.source,

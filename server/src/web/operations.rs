@@ -265,6 +265,49 @@ impl Operations for ServerOperations {
         })
     }
 
+    fn set_breaker(
+        &self,
+        slug: String,
+        destination: String,
+        open: bool,
+    ) -> BoxFuture<'_, Result<String, AppError>> {
+        Box::pin(async move {
+            let configured = self
+                .services
+                .config
+                .sources
+                .iter()
+                .find(|s| s.slug == slug)
+                .is_some_and(|s| s.destinations.iter().any(|d| d.name == destination));
+            if !configured {
+                return Err(AppError::NotFound(format!(
+                    "source {slug:?} has no destination {destination:?}"
+                )));
+            }
+            let pool = &self.services.pool;
+            let set = async {
+                crate::events::breaker::ensure(pool, &[(&slug, &destination)]).await?;
+                crate::events::breaker::set_by_hand(pool, &slug, &destination, open).await
+            };
+            let was = set
+                .await
+                .map_err(AppError::database)?
+                .unwrap_or_else(|| "closed".into());
+            self.services
+                .breakers
+                .apply(&[crate::events::breaker::Transition {
+                    source: slug,
+                    destination,
+                    from: was.clone(),
+                    to: if open { "open" } else { "closed" }.into(),
+                }]);
+            if !open {
+                self.services.wake.work();
+            }
+            Ok(was)
+        })
+    }
+
     fn force(
         &self,
         event_id: i64,

@@ -140,9 +140,9 @@ fn below_web_nothing_knows_axum() {
     }
 }
 
-/// An event's forwarding state has one owner: only `events` writes
-/// dispatches (the demo seeder only moves its history's times back). The
-/// dashboard's crate reads them.
+/// An event's forwarding state, and a destination's gate and breaker, have
+/// one owner: only `events` writes dispatches and gates (the demo seeder
+/// only moves its history's times back). The dashboard's crate reads them.
 #[test]
 fn only_the_events_module_writes_dispatches() {
     let mut files = Vec::new();
@@ -165,6 +165,9 @@ fn only_the_events_module_writes_dispatches() {
             "update dispatches",
             "insert into dispatches",
             "delete from dispatches",
+            "update destination_gates",
+            "insert into destination_gates",
+            "delete from destination_gates",
         ] {
             if code.contains(write)
                 && module != "events"

@@ -533,3 +533,272 @@ async fn at_most_max_in_flight_attempts_run_at_once_across_two_processes(pool: P
     );
     shutdown.cancel();
 }
+
+/// When an outage's first request came, and each request's key and answer.
+type Seen = std::sync::Arc<std::sync::Mutex<(Option<std::time::Instant>, Vec<(String, u16)>)>>;
+
+/// A destination down (500) for `down_for` from its first request on, then
+/// up; it records each request's key and the status it answered.
+#[derive(Clone)]
+struct Outage {
+    url: String,
+    seen: Seen,
+}
+
+impl Outage {
+    async fn start(down_for: std::time::Duration) -> Self {
+        let seen: Seen = Default::default();
+        let state = seen.clone();
+        let app = axum::Router::new().route(
+            "/hook",
+            axum::routing::post(move |headers: axum::http::HeaderMap| {
+                let state = state.clone();
+                async move {
+                    let mut s = state.lock().unwrap();
+                    let first = *s.0.get_or_insert_with(std::time::Instant::now);
+                    let status = if first.elapsed() < down_for { 500 } else { 200 };
+                    let key = headers["idempotency-key"].to_str().unwrap().to_owned();
+                    s.1.push((key, status));
+                    axum::http::StatusCode::from_u16(status).unwrap()
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/hook", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        Self { url, seen }
+    }
+
+    fn answered(&self) -> Vec<(String, u16)> {
+        self.seen.lock().unwrap().1.clone()
+    }
+}
+
+/// A destination that goes down and comes back: its breaker opens after
+/// `breaker_failures` failures in a row, its events wait (none is
+/// dead-lettered, none forwarded while it is open), a probe after the
+/// cool-down fails and doubles it, a later one succeeds and closes it, and
+/// every event is then delivered once.
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn a_broken_destination_opens_its_breaker_is_probed_and_heals(pool: PgPool) {
+    // Down through the first probe (about 1 s after opening), up by the
+    // second (2 s after that).
+    let down = Outage::start(std::time::Duration::from_millis(1800)).await;
+    let config = test_config(
+        &format!(
+            r#"
+[[source]]
+slug = "gh"
+provider = "github"
+secrets = ["gh-secret"]
+max_attempts = 10
+
+[[source.destination]]
+name = "flaky"
+url = "{}"
+breaker_failures = 3
+breaker_cooldown_secs = 1
+"#,
+            down.url
+        ),
+        &[],
+    );
+    let app = spawn_app(pool.clone(), config).await;
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    // Retries due at once: only the breaker holds them back.
+    let _running = app.workers().spawn(2, shutdown.clone());
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    for i in 0..6 {
+        let body = format!(r#"{{"i":{i}}}"#);
+        assert_eq!(
+            deliver(&app, &format!("b-{i}"), "push", &body)
+                .await
+                .status(),
+            200
+        );
+    }
+    let breaker = |pool: PgPool| async move {
+        sqlx::query_scalar::<_, String>(
+            "SELECT breaker FROM destination_gates WHERE source = 'gh' AND destination = 'flaky'",
+        )
+        .fetch_optional(&pool)
+        .await
+        .unwrap()
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while breaker(pool.clone()).await.as_deref() != Some("open") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the breaker never opened"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    // Open: nothing reaches the destination before the cool-down ends.
+    let at_open = down.answered().len();
+    tokio::time::sleep(std::time::Duration::from_millis(600)).await;
+    assert_eq!(
+        down.answered().len(),
+        at_open,
+        "forwarded while the breaker was open"
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let done: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM dispatches WHERE state = 'completed'")
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+        if done == 6 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{done} of 6 completed"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(breaker(pool.clone()).await.as_deref(), Some("closed"));
+    let answered = down.answered();
+    let ok: Vec<&String> = answered
+        .iter()
+        .filter(|a| a.1 == 200)
+        .map(|a| &a.0)
+        .collect();
+    let unique: std::collections::HashSet<&&String> = ok.iter().collect();
+    assert_eq!(
+        (ok.len(), unique.len()),
+        (6, 6),
+        "each delivered once: {answered:?}"
+    );
+    let failed = answered.len() - 6;
+    let states: Vec<(String, i64)> =
+        sqlx::query_as("SELECT state, count(*) FROM dispatches GROUP BY state ORDER BY state")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    assert_eq!(states, [("completed".to_owned(), 6)], "none dead-lettered");
+    // The transitions are metrics: opened, probed and failed (opened again,
+    // the cool-down doubled), probed and healed.
+    let metrics = app
+        .client
+        .get(app.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let count = |to: &str| -> u64 {
+        let prefix = format!(
+            "replaysafe_breaker_transitions_total{{source=\"gh\",destination=\"flaky\",to=\"{to}\"}} "
+        );
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or(0)
+    };
+    eprintln!(
+        "breaker: {failed} failed attempts; opened {} times, probed {} times, closed {}",
+        count("open"),
+        count("half_open"),
+        count("closed")
+    );
+    assert!(
+        count("open") >= 2,
+        "a failed probe opens it again\n{metrics}"
+    );
+    assert_eq!(
+        count("half_open"),
+        count("open"),
+        "each opening ends in a probe"
+    );
+    assert_eq!(count("closed"), 1);
+    shutdown.cancel();
+}
+
+/// Operators open and close a breaker by hand (a viewer may not), each
+/// change audit-logged; while it is open nothing goes to the destination.
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn an_operator_opens_and_closes_a_breaker_by_hand(pool: PgPool) {
+    let crm = Destination::start(vec![]).await;
+    let config = test_config(
+        &format!(
+            "[[source]]\nslug = \"gh\"\nprovider = \"github\"\nsecrets = [\"gh-secret\"]\n\
+             [[source.destination]]\nname = \"crm\"\nurl = \"{}\"\n",
+            crm.url
+        ),
+        &[],
+    );
+    let app = spawn_app(pool.clone(), config).await;
+    let viewer = app.session("viewer").await;
+    let (status, _) = app
+        .server_fn_as(
+            Some(&viewer),
+            "breaker",
+            "slug=gh&destination=crm&open=true",
+        )
+        .await;
+    assert_eq!(status, 403, "a viewer may not");
+    let (status, answer) = app
+        .server_fn("breaker", "slug=gh&destination=nowhere&open=true")
+        .await;
+    assert_eq!(status, 404, "{answer}");
+    let (status, answer) = app
+        .server_fn("breaker", "slug=gh&destination=crm&open=true")
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    let (_, sources) = app.server_fn("sources", "").await;
+    assert_eq!(
+        sources[0]["destinations"][0]["breaker"], "open",
+        "{sources}"
+    );
+    assert_eq!(
+        sources[0]["destinations"][0]["breaker_by_hand"], true,
+        "{sources}"
+    );
+
+    deliver(&app, "m-1", "push", "{}").await;
+    assert_eq!(app.drain().await, 0, "held while the breaker is open");
+    // The alerts see it: the source's destination is failing.
+    let holding =
+        app::api::alerts::ssr::evaluate(&pool, &app.config.alert_rules, &Default::default())
+            .await
+            .unwrap();
+    let failing = holding
+        .iter()
+        .find(|c| c.rule == "destination_failing" && c.source == "gh")
+        .expect("destination_failing holds while the breaker is open");
+    assert!(failing.summary.contains("crm"), "{}", failing.summary);
+    // Nor does a probe take it: only an operator closes it.
+    app.workers().probe_breakers().await;
+    assert_eq!(crm.count(), 0);
+
+    let token = crate::helpers::make_token(&pool, "ops", "operator", None).await;
+    let closed: serde_json::Value = app
+        .client
+        .post(app.url("/api/v1/sources/gh/destinations/crm/breaker/close"))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(closed["destinations"][0]["breaker"], "closed", "{closed}");
+    assert_eq!(app.drain().await, 1);
+    assert_eq!(crm.keys(), ["gh:m-1"]);
+    let audited: Vec<(String, String)> = sqlx::query_as(
+        "SELECT action, target FROM audit_log WHERE action LIKE 'breaker.%' ORDER BY id",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        audited,
+        [
+            ("breaker.open".to_owned(), "destination gh/crm".to_owned()),
+            ("breaker.close".to_owned(), "destination gh/crm".to_owned())
+        ]
+    );
+}

@@ -90,6 +90,16 @@ const ROUTES: &[(&str, &str, &str)] = &[
     ("get", "/sources/{slug}", "viewer"),
     ("post", "/sources/{slug}/pause", "operator"),
     ("post", "/sources/{slug}/resume", "operator"),
+    (
+        "post",
+        "/sources/{slug}/destinations/{destination}/breaker/open",
+        "operator",
+    ),
+    (
+        "post",
+        "/sources/{slug}/destinations/{destination}/breaker/close",
+        "operator",
+    ),
     ("get", "/deliveries", "viewer"),
     ("get", "/deliveries/{id}", "viewer"),
     ("post", "/deliveries/{id}/redeliver", "operator"),
@@ -186,17 +196,20 @@ async fn every_documented_route_checks_the_token_and_its_role(pool: PgPool) {
                 .fetch_one(&pool)
                 .await
                 .unwrap();
-            let concrete = path.replace("{slug}", "gh").replace(
-                "{id}",
-                &match path.split('/').nth(1) {
-                    Some("deliveries") => delivery,
-                    Some("events") => event,
-                    Some("jobs") => job,
-                    Some("alerts") => silence,
-                    _ => victim_id,
-                }
-                .to_string(),
-            );
+            let concrete = path
+                .replace("{slug}", "gh")
+                .replace("{destination}", "default")
+                .replace(
+                    "{id}",
+                    &match path.split('/').nth(1) {
+                        Some("deliveries") => delivery,
+                        Some("events") => event,
+                        Some("jobs") => job,
+                        Some("alerts") => silence,
+                        _ => victim_id,
+                    }
+                    .to_string(),
+                );
             let body = (*method != "get" && *method != "delete").then(|| match *path {
                 "/events/{id}/force" => json!({"key": "m-1", "reason": "the role matrix"}),
                 "/dead-letters/redeliver" => json!({"source": "nothing-matches"}),

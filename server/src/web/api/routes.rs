@@ -30,6 +30,8 @@ pub fn router() -> OpenApiRouter<ApiState> {
         .routes(routes!(show_source))
         .routes(routes!(pause_source))
         .routes(routes!(resume_source))
+        .routes(routes!(open_breaker))
+        .routes(routes!(close_breaker))
         .routes(routes!(list_deliveries))
         .routes(routes!(show_delivery))
         .routes(routes!(redeliver_delivery))
@@ -88,6 +90,40 @@ async fn show_overview(
     responses((status = 200, body = Vec<SourceSummary>)))]
 async fn list_sources(ApiCx(cx): ApiCx) -> ApiResult<Vec<SourceSummary>> {
     Ok(Json(app::api::ssr::sources(&cx).await?))
+}
+
+async fn set_breaker(
+    cx: &app::api::ssr::Cx,
+    slug: String,
+    destination: String,
+    open: bool,
+) -> ApiResult<SourceSummary> {
+    actions::ssr::set_breaker(cx, slug.clone(), destination, open).await?;
+    Ok(Json(app::api::ssr::source(cx, &slug).await?))
+}
+
+/// Opens a destination's circuit breaker by hand: its dispatches wait, and
+/// it stays open until an operator closes it (operator; audit-logged).
+#[utoipa::path(post, path = "/sources/{slug}/destinations/{destination}/breaker/open", tag = "sources",
+    params(("slug" = String, Path), ("destination" = String, Path)),
+    responses((status = 200, body = SourceSummary), (status = 404, body = super::ErrorBody)))]
+async fn open_breaker(
+    ApiCx(cx): ApiCx,
+    ApiPath((slug, destination)): ApiPath<(String, String)>,
+) -> ApiResult<SourceSummary> {
+    set_breaker(&cx, slug, destination, true).await
+}
+
+/// Closes a destination's circuit breaker: its failures start over and its
+/// waiting dispatches go out (operator; audit-logged).
+#[utoipa::path(post, path = "/sources/{slug}/destinations/{destination}/breaker/close", tag = "sources",
+    params(("slug" = String, Path), ("destination" = String, Path)),
+    responses((status = 200, body = SourceSummary), (status = 404, body = super::ErrorBody)))]
+async fn close_breaker(
+    ApiCx(cx): ApiCx,
+    ApiPath((slug, destination)): ApiPath<(String, String)>,
+) -> ApiResult<SourceSummary> {
+    set_breaker(&cx, slug, destination, false).await
 }
 
 #[derive(Deserialize, IntoParams)]
