@@ -369,11 +369,13 @@ pub(super) fn build(
                 ("rate_per_sec", rate_per_sec.is_some()),
                 ("max_in_flight", d.max_in_flight.is_some()),
                 ("ordering", ordering != Ordering::None),
+                ("breaker_failures", d.breaker_failures.is_some()),
+                ("breaker_ratio", d.breaker_ratio.is_some()),
             ] {
                 if given {
                     return Err(invalid(
                         &key(field),
-                        "a sync source's provider waits for its destination: it cannot be filtered, limited or ordered".into(),
+                        "a sync source's provider waits for its destination: it cannot be filtered, limited, ordered or broken".into(),
                     ));
                 }
             }

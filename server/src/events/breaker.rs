@@ -96,13 +96,18 @@ pub async fn note(pool: &PgPool, seen: &[Outcomes<'_>]) -> Result<Vec<Transition
                             + i.failures + i.successes AS attempts,
                         CASE WHEN w.expired THEN 0 ELSE g.window_failures END + i.failures AS failed
              ) c
+             -- Locked in one order: concurrent notes never deadlock.
+             ORDER BY g.source, g.destination
              FOR UPDATE OF g
          )
          UPDATE destination_gates g SET
              failures = n.failures,
-             window_started_at = CASE WHEN n.expired THEN now() ELSE g.window_started_at END,
-             window_attempts = n.attempts,
-             window_failures = n.failed,
+             -- A breaker that moves starts its window over: the failures
+             -- that opened it do not reopen it once it healed.
+             window_started_at = CASE WHEN n.expired OR n.breaker <> n.was THEN now()
+                                      ELSE g.window_started_at END,
+             window_attempts = CASE WHEN n.breaker <> n.was THEN 0 ELSE n.attempts END,
+             window_failures = CASE WHEN n.breaker <> n.was THEN 0 ELSE n.failed END,
              breaker = n.breaker,
              breaker_changed_at = CASE WHEN n.breaker <> n.was THEN now()
                                        ELSE g.breaker_changed_at END,
@@ -152,21 +157,25 @@ pub async fn note(pool: &PgPool, seen: &[Outcomes<'_>]) -> Result<Vec<Transition
         .collect())
 }
 
-/// Open breakers whose cool-down is over go half-open, each for this
-/// process to probe with one attempt; so does one half-open too long (its
-/// prober went away). Returns them.
+/// Open breakers of `destinations` whose cool-down is over go half-open,
+/// each for this process to probe with one attempt; so does one half-open
+/// too long (its prober went away). Returns them.
 pub async fn take_probes(
     pool: &PgPool,
+    destinations: &[(&str, &str)],
     stale_after_secs: f64,
 ) -> Result<Vec<Transition>, sqlx::Error> {
     let rows = sqlx::query!(
         r#"UPDATE destination_gates SET breaker = 'half_open', breaker_changed_at = now()
            WHERE NOT opened_by_hand
+             AND (source, destination) IN (SELECT * FROM unnest($2::text[], $3::text[]))
              AND ((breaker = 'open' AND retry_at <= now())
                   OR (breaker = 'half_open'
                       AND breaker_changed_at < now() - make_interval(secs => $1)))
            RETURNING source, destination"#,
-        stale_after_secs
+        stale_after_secs,
+        &destinations.iter().map(|p| p.0).collect::<Vec<_>>() as _,
+        &destinations.iter().map(|p| p.1).collect::<Vec<_>>() as _,
     )
     .fetch_all(pool)
     .await?;

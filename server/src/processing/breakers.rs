@@ -71,7 +71,15 @@ impl Breakers {
                 failing.insert(k);
             }
         }
-        *self.not_closed.lock().expect("never poisoned") = not_closed;
+        let mut known = self.not_closed.lock().expect("never poisoned");
+        for healed in known.difference(&not_closed) {
+            if let Some((source, destination)) = healed.split_once('/') {
+                metrics::gauge!("replaysafe_breaker_open", "source" => source.to_owned(), "destination" => destination.to_owned())
+                    .set(0.0);
+            }
+        }
+        *known = not_closed;
+        drop(known);
         self.failing.lock().expect("never poisoned").extend(failing);
         Ok(())
     }
@@ -96,15 +104,11 @@ impl Breakers {
                 c.2 = 0;
             }
         }
-        let seen: Vec<Outcomes> = {
+        let mut seen: Vec<Outcomes> = {
             let failing = self.failing.lock().expect("never poisoned");
             let not_closed = self.not_closed.lock().expect("never poisoned");
             counts
                 .iter()
-                .filter(|((s, d), c)| {
-                    let k = key(s, d);
-                    c.0 > 0 || failing.contains(&k) || not_closed.contains(&k)
-                })
                 .filter_map(
                     |(&(source, destination), &(failures, successes, trailing))| {
                         let rule = &config
@@ -115,7 +119,14 @@ impl Breakers {
                             .iter()
                             .find(|d| d.name == destination)?
                             .breaker;
-                        Some(Outcomes {
+                        // A ratio counts every attempt; a count in a row only
+                        // failures, and the success that ends them.
+                        let k = key(source, destination);
+                        let news = failures > 0
+                            || rule.ratio.is_some()
+                            || failing.contains(&k)
+                            || not_closed.contains(&k);
+                        news.then_some(Outcomes {
                             source,
                             destination,
                             failures,
@@ -127,6 +138,7 @@ impl Breakers {
                 )
                 .collect()
         };
+        seen.sort_by_key(|o| (o.source, o.destination));
         if seen.is_empty() {
             return;
         }

@@ -130,6 +130,7 @@ impl Inbox {
             |(mut begin, mut release), (at, leased)| {
                 if at.elapsed() > fresh_within
                     || self.wake.is_paused(&leased.source)
+                    || !self.breakers.is_closed(&leased.source, &leased.destination)
                     || self
                         .rests
                         .down(&super::rests::key(&leased.source, &leased.destination))

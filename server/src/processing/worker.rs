@@ -167,12 +167,14 @@ impl Workers {
         let process = format!("{}:{}", hostname(), std::process::id());
         let mut set = JoinSet::new();
         if count > 0 {
-            set.spawn(self.clone().adopt_orphans());
-            set.spawn(
-                self.clone()
-                    .pace(format!("{process}:paced"), shutdown.clone()),
-            );
-            set.spawn(self.clone().follow_pauses(shutdown.clone()));
+            // Stopping with the workers: their recordings give up with them.
+            let stopping = Self {
+                stopping: shutdown.clone(),
+                ..self.clone()
+            };
+            set.spawn(stopping.clone().adopt_orphans());
+            set.spawn(stopping.clone().pace(process.clone(), shutdown.clone()));
+            set.spawn(stopping.follow_pauses(shutdown.clone()));
             set.spawn(self.clone().close_inbox_at(shutdown.clone()));
         }
         for n in 0..count {
@@ -208,7 +210,7 @@ impl Workers {
     /// (and whose source is not paused, nor it resting), as many due
     /// dispatches as its gate lets start, and forwards each batch by
     /// itself. The workers' leases leave these destinations to it.
-    async fn pace(self, holder: String, shutdown: CancellationToken) {
+    async fn pace(self, process: String, shutdown: CancellationToken) {
         let gated: Vec<(&crate::config::SourceConfig, &crate::config::Destination)> = self
             .config
             .sources
@@ -251,12 +253,17 @@ impl Workers {
                 )
                 .with_request_grace(self.request_grace)
                 .with_takeover_grace(self.takeover_grace());
+                // Each batch its own holder: a late record of one never
+                // matches a lease another batch took over.
+                let holder = format!("{process}:paced:{:08x}", rand::random::<u32>());
                 let leased =
                     events::lease_gated(&self.pool, &holder, LEASE_BATCH, &gate, &one).await;
                 self.note(leased.as_ref().err().map(crate::db::is_transient));
                 match leased {
                     Ok(leased) if !leased.is_empty() => {
-                        let (workers, holder) = (self.clone(), holder.clone());
+                        self.rests
+                            .probing(std::iter::once(rests::key(&s.slug, &d.name).as_str()));
+                        let workers = self.clone();
                         running.spawn(async move {
                             if let Err(e) = workers.forward_batch(&holder, leased).await {
                                 tracing::warn!(error = %e, "paced forwarding: database error; retrying");
@@ -370,6 +377,8 @@ impl Workers {
     /// Keeps the wake's paused sources as the database has them, so claims
     /// of a source an operator paused from any process wake nobody.
     async fn follow_pauses(self, shutdown: CancellationToken) {
+        // The probes' forwards: finished (or given up) before this returns.
+        let mut probes: JoinSet<()> = JoinSet::new();
         loop {
             match crate::db::sources::paused(&self.pool).await {
                 Ok(paused) => {
@@ -384,18 +393,34 @@ impl Workers {
             if let Err(e) = self.breakers.refresh(&self.pool).await {
                 tracing::warn!(error = %e, "reading circuit breakers failed; will retry");
             }
-            self.probe_breakers().await;
+            self.probe_breakers(&mut probes).await;
+            while probes.try_join_next().is_some() {}
             tokio::select! {
-                _ = shutdown.cancelled() => return,
+                _ = shutdown.cancelled() => break,
                 _ = tokio::time::sleep(PAUSES_READ_EVERY) => {}
             }
         }
+        while probes.join_next().await.is_some() {}
     }
 
     /// Breakers whose cool-down is over: this process takes the probe of
     /// each (of its destinations) it wins, one attempt; with none due, the
     /// breaker closes.
-    pub async fn probe_breakers(&self) {
+    /// The probes' forwards go into `running`.
+    pub async fn probe_breakers(&self, running: &mut JoinSet<()>) {
+        // Only this process's destinations, of sources not paused: a probe
+        // it takes, it can send.
+        let mine: Vec<(&str, &str)> = self
+            .config
+            .sources
+            .iter()
+            .filter(|s| !self.wake.is_paused(&s.slug))
+            .flat_map(|s| {
+                s.destinations
+                    .iter()
+                    .map(move |d| (s.slug.as_str(), d.name.as_str()))
+            })
+            .collect();
         let longest = self
             .config
             .sources
@@ -404,7 +429,7 @@ impl Workers {
             .max()
             .unwrap_or_default();
         let stale = ((longest + self.lease_margin) * 2).as_secs_f64();
-        let probes = match events::breaker::take_probes(&self.pool, stale).await {
+        let probes = match events::breaker::take_probes(&self.pool, &mine, stale).await {
             Ok(probes) => probes,
             Err(e) => {
                 tracing::warn!(error = %e, "taking circuit breaker probes failed; will retry");
@@ -429,12 +454,20 @@ impl Workers {
                     Duration::from_secs(d.timeout_secs),
                 )],
                 self.lease_margin,
+            )
+            .with_request_grace(self.request_grace)
+            .with_takeover_grace(self.takeover_grace());
+            // Its own holder: a late record of another probe never matches its lease.
+            let holder = format!(
+                "{}:{}:probe:{:08x}",
+                hostname(),
+                std::process::id(),
+                rand::random::<u32>()
             );
-            let holder = format!("{}:{}:probe", hostname(), std::process::id());
             match events::lease_probe(&self.pool, &holder, &one).await {
                 Ok(leased) if !leased.is_empty() => {
                     let workers = self.clone();
-                    tokio::spawn(async move {
+                    running.spawn(async move {
                         if let Err(e) = workers.forward_batch(&holder, leased).await {
                             tracing::warn!(error = %e, "circuit breaker probe: database error");
                         }

@@ -293,14 +293,17 @@ impl Operations for ServerOperations {
                 .await
                 .map_err(AppError::database)?
                 .unwrap_or_else(|| "closed".into());
-            self.services
-                .breakers
-                .apply(&[crate::events::breaker::Transition {
-                    source: slug,
-                    destination,
-                    from: was.clone(),
-                    to: if open { "open" } else { "closed" }.into(),
-                }]);
+            let to = if open { "open" } else { "closed" };
+            if was != to {
+                self.services
+                    .breakers
+                    .apply(&[crate::events::breaker::Transition {
+                        source: slug,
+                        destination,
+                        from: was.clone(),
+                        to: to.into(),
+                    }]);
+            }
             if !open {
                 self.services.wake.work();
             }

@@ -418,23 +418,25 @@ url = "{free}"
     )
 }
 
-/// Two processes on one database, each with its workers running.
+/// Two processes on one database, each with its workers running (until
+/// the join sets are dropped).
 async fn two_processes(
     pool: &PgPool,
     config: replaysafe::config::Config,
     shutdown: &tokio_util::sync::CancellationToken,
-) -> (TestApp, TestApp) {
+) -> (TestApp, TestApp, Vec<tokio::task::JoinSet<()>>) {
     let one = spawn_app(pool.clone(), config.clone()).await;
     let other_pool = PgPool::connect(&crate::helpers::database_url(pool).await)
         .await
         .unwrap();
     let two = spawn_app(other_pool, config).await;
-    for app in [&one, &two] {
-        std::mem::forget(
-            replaysafe::processing::worker::Workers::new(&app.services).spawn(4, shutdown.clone()),
-        );
-    }
-    (one, two)
+    let running = [&one, &two]
+        .iter()
+        .map(|app| {
+            replaysafe::processing::worker::Workers::new(&app.services).spawn(4, shutdown.clone())
+        })
+        .collect();
+    (one, two, running)
 }
 
 async fn send_to_both(one: &TestApp, two: &TestApp, n: usize) {
@@ -463,7 +465,7 @@ async fn a_rate_limit_holds_across_two_processes(pool: PgPool) {
     let free = Destination::start(vec![]).await;
     let shutdown = tokio_util::sync::CancellationToken::new();
     let config = limited_config(&limited.url, &free.url, "rate_per_sec = 50");
-    let (one, two) = two_processes(&pool, config, &shutdown).await;
+    let (one, two, _running) = two_processes(&pool, config, &shutdown).await;
     let started = std::time::Instant::now();
     send_to_both(&one, &two, 250).await;
     // The limited destination's backlog does not hold the other one back.
@@ -492,10 +494,11 @@ async fn a_rate_limit_holds_across_two_processes(pool: PgPool) {
         spread > 3.5 && spread < 8.0,
         "250 requests at 50/s took {spread:.1} s"
     );
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
     let mut keys = limited.keys();
     keys.sort();
     keys.dedup();
-    assert_eq!(keys.len(), 250, "each once");
+    assert_eq!((limited.count(), keys.len()), (250, 250), "each once");
     shutdown.cancel();
 }
 
@@ -510,7 +513,7 @@ async fn at_most_max_in_flight_attempts_run_at_once_across_two_processes(pool: P
     let free = Destination::start(vec![]).await;
     let shutdown = tokio_util::sync::CancellationToken::new();
     let config = limited_config(&limited.url, &free.url, "max_in_flight = 3");
-    let (one, two) = two_processes(&pool, config, &shutdown).await;
+    let (one, two, _running) = two_processes(&pool, config, &shutdown).await;
     send_to_both(&one, &two, 30).await;
     wait_for(&limited, 30).await;
     let at = arrivals(&limited);
@@ -534,31 +537,32 @@ async fn at_most_max_in_flight_attempts_run_at_once_across_two_processes(pool: P
     shutdown.cancel();
 }
 
-/// When an outage's first request came, and each request's key and answer.
-type Seen = std::sync::Arc<std::sync::Mutex<(Option<std::time::Instant>, Vec<(String, u16)>)>>;
-
-/// A destination down (500) for `down_for` from its first request on, then
-/// up; it records each request's key and the status it answered.
+/// A destination down (500) until the test brings it `up`; it records
+/// each request's key and the status it answered.
 #[derive(Clone)]
 struct Outage {
     url: String,
-    seen: Seen,
+    up: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    seen: std::sync::Arc<std::sync::Mutex<Vec<(String, u16)>>>,
 }
 
 impl Outage {
-    async fn start(down_for: std::time::Duration) -> Self {
-        let seen: Seen = Default::default();
-        let state = seen.clone();
+    async fn start() -> Self {
+        let up: std::sync::Arc<std::sync::atomic::AtomicBool> = Default::default();
+        let seen: std::sync::Arc<std::sync::Mutex<Vec<(String, u16)>>> = Default::default();
+        let (is_up, state) = (up.clone(), seen.clone());
         let app = axum::Router::new().route(
             "/hook",
             axum::routing::post(move |headers: axum::http::HeaderMap| {
-                let state = state.clone();
+                let (is_up, state) = (is_up.clone(), state.clone());
                 async move {
-                    let mut s = state.lock().unwrap();
-                    let first = *s.0.get_or_insert_with(std::time::Instant::now);
-                    let status = if first.elapsed() < down_for { 500 } else { 200 };
+                    let status = if is_up.load(std::sync::atomic::Ordering::SeqCst) {
+                        200
+                    } else {
+                        500
+                    };
                     let key = headers["idempotency-key"].to_str().unwrap().to_owned();
-                    s.1.push((key, status));
+                    state.lock().unwrap().push((key, status));
                     axum::http::StatusCode::from_u16(status).unwrap()
                 }
             }),
@@ -566,11 +570,11 @@ impl Outage {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}/hook", listener.local_addr().unwrap());
         tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-        Self { url, seen }
+        Self { url, up, seen }
     }
 
     fn answered(&self) -> Vec<(String, u16)> {
-        self.seen.lock().unwrap().1.clone()
+        self.seen.lock().unwrap().clone()
     }
 }
 
@@ -581,9 +585,7 @@ impl Outage {
 /// every event is then delivered once.
 #[sqlx::test(migrator = "MIGRATOR")]
 async fn a_broken_destination_opens_its_breaker_is_probed_and_heals(pool: PgPool) {
-    // Down through the first probe (about 1 s after opening), up by the
-    // second (2 s after that).
-    let down = Outage::start(std::time::Duration::from_millis(1800)).await;
+    let down = Outage::start().await;
     let config = test_config(
         &format!(
             r#"
@@ -641,6 +643,24 @@ breaker_cooldown_secs = 1
         at_open,
         "forwarded while the breaker was open"
     );
+    // A probe fails: the breaker opens again, its cool-down doubled.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let cooldown: f64 = sqlx::query_scalar(
+            "SELECT cooldown_secs FROM destination_gates WHERE destination = 'flaky'",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        if cooldown == 2.0 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "no probe failed");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(breaker(pool.clone()).await.as_deref(), Some("open"));
+    // The destination is back: the next probe closes the breaker.
+    down.up.store(true, std::sync::atomic::Ordering::SeqCst);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     loop {
         let done: i64 =
@@ -771,8 +791,20 @@ async fn an_operator_opens_and_closes_a_breaker_by_hand(pool: PgPool) {
         .expect("destination_failing holds while the breaker is open");
     assert!(failing.summary.contains("crm"), "{}", failing.summary);
     // Nor does a probe take it: only an operator closes it.
-    app.workers().probe_breakers().await;
+    let mut probes = tokio::task::JoinSet::new();
+    app.workers().probe_breakers(&mut probes).await;
+    while probes.join_next().await.is_some() {}
     assert_eq!(crm.count(), 0);
+    let (_, sources) = app.server_fn("sources", "").await;
+    assert_eq!(
+        sources[0]["destinations"][0]["breaker"], "open",
+        "{sources}"
+    );
+    let waiting: String = sqlx::query_scalar("SELECT state FROM dispatches")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(waiting, "queued");
 
     let token = crate::helpers::make_token(&pool, "ops", "operator", None).await;
     let closed: serde_json::Value = app
