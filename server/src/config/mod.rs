@@ -901,6 +901,7 @@ mod tests {
         let mut checked = 0;
         for (file, structs) in [
             (include_str!("mod.rs"), &["RawConfig", "RawSource"][..]),
+            (include_str!("destination.rs"), &["RawDestination"][..]),
             (
                 include_str!("alerts.rs"),
                 &[
