@@ -1,7 +1,8 @@
 // The application replaysafe forwards to in the browser tests: it counts what
 // it receives per Idempotency-Key and answers by the key's name: "refuse-once"
 // gets 400 the first time only, "refuse" always 400 (dead letters), "slow"
-// waits 3 s, anything else 200.
+// waits 3 s, anything else 200. At /refuse-once every key gets 400 the first
+// time; requests there are counted apart, as `/refuse-once {key}`.
 import { createServer } from 'node:http';
 
 const port = Number(process.argv[2] ?? 3101);
@@ -20,11 +21,13 @@ createServer((req, res) => {
   req.on('data', (c) => chunks.push(c));
   req.on('end', () => {
     const key = req.headers['idempotency-key'] ?? '';
-    const count = (received.get(key) ?? 0) + 1;
-    received.set(key, count);
+    const apart = req.url === '/refuse-once';
+    const counted = apart ? `${req.url} ${key}` : key;
+    const count = (received.get(counted) ?? 0) + 1;
+    received.set(counted, count);
     if (req.headers['x-replaysafe-forced'] === 'true') forced.set(key, (forced.get(key) ?? 0) + 1);
     const answer = () => {
-      const refuse = key.includes('refuse-once') ? count === 1 : key.includes('refuse');
+      const refuse = apart || key.includes('refuse-once') ? count === 1 : key.includes('refuse');
       if (refuse) { res.statusCode = 400; return res.end('refused by the e2e destination'); }
       res.end('ok');
     };

@@ -60,6 +60,22 @@ secrets = ["${e2eSources.standardSecret}"]
 destination = "${destinationURL}/hook"
 destination_secret = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD"
 
+# Fan-out: billing refuses each event's first try (dead at once), crm takes it.
+[[source]]
+slug = "e2e-fanout"
+provider = "standard"
+secrets = ["${e2eSources.standardSecret}"]
+
+[[source.destination]]
+name = "billing"
+url = "${destinationURL}/refuse-once"
+secret = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD"
+
+[[source.destination]]
+name = "crm"
+url = "${destinationURL}/hook"
+secret = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD"
+
 [[source]]
 slug = "e2e-github"
 provider = "github"

@@ -426,8 +426,15 @@ pub fn PastWindowRedeliver(delivery_id: i64) -> impl IntoView {
 /// Feeds a stored delivery back through the receiver; shows what the dedup
 /// layer decided.
 #[component]
-pub fn RedeliverButton(delivery_id: i64, label: &'static str) -> impl IntoView {
+pub fn RedeliverButton(
+    delivery_id: i64,
+    label: &'static str,
+    /// Revive only the event's dispatch to this destination.
+    #[prop(optional, into)]
+    destination: Option<String>,
+) -> impl IntoView {
     let action = ServerAction::<Redeliver>::new();
+    let destination = StoredValue::new(destination);
     let result = move || {
         action.value().get().map(|r| match r {
             Ok(r) => {
@@ -450,6 +457,7 @@ pub fn RedeliverButton(delivery_id: i64, label: &'static str) -> impl IntoView {
             <div class="action-row">
                 <ActionForm action=action attr:class="inline">
                     <input type="hidden" name="delivery_id" value=delivery_id/>
+                    {destination.get_value().map(|d| view! { <input type="hidden" name="destination" value=d/> })}
                     <button type="submit" data-testid="redeliver" disabled=move || action.pending().get()>
                         {label}
                     </button>

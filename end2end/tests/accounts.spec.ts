@@ -288,3 +288,34 @@ test('the alerts page shows a firing alert; an admin silences it and the audit l
   await page.getByRole('link', { name: 'Audit log' }).click();
   await expect(page.getByTestId('audit-table').locator('tr[data-action="alert.silence"]').first()).toContainText('e2e-admin');
 });
+
+test('an operator finds a dead destination among dead letters and re-delivers to it alone', async ({ page, request }, testInfo) => {
+  await signIn(page, 'operator');
+  const id = eventId('fan');
+  await sendSigned(request, 'e2e-fanout', id, JSON.stringify({ type: 'invoice.paid' }));
+  const key = `e2e-fanout:${id}`;
+  // billing refused it (dead at once), crm took it.
+  await expect(async () => {
+    await page.goto(`/dead?source=e2e-fanout&destination=billing`);
+    await expect(page.getByTestId('dead-table').locator('tr', { hasText: id })).toHaveCount(1, { timeout: 2_000 });
+  }).toPass({ timeout: 20_000 });
+  await expect(page.getByTestId('dead-scope')).toContainText('billing');
+  await page.goto(`/dead?source=e2e-fanout&destination=crm`);
+  await expect(page.locator('body[data-hydrated="true"]')).toHaveCount(1, { timeout: 15_000 });
+  await expect(page.getByText('No dead letters.')).toBeVisible();
+
+  await openHydrated(page, `/dead?source=e2e-fanout&destination=billing`);
+  const row = page.getByTestId('dead-table').locator('tr', { hasText: id });
+  await row.getByRole('button', { name: 'Re-deliver here' }).click();
+  await expect(row.getByTestId('redeliver-result')).toContainText('forwarded to billing (once)');
+  await row.getByRole('link', { name: id }).click();
+  const lanes = page.getByTestId('dispatches');
+  await expect(async () => {
+    await page.reload();
+    await expect(lanes.locator('tr[data-destination="billing"]')).toContainText('completed', { timeout: 2_000 });
+  }).toPass({ timeout: 15_000 });
+  await expect(lanes.locator('tr[data-destination="crm"]')).toContainText('completed');
+  await page.screenshot({ path: testInfo.outputPath('fanout-redelivered.png'), fullPage: true });
+  expect((await received(request, `/refuse-once ${key}`)).count).toBe(2);
+  expect((await received(request, key)).count).toBe(1);
+});

@@ -1,6 +1,7 @@
-//! Forwarding benchmark (issue: processing): events forwarded per second to a
-//! destination that answers at once, and end-to-end latency from receipt to
-//! the destination's answer at a fixed 500 deliveries/s. Not a timed test:
+//! Forwarding benchmark (issues: processing, fan-out): attempts per second
+//! to destinations that answer at once, with one destination per event and
+//! with three (`DESTINATIONS`), and end-to-end latency from receipt to each
+//! destination's answer at a fixed 1,000 deliveries/s. Not a timed test:
 //! run it on a quiet machine with `bench/forward`, which starts a PostgreSQL
 //! with stock durability and sets DATABASE_URL to its admin database.
 
@@ -15,19 +16,24 @@ use replaysafe::web::{Application, Role};
 use sqlx::{Connection, PgPool};
 use tokio_util::sync::CancellationToken;
 
-type Arrivals = Arc<Mutex<HashMap<String, Instant>>>;
+/// When each (Idempotency-Key, destination) first reached the application.
+type Arrivals = Arc<Mutex<HashMap<(String, String), Instant>>>;
 
 #[tokio::main]
 async fn main() {
     let admin =
         std::env::var("DATABASE_URL").expect("DATABASE_URL: an admin URL of a PostgreSQL server");
     let events: i64 = env_or("EVENTS", 20_000);
-    let worker_counts: Vec<usize> = std::env::var("WORKERS")
-        .unwrap_or_else(|_| "8 16 32".into())
-        .split_whitespace()
-        .map(|w| w.parse().unwrap())
-        .collect();
-    let rate: u64 = env_or("RATE", 500);
+    let list = |name: &str, default: &str| -> Vec<usize> {
+        std::env::var(name)
+            .unwrap_or_else(|_| default.into())
+            .split_whitespace()
+            .map(|w| w.parse().unwrap())
+            .collect()
+    };
+    let worker_counts = list("WORKERS", "8 32");
+    let fan_outs = list("DESTINATIONS", "1 3");
+    let rate: u64 = env_or("RATE", 1000);
     let seconds: u64 = env_or("SECONDS", 20);
 
     let url = fresh_database(&admin, "replaysafe_forward_bench").await;
@@ -37,47 +43,82 @@ async fn main() {
     replaysafe::db::migrate(&pool).await.unwrap();
     let arrivals: Arrivals = Default::default();
     let destination = start_destination(arrivals.clone()).await;
-    let config = Arc::new(bench_config(&destination));
-    replaysafe::db::sources::sync(&pool, &config).await.unwrap();
 
-    println!("forwarding throughput: {events} queued events, destination answers at once");
-    for &workers in &worker_counts {
-        reset(&pool).await;
-        queue_events(&pool, events).await;
-        let shutdown = CancellationToken::new();
-        let started = Instant::now();
-        let mut set = Workers::new(&Services::new(
-            pool.clone(),
-            config.clone(),
-            Default::default(),
-        ))
-        .spawn(workers, shutdown.clone());
-        loop {
-            let done: i64 =
-                sqlx::query_scalar("SELECT count(*) FROM events WHERE state = 'completed'")
-                    .fetch_one(&pool)
-                    .await
-                    .unwrap();
-            if done == events {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        let elapsed = started.elapsed().as_secs_f64();
-        shutdown.cancel();
-        while set.join_next().await.is_some() {}
-        let forwards = arrivals.lock().unwrap().len();
-        arrivals.lock().unwrap().clear();
+    let mut rows = Vec::new();
+    for &fan_out in &fan_outs {
+        let config = Arc::new(bench_config(&destination, fan_out));
+        replaysafe::db::sources::sync(&pool, &config).await.unwrap();
         println!(
-            "  workers={workers:<3} {:>7.0} events/s  ({events} in {elapsed:.2} s; destination saw {forwards} distinct keys)",
-            events as f64 / elapsed
+            "{fan_out} destination(s) per event, each answering at once: {events} queued events"
+        );
+        let mut best = 0.0f64;
+        for &workers in &worker_counts {
+            reset(&pool).await;
+            arrivals.lock().unwrap().clear();
+            queue_events(&pool, events, fan_out).await;
+            let attempts = events * fan_out as i64;
+            let shutdown = CancellationToken::new();
+            let started = Instant::now();
+            let mut set = Workers::new(&Services::new(
+                pool.clone(),
+                config.clone(),
+                Default::default(),
+            ))
+            .spawn(workers, shutdown.clone());
+            while (arrivals.lock().unwrap().len() as i64) < attempts {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            loop {
+                let done: i64 =
+                    sqlx::query_scalar("SELECT count(*) FROM dispatches WHERE state = 'completed'")
+                        .fetch_one(&pool)
+                        .await
+                        .unwrap();
+                if done == attempts {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            let elapsed = started.elapsed().as_secs_f64();
+            shutdown.cancel();
+            while set.join_next().await.is_some() {}
+            let per_sec = attempts as f64 / elapsed;
+            best = best.max(per_sec);
+            println!(
+                "  workers={workers:<3} {per_sec:>7.0} attempts/s, {:>7.0} events/s  ({attempts} attempts in {elapsed:.2} s)",
+                events as f64 / elapsed
+            );
+        }
+        let latency = end_to_end(&pool, &config, &arrivals, rate, seconds, fan_out).await;
+        rows.push((fan_out, best, latency));
+    }
+    println!();
+    println!("| destinations per event | attempts/s (best of WORKERS) | e2e p50 ms | e2e p99 ms | at events/s | forwarded |");
+    println!("|---|---|---|---|---|---|");
+    for (fan_out, best, (p50, p99, forwarded, expected)) in rows {
+        println!(
+            "| {fan_out} | {best:.0} | {p50:.1} | {p99:.1} | {rate} | {forwarded} of {expected} |"
         );
     }
+}
 
-    println!("end-to-end latency at {rate} deliveries/s for {seconds} s (receipt to the destination's answer)");
-    reset(&pool).await;
+/// Deliveries posted at `rate` a second for `seconds` through the receiver
+/// (the default `serve`: 8 workers, claims handed to them), each timed from
+/// its post to each destination's answer. Returns p50, p99 (ms), and the
+/// (key, destination) arrivals seen of those expected.
+async fn end_to_end(
+    pool: &PgPool,
+    config: &Arc<Config>,
+    arrivals: &Arrivals,
+    rate: u64,
+    seconds: u64,
+    fan_out: usize,
+) -> (f64, f64, usize, usize) {
+    println!("  end-to-end latency at {rate} deliveries/s for {seconds} s (receipt to each destination's answer)");
+    reset(pool).await;
+    arrivals.lock().unwrap().clear();
     let shutdown = CancellationToken::new();
-    let wake = Arc::new(replaysafe::processing::wake::Wake::for_config(&config));
+    let wake = Arc::new(replaysafe::processing::wake::Wake::for_config(config));
     let services = Services::new(pool.clone(), config.clone(), wake);
     let app = Application::bind(services.clone(), Role::Full)
         .await
@@ -121,26 +162,31 @@ async fn main() {
     while let Some(status) = sends.join_next().await {
         *statuses.entry(status.unwrap()).or_default() += 1;
     }
+    let expected = (rate * seconds) as usize * fan_out;
     let deadline = Instant::now() + Duration::from_secs(30);
-    while arrivals.lock().unwrap().len() < (rate * seconds) as usize && Instant::now() < deadline {
+    while arrivals.lock().unwrap().len() < expected && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     shutdown.cancel();
     while workers.join_next().await.is_some() {}
     let sent = sent.lock().unwrap();
     let arrived = arrivals.lock().unwrap();
-    let mut latencies: Vec<f64> = sent
+    let mut latencies: Vec<f64> = arrived
         .iter()
-        .filter_map(|(key, at)| {
-            arrived
-                .get(key)
-                .map(|got| got.duration_since(*at).as_secs_f64() * 1000.0)
+        .filter_map(|((key, _), got)| {
+            sent.get(key)
+                .map(|at| got.duration_since(*at).as_secs_f64() * 1000.0)
         })
         .collect();
     latencies.sort_by(f64::total_cmp);
-    let pct = |p: f64| latencies[((latencies.len() as f64 * p) as usize).min(latencies.len() - 1)];
+    let pct = |p: f64| {
+        latencies
+            .get(((latencies.len() as f64 * p) as usize).min(latencies.len().saturating_sub(1)))
+            .copied()
+            .unwrap_or(f64::NAN)
+    };
     println!(
-        "  sent {} (answers {statuses:?}), forwarded {}: p50 {:.1} ms, p95 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
+        "  sent {} (answers {statuses:?}), answered by a destination {} of {expected}: p50 {:.1} ms, p95 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
         sent.len(),
         latencies.len(),
         pct(0.50),
@@ -148,6 +194,7 @@ async fn main() {
         pct(0.99),
         latencies.last().copied().unwrap_or_default()
     );
+    (pct(0.50), pct(0.99), latencies.len(), expected)
 }
 
 fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
@@ -173,23 +220,28 @@ async fn fresh_database(admin: &str, name: &str) -> String {
     format!("{server}/{name}")
 }
 
-/// The application: answers 200 at once and notes when each key first arrived.
+/// The application: answers 200 at once at `/hook/{destination}` and
+/// notes when each key first arrived there.
 async fn start_destination(arrivals: Arrivals) -> String {
     let app = axum::Router::new().route(
-        "/hook",
-        axum::routing::post(move |headers: axum::http::HeaderMap| {
-            let arrivals = arrivals.clone();
-            async move {
-                if let Some(key) = headers.get("idempotency-key").and_then(|v| v.to_str().ok()) {
-                    arrivals
-                        .lock()
-                        .unwrap()
-                        .entry(key.to_owned())
-                        .or_insert_with(Instant::now);
+        "/hook/{destination}",
+        axum::routing::post(
+            move |axum::extract::Path(destination): axum::extract::Path<String>,
+                  headers: axum::http::HeaderMap| {
+                let arrivals = arrivals.clone();
+                async move {
+                    if let Some(key) = headers.get("idempotency-key").and_then(|v| v.to_str().ok())
+                    {
+                        arrivals
+                            .lock()
+                            .unwrap()
+                            .entry((key.to_owned(), destination))
+                            .or_insert_with(Instant::now);
+                    }
+                    "ok"
                 }
-                "ok"
-            }
-        }),
+            },
+        ),
     );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/hook", listener.local_addr().unwrap());
@@ -197,25 +249,32 @@ async fn start_destination(arrivals: Arrivals) -> String {
     url
 }
 
-fn bench_config(destination: &str) -> Config {
-    let text = format!(
+/// Source `bench` (Standard Webhooks) with `fan_out` destinations, `d0`...
+fn bench_config(destination: &str, fan_out: usize) -> Config {
+    let mut text = String::from(
         "listen = \"127.0.0.1:0\"\n[[source]]\nslug = \"bench\"\nprovider = \"standard\"\n\
-         secrets = [\"whsec_KYsXT+ZdE/1k3re89N9/1tLY8zKnVGqjHtXsQmkXQtA=\"]\n\
-         destination = \"{destination}\"\ndestination_secret = \"whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD\"\n"
+         secrets = [\"whsec_KYsXT+ZdE/1k3re89N9/1tLY8zKnVGqjHtXsQmkXQtA=\"]\n",
     );
+    for d in 0..fan_out {
+        text.push_str(&format!(
+            "[[source.destination]]\nname = \"d{d}\"\nurl = \"{destination}/d{d}\"\n\
+             secret = \"whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD\"\n"
+        ));
+    }
     config::parse_and_validate(None, &text, &|_| None).unwrap()
 }
 
 async fn reset(pool: &PgPool) {
-    sqlx::query("TRUNCATE attempts, deliveries, events")
+    sqlx::query("TRUNCATE attempts, deliveries, events, dispatches")
         .execute(pool)
         .await
         .unwrap();
 }
 
-/// Queued events (the column's default state) as the receiver leaves them:
+/// Queued events as the receiver leaves them, a dispatch per destination:
 /// a delivery with a ~650-byte body each.
-async fn queue_events(pool: &PgPool, n: i64) {
+async fn queue_events(pool: &PgPool, n: i64, fan_out: usize) {
+    let destinations: Vec<String> = (0..fan_out).map(|d| format!("d{d}")).collect();
     sqlx::query(
         "WITH d AS (
              INSERT INTO deliveries (source, idem_key, outcome, http_status, verified, headers, body,
@@ -225,13 +284,23 @@ async fn queue_events(pool: &PgPool, n: i64) {
                     'application/json'
              FROM generate_series(1, $1) g
              RETURNING id, idem_key
+         ),
+         e AS (
+             INSERT INTO events (source, idem_key, first_delivery_id)
+             SELECT 'bench', idem_key, id FROM d
+             RETURNING id
          )
-         INSERT INTO events (source, idem_key, first_delivery_id)
-         SELECT 'bench', idem_key, id FROM d",
+         INSERT INTO dispatches (event_id, destination, source, state)
+         SELECT e.id, name, 'bench', 'queued' FROM e, unnest($2::text[]) AS name",
     )
     .bind(n)
+    .bind(&destinations)
     .execute(pool)
     .await
     .unwrap();
     sqlx::query("ANALYZE events").execute(pool).await.unwrap();
+    sqlx::query("ANALYZE dispatches")
+        .execute(pool)
+        .await
+        .unwrap();
 }

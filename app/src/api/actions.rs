@@ -43,14 +43,16 @@ pub async fn set_breaker(
 
 /// Re-delivers one stored delivery through the receiver pipeline. A
 /// delivery rejected for its timestamp (the window stops captured replays)
-/// takes an admin and a typed `past_window_reason`.
+/// takes an admin and a typed `past_window_reason`. `destination`: revive
+/// only the event's dispatch to it (empty: every dead one).
 #[server(endpoint = "redeliver")]
 pub async fn redeliver(
     delivery_id: i64,
     #[server(default)] past_window_reason: String,
+    #[server(default)] destination: String,
 ) -> Result<RedeliveryResult, ServerFnError> {
     let cx = crate::api::ssr::cx().await?;
-    Ok(ssr::redeliver(&cx, delivery_id, past_window_reason).await?)
+    Ok(ssr::redeliver(&cx, delivery_id, past_window_reason, destination).await?)
 }
 
 /// Which dead events a bulk re-delivery takes. Empty means any.
@@ -67,18 +69,24 @@ pub struct DeadFilter {
     /// Words the dead-letter reason contains.
     #[serde(default)]
     pub reason: String,
+    /// Dead at this destination (a bulk re-delivery revives only its
+    /// dispatches).
+    #[serde(default)]
+    pub destination: String,
 }
 
 /// An admin runs a completed event again: the same Idempotency-Key, a header
 /// marking it forced, audit-logged. `confirm_key` must be the event's key.
+/// `destination`: only its completed dispatch (empty: every completed one).
 #[server(endpoint = "force")]
 pub async fn force_reexecution(
     event_id: i64,
     confirm_key: String,
     reason: String,
+    #[server(default)] destination: String,
 ) -> Result<String, ServerFnError> {
     let cx = crate::api::ssr::cx().await?;
-    Ok(ssr::force(&cx, event_id, confirm_key, reason).await?)
+    Ok(ssr::force(&cx, event_id, confirm_key, reason, destination).await?)
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -137,6 +145,7 @@ pub mod ssr {
             by: Caller,
             past_window_reason: Option<String>,
             bulk_job: Option<i64>,
+            destination: Option<String>,
         ) -> BoxFuture<'_, Result<RedeliveryResult, AppError>>;
         fn set_paused(
             &self,
@@ -152,13 +161,15 @@ pub mod ssr {
             destination: String,
             open: bool,
         ) -> BoxFuture<'_, Result<String, AppError>>;
-        /// An admin's forced re-execution of a completed event, queued for
-        /// the workers; refused with the reason otherwise.
+        /// An admin's forced re-execution of a completed event (its
+        /// completed dispatches, or only `destination`'s), queued for the
+        /// workers; refused with the reason otherwise.
         fn force(
             &self,
             event_id: i64,
             reason: String,
             by: Caller,
+            destination: Option<String>,
         ) -> BoxFuture<'_, Result<(), AppError>>;
         /// Where a source's provider puts credentials, to mask them on screen.
         fn credentials(&self, source: &str) -> crate::api::mask::Credentials;
@@ -185,6 +196,7 @@ pub mod ssr {
         pub from: Option<String>,
         pub to: Option<String>,
         pub reason: Option<String>,
+        pub destination: Option<String>,
     }
 
     impl DeadFilter {
@@ -195,6 +207,7 @@ pub mod ssr {
                 from: time_bound("from", &self.from)?,
                 to: time_bound("to", &self.to)?,
                 reason: text(&self.reason),
+                destination: text(&self.destination),
             })
         }
     }
@@ -238,22 +251,30 @@ pub mod ssr {
         cx: &Cx,
         delivery_id: i64,
         past_window_reason: String,
+        destination: String,
     ) -> Result<RedeliveryResult, AppError> {
         let caller = cx.require(Role::Operator)?;
         let reason = Some(past_window_reason.trim().to_owned()).filter(|r| !r.is_empty());
+        let destination = Some(destination.trim().to_owned()).filter(|d| !d.is_empty());
         let result = cx
             .operations
-            .redeliver(delivery_id, caller.clone(), reason.clone(), None)
+            .redeliver(
+                delivery_id,
+                caller.clone(),
+                reason.clone(),
+                None,
+                destination.clone(),
+            )
             .await;
         let past_window = matches!(&result, Ok(r) if r.past_window);
         let (outcome, detail) = match &result {
             Ok(r) => (
                 r.message.clone(),
-                serde_json::json!({"event": r.event_id, "new_delivery": r.delivery_id, "outcome": r.outcome, "reason": reason}),
+                serde_json::json!({"event": r.event_id, "new_delivery": r.delivery_id, "outcome": r.outcome, "reason": reason, "destination": destination}),
             ),
             Err(refusal) => (
                 format!("refused: {}", refusal.message()),
-                serde_json::json!({ "reason": reason }),
+                serde_json::json!({ "reason": reason, "destination": destination }),
             ),
         };
         let action = if past_window {
@@ -295,6 +316,7 @@ pub mod ssr {
         cx: &Cx,
         event_id: i64,
         past_window_reason: String,
+        destination: String,
     ) -> Result<RedeliveryResult, AppError> {
         cx.require(Role::Operator)?;
         match delivery_of(&cx.pool, event_id).await? {
@@ -302,7 +324,9 @@ pub mod ssr {
             Some(None) => Err(AppError::Conflict(
                 "retention removed every stored copy of its payload: there is nothing to re-deliver".into(),
             )),
-            Some(Some(delivery_id)) => redeliver(cx, delivery_id, past_window_reason).await,
+            Some(Some(delivery_id)) => {
+                redeliver(cx, delivery_id, past_window_reason, destination).await
+            }
         }
     }
 
@@ -333,6 +357,7 @@ pub mod ssr {
         cx: &Cx,
         job: i64,
         chosen: &[(i64, String)],
+        destination: Option<&str>,
     ) -> Result<Vec<RedeliveryResult>, AppError> {
         let user = cx.require(Role::Operator)?;
         let (pool, ops) = (&cx.pool, &cx.operations);
@@ -352,7 +377,13 @@ pub mod ssr {
                 None => refused(0, "its payload is no longer stored".into()),
                 Some(delivery_id) => {
                     match ops
-                        .redeliver(delivery_id, user.clone(), None, Some(job))
+                        .redeliver(
+                            delivery_id,
+                            user.clone(),
+                            None,
+                            Some(job),
+                            destination.map(str::to_owned),
+                        )
                         .await
                     {
                         // The answer is about the chosen event, whatever
@@ -393,6 +424,7 @@ pub mod ssr {
         event_id: i64,
         confirm_key: String,
         reason: String,
+        destination: String,
     ) -> Result<String, AppError> {
         let user = cx.require(Role::Admin)?;
         let reason = reason.trim();
@@ -418,9 +450,15 @@ pub mod ssr {
             ));
         }
         // The server's event owner forces only a completed event, once per completion.
+        let destination = Some(destination.trim().to_owned()).filter(|d| !d.is_empty());
         let forced = cx
             .operations
-            .force(event_id, reason.to_owned(), user.clone())
+            .force(
+                event_id,
+                reason.to_owned(),
+                user.clone(),
+                destination.clone(),
+            )
             .await;
         let outcome = match &forced {
             Ok(()) => "forced".to_owned(),
@@ -431,15 +469,16 @@ pub mod ssr {
             "force",
             Some(&format!("event {event_id} ({key})")),
             &outcome,
-            serde_json::json!({ "reason": reason }),
+            serde_json::json!({ "reason": reason, "destination": destination }),
         )
         .await?;
         forced.map_err(|r| {
             let message = format!("refused: {}", r.message());
             r.with_message(message)
         })?;
+        let to = destination.map(|d| format!(" to {d}")).unwrap_or_default();
         Ok(format!(
-            "forced: queued to be forwarded again with Idempotency-Key {source}:{key} and x-replaysafe-forced: true"
+            "forced: queued to be forwarded again{to} with Idempotency-Key {source}:{key} and x-replaysafe-forced: true"
         ))
     }
 }

@@ -114,6 +114,10 @@ pub struct DispatchRow {
     pub last_error: Option<String>,
     pub dead_reason: Option<String>,
     pub completed_at: Option<String>,
+    /// An ordered destination's: the event goes there after those of the
+    /// same key received before it ('' : all of its events share one order).
+    #[serde(default)]
+    pub ordering_key: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -251,12 +255,14 @@ pub const DEAD_PAGE_SIZE: i64 = 50;
 #[server(endpoint = "dead")]
 pub async fn list_dead(
     source: Option<String>,
+    destination: Option<String>,
     before: Option<i64>,
     before_id: Option<i64>,
 ) -> Result<DeadLetterPage, ServerFnError> {
     let cx = super::ssr::cx().await?;
     let filter = crate::api::actions::DeadFilter {
         source: source.unwrap_or_default(),
+        destination: destination.unwrap_or_default(),
         ..Default::default()
     };
     Ok(server::dead_letters(&cx, &filter, before.zip(before_id)).await?)
@@ -467,7 +473,8 @@ pub mod server {
                            THEN to_char(next_attempt_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.MS') END
                           AS next_attempt_at,
                       last_error, dead_reason,
-                      to_char(completed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.MS') AS completed_at
+                      to_char(completed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.MS') AS completed_at,
+                      ordering_key
                FROM dispatches WHERE event_id = $1 ORDER BY destination"#,
             id
         )
@@ -646,15 +653,17 @@ pub mod server {
                FROM dispatches p JOIN events e ON e.id = p.event_id
                WHERE p.state = 'dead' AND ($1::text IS NULL OR p.source = $1)
                  -- An event once, at its latest death: pages stay keyed by event.
-                 AND NOT EXISTS (SELECT 1 FROM dispatches q
+                 -- (At one destination, an event has one dispatch.)
+                 AND ($8::text IS NOT NULL OR NOT EXISTS (SELECT 1 FROM dispatches q
                                  WHERE q.event_id = p.event_id AND q.state = 'dead'
                                    AND (q.state_changed_at, q.destination)
-                                       > (p.state_changed_at, p.destination))
+                                       > (p.state_changed_at, p.destination)))
                  AND ($2::bigint IS NULL
                       OR (p.state_changed_at, p.event_id) < (to_timestamp($2 / 1000000.0), $3))
                  AND ($5::text IS NULL OR p.state_changed_at >= $5::text::timestamptz)
                  AND ($6::text IS NULL OR p.state_changed_at < $6::text::timestamptz)
                  AND ($7::text IS NULL OR p.dead_reason ILIKE '%' || $7 || '%')
+                 AND ($8::text IS NULL OR p.destination = $8)
                ORDER BY p.state_changed_at DESC, p.event_id DESC
                LIMIT $4"#,
             filter.source.as_deref(),
@@ -663,7 +672,8 @@ pub mod server {
             DEAD_PAGE_SIZE + 1,
             filter.from.as_deref(),
             filter.to.as_deref(),
-            filter.reason.as_deref()
+            filter.reason.as_deref(),
+            filter.destination.as_deref()
         )
         .fetch_all(pool)
         .await?;

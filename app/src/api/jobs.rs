@@ -178,6 +178,7 @@ pub mod ssr {
             from,
             to,
             reason,
+            destination,
         } = filter.bounds()?;
         let mut tx = cx.pool.begin().await.map_err(AppError::database)?;
         // Starts take turns, so the count of unfinished jobs holds.
@@ -204,11 +205,13 @@ pub mod ssr {
                  AND ($1::text IS NULL OR source = $1)
                  AND ($2::text IS NULL OR state_changed_at >= $2::text::timestamptz)
                  AND ($3::text IS NULL OR state_changed_at < $3::text::timestamptz)
-                 AND ($4::text IS NULL OR dead_reason ILIKE '%' || $4 || '%')"#,
+                 AND ($4::text IS NULL OR dead_reason ILIKE '%' || $4 || '%')
+                 AND ($5::text IS NULL OR destination = $5)"#,
             source.as_deref(),
             from.as_deref(),
             to.as_deref(),
-            reason.as_deref()
+            reason.as_deref(),
+            destination.as_deref()
         )
         .fetch_one(&mut *tx)
         .await
@@ -525,6 +528,8 @@ pub mod ssr {
     #[derive(Clone, Debug, PartialEq)]
     pub struct Step {
         pub chosen: Vec<(i64, String)>,
+        /// The job's destination: only dispatches dead there are revived.
+        pub destination: Option<String>,
         /// Where the step after this one starts; None: this is the last.
         pub next_after: Option<i64>,
     }
@@ -562,6 +567,7 @@ pub mod ssr {
             from,
             to,
             reason,
+            destination,
         } = filter.bounds()?;
         // The same filter as `start`'s count.
         let chosen = sqlx::query!(
@@ -577,7 +583,8 @@ pub mod ssr {
                             AND ($4::text IS NULL OR p.source = $4)
                             AND ($5::text IS NULL OR p.state_changed_at >= $5::text::timestamptz)
                             AND ($6::text IS NULL OR p.state_changed_at < $6::text::timestamptz)
-                            AND ($7::text IS NULL OR p.dead_reason ILIKE '%' || $7 || '%'))
+                            AND ($7::text IS NULL OR p.dead_reason ILIKE '%' || $7 || '%')
+                            AND ($9::text IS NULL OR p.destination = $9))
                       AND NOT EXISTS (SELECT 1 FROM bulk_job_results r
                                       WHERE r.job_id = $1 AND r.event_id = e.id))
                    ORDER BY id LIMIT $8),
@@ -593,7 +600,8 @@ pub mod ssr {
             from.as_deref(),
             to.as_deref(),
             reason.as_deref(),
-            BULK_STEP
+            BULK_STEP,
+            destination.as_deref()
         )
         .fetch_all(&mut *tx)
         .await
@@ -603,7 +611,11 @@ pub mod ssr {
         let next_after = (chosen.len() as i64 == BULK_STEP)
             .then(|| chosen.last().map(|c| c.0))
             .flatten();
-        Ok(Some(Step { chosen, next_after }))
+        Ok(Some(Step {
+            chosen,
+            destination,
+            next_after,
+        }))
     }
 
     /// What the runner does after recording a step.

@@ -17,23 +17,28 @@ pub fn DeadLettersPage() -> impl IntoView {
         let q = query.get();
         let before = q.get("before").and_then(|v| v.parse::<i64>().ok());
         let before_id = q.get("before_id").and_then(|v| v.parse::<i64>().ok());
-        (q.get("source").unwrap_or_default(), before, before_id)
+        (
+            q.get("source").unwrap_or_default(),
+            q.get("destination").unwrap_or_default(),
+            before,
+            before_id,
+        )
     };
-    let data = Resource::new(params, |(source, before, before_id)| {
-        list_dead(Some(source), before, before_id)
+    let data = Resource::new(params, |(source, destination, before, before_id)| {
+        list_dead(Some(source), Some(destination), before, before_id)
     });
     view! {
         <section class="page">
             <h1>"Dead letters"</h1>
-            <BulkRedeliver source=params().0/>
+            <BulkRedeliver source=params().0 destination=params().1/>
             <p class="lede">
                 "Events the destination refused or that ran out of attempts. Nothing is lost: the payload is kept until it is re-delivered or retention removes it."
             </p>
             <Transition fallback=|| view! { <p class="muted">"Loading dead letters…"</p> }>
                 {move || Suspend::new(async move {
-                    let (source, ..) = params();
+                    let (source, destination, ..) = params();
                     match data.await {
-                        Ok(page) => view! { <DeadTable page source/> }.into_any(),
+                        Ok(page) => view! { <DeadTable page source destination/> }.into_any(),
                         Err(e) => view! { <ErrorBox message=error_text(&e)/> }.into_any(),
                     }
                 })}
@@ -43,17 +48,32 @@ pub fn DeadLettersPage() -> impl IntoView {
 }
 
 #[component]
-fn DeadTable(page: DeadLetterPage, source: String) -> impl IntoView {
-    let scope = (!source.is_empty()).then(|| {
-        view! { <p>"Source " <code>{source.clone()}</code> ". " <a href="/dead">"Show every source"</a></p> }
-    });
+fn DeadTable(page: DeadLetterPage, source: String, destination: String) -> impl IntoView {
+    let scope = match (source.is_empty(), destination.is_empty()) {
+        (true, true) => None,
+        (false, true) => Some(view! { <p>"Source " <code>{source.clone()}</code> ". " <a href="/dead">"Show every source"</a></p> }.into_any()),
+        (_, false) => Some(view! {
+            <p data-testid="dead-scope">
+                "Dead at destination " <code>{destination.clone()}</code>
+                {(!source.is_empty()).then(|| view! { " of source " <code>{source.clone()}</code> })}
+                ". " <a href="/dead">"Show every destination"</a>
+            </p>
+        }.into_any()),
+    };
     if page.rows.is_empty() {
         return view! { {scope} <p class="empty">"No dead letters. Every event was delivered or is still being tried."</p> }.into_any();
     }
     let next = page.older.map(|(micros, id)| {
-        let source = if source.is_empty() { String::new() } else { format!("source={source}&") };
-        view! { <a href=format!("/dead?{source}before={micros}&before_id={id}") rel="next">"Older →"</a> }
+        let mut scope = String::new();
+        for (name, value) in [("source", &source), ("destination", &destination)] {
+            if !value.is_empty() {
+                // Slugs and destination names need no escaping.
+                scope.push_str(&format!("{name}={value}&"));
+            }
+        }
+        view! { <a href=format!("/dead?{scope}before={micros}&before_id={id}") rel="next">"Older →"</a> }
     });
+    let chosen = (!destination.is_empty()).then(|| destination.clone());
     view! {
         {scope}
         <table class="data" data-testid="dead-table">
@@ -75,11 +95,16 @@ fn DeadTable(page: DeadLetterPage, source: String) -> impl IntoView {
                         <td>{d.died_at}</td>
                         <td><a href=format!("/dead?source={}", d.source)><code>{d.source.clone()}</code></a></td>
                         <td><a href=format!("/events/{}", d.id)><code>{d.idem_key}</code></a></td>
-                        <td>{d.destinations.join(", ")}</td>
+                        <td>{d.destinations.iter().map(|name| view! {
+                            <a href=format!("/dead?source={}&destination={name}", d.source)><code>{name.clone()}</code></a> " "
+                        }).collect_view()}</td>
                         <td class="bad-text">{d.dead_reason.unwrap_or_default()}</td>
                         <td>{d.attempt_count}</td>
                         <td>{d.receive_count}</td>
-                        <td>{d.first_delivery_id.map(|first| view! { <RedeliverButton delivery_id=first label="Re-deliver"/> })}</td>
+                        <td>{d.first_delivery_id.map(|first| match chosen.clone() {
+                            Some(destination) => view! { <RedeliverButton delivery_id=first label="Re-deliver here" destination/> }.into_any(),
+                            None => view! { <RedeliverButton delivery_id=first label="Re-deliver"/> }.into_any(),
+                        })}</td>
                     </tr>
                 }).collect_view()}
             </tbody>
@@ -96,14 +121,15 @@ const WATCH_MS: u64 = 500;
 /// (the server runs it, each event through the same guard as a single
 /// re-delivery) and follows it: progress, each event's outcome, cancel.
 #[component]
-fn BulkRedeliver(source: String) -> impl IntoView {
+fn BulkRedeliver(source: String, destination: String) -> impl IntoView {
     let job = RwSignal::new(None::<BulkJob>);
     let results = RwSignal::new(Vec::<RedeliveryResult>::new());
     let after = StoredValue::new(None::<i64>);
     let error = RwSignal::new(None::<String>);
     // Bumped when a job finishes, so the recent jobs are read again.
     let finished = RwSignal::new(0usize);
-    let (source_in, from_in, to_in, reason_in) = (
+    let (source_in, destination_in, from_in, to_in, reason_in) = (
+        NodeRef::<leptos::html::Input>::new(),
         NodeRef::<leptos::html::Input>::new(),
         NodeRef::<leptos::html::Input>::new(),
         NodeRef::<leptos::html::Input>::new(),
@@ -173,6 +199,7 @@ fn BulkRedeliver(source: String) -> impl IntoView {
             from: value(from_in),
             to: value(to_in),
             reason: value(reason_in),
+            destination: value(destination_in),
         };
         job.set(None);
         results.set(Vec::new());
@@ -226,10 +253,11 @@ fn BulkRedeliver(source: String) -> impl IntoView {
     view! {
         <IfRole role=Role::Operator>
             {
-                let source = source.clone();
+                let (source, destination) = (source.clone(), destination.clone());
                 view! {
                     <form class="bulk" on:submit=start aria-label="Re-deliver dead letters in bulk">
                         <label>"Source" <input node_ref=source_in name="source" value=source placeholder="any"/></label>
+                        <label>"Dead at destination" <input node_ref=destination_in name="destination" value=destination placeholder="any"/></label>
                         <label>"Dead since (UTC)" <input node_ref=from_in type="datetime-local" name="from"/></label>
                         <label>"Dead before (UTC)" <input node_ref=to_in type="datetime-local" name="to"/></label>
                         <label>"Reason contains" <input node_ref=reason_in name="reason" placeholder="e.g. 400"/></label>

@@ -100,10 +100,17 @@ fn EventBody(detail: EventDetail) -> impl IntoView {
         {event.first_delivery_id.map(|first| view! {
             <RedeliverButton delivery_id=first label="Re-deliver through the dedup layer"/>
         })}
-        {dispatches.iter().any(|d| d.state == "completed").then(|| view! { <ForceForm event_id=event.id/> })}
+        {
+            let completed: Vec<String> = dispatches
+                .iter()
+                .filter(|d| d.state == "completed")
+                .map(|d| d.destination.clone())
+                .collect();
+            (!completed.is_empty()).then(|| view! { <ForceForm event_id=event.id completed/> })
+        }
         <h2>"Destinations"</h2>
         <table class="lanes" data-testid="dispatches">
-            <thead><tr><th>"Destination"</th><th>"State"</th><th>"Attempts"</th><th>"Details"</th></tr></thead>
+            <thead><tr><th>"Destination"</th><th>"State"</th><th>"Attempts"</th><th>"Details"</th><th><span class="visually-hidden">"Actions"</span></th></tr></thead>
             <tbody>
                 {dispatches.into_iter().map(|d| {
                     let details = match d.state.as_str() {
@@ -116,12 +123,24 @@ fn EventBody(detail: EventDetail) -> impl IntoView {
                             (None, _) => format!("since {} UTC", d.state_changed_at),
                         },
                     };
+                    let order = d.ordering_key.clone().map(|key| {
+                        let key = if key.is_empty() { "all of its events".to_owned() } else { format!("key {key:?}") };
+                        view! { <br/><span class="muted">{format!("in receipt order with {key}")}</span> }
+                    });
+                    // Only this destination's dispatch is revived.
+                    let revive = (d.state == "dead")
+                        .then_some(event.first_delivery_id)
+                        .flatten()
+                        .map(|first| view! {
+                            <RedeliverButton delivery_id=first label="Re-deliver here" destination=d.destination.clone()/>
+                        });
                     view! {
                         <tr data-destination=d.destination.clone()>
                             <td><code>{d.destination.clone()}</code></td>
                             <td><StateBadge state=d.state.clone()/></td>
                             <td>{d.attempt_count}</td>
-                            <td class="small">{details}</td>
+                            <td class="small">{details}{order}</td>
+                            <td>{revive}</td>
                         </tr>
                     }
                 }).collect_view()}
@@ -165,8 +184,9 @@ fn EventBody(detail: EventDetail) -> impl IntoView {
 /// Forced re-execution of a completed event: admin only, typed key and a
 /// reason, audit-logged (spec section 6).
 #[component]
-fn ForceForm(event_id: i64) -> impl IntoView {
+fn ForceForm(event_id: i64, completed: Vec<String>) -> impl IntoView {
     let action = ServerAction::<ForceReexecution>::new();
+    let completed = StoredValue::new(completed);
     let result = move || {
         action.value().get().map(|r| match r {
             Ok(message) => view! { <p class="result ok" role="status">{message}</p> }.into_any(),
@@ -187,6 +207,12 @@ fn ForceForm(event_id: i64) -> impl IntoView {
                     <input type="hidden" name="event_id" value=event_id/>
                     <label>"Event key" <input name="confirm_key" required autocomplete="off"/></label>
                     <label>"Reason" <input name="reason" required size="40"/></label>
+                    <label>"Destination"
+                        <select name="destination">
+                            <option value="">"every completed one"</option>
+                            {completed.get_value().into_iter().map(|d| view! { <option value=d.clone()>{d.clone()}</option> }).collect_view()}
+                        </select>
+                    </label>
                     <button type="submit" class="danger" disabled=move || action.pending().get()>"Force re-execution"</button>
                 </ActionForm>
                 {result}

@@ -45,6 +45,8 @@ pub struct Breaker {
     pub cooldown_secs: u64,
 }
 
+pub const ORDERING_KEY_MAX: usize = 256;
+
 pub const RATIO_MIN_ATTEMPTS: i32 = 20;
 pub const MAX_COOLDOWN_SECS: u64 = 600;
 
@@ -78,6 +80,38 @@ impl Destination {
     /// leased through its gate, never handed over at the claim.
     pub fn is_gated(&self) -> bool {
         self.rate_per_sec.is_some() || self.max_in_flight.is_some()
+    }
+
+    /// Its events go one at a time per ordering key: each waits for a
+    /// worker's lease, which checks that none before it waits.
+    pub fn is_ordered(&self) -> bool {
+        self.ordering != Ordering::None
+    }
+
+    /// The ordering key of an event whose verified body is `body`, for an
+    /// ordered destination (None: not ordered). The value at the pointer,
+    /// a string as it is and anything else as JSON text; '' when the
+    /// destination names no pointer (all its events share one order) or the
+    /// body has no value there (those events share one order too). Cut to
+    /// `ORDERING_KEY_MAX` bytes: two keys sharing that much only wait for
+    /// each other, which never breaks an order.
+    pub fn ordering_key(&self, body: &Body) -> Option<String> {
+        let Ordering::PerKey { key } = &self.ordering else {
+            return None;
+        };
+        let found = key
+            .as_deref()
+            .and_then(|pointer| body.value()?.pointer(pointer))
+            .map(|v| match v {
+                serde_json::Value::String(s) => s.clone(),
+                other => other.to_string(),
+            })
+            .unwrap_or_default();
+        let mut end = found.len().min(ORDERING_KEY_MAX);
+        while !found.is_char_boundary(end) {
+            end -= 1;
+        }
+        Some(found[..end].to_owned())
     }
 
     /// Whether this destination wants an event of `event_type` whose
@@ -327,11 +361,12 @@ pub(super) fn build(
                 Ordering::None
             }
             Some("per_key") => {
-                // Refused rather than ignored until ordered leases land.
-                return Err(invalid(
-                    &key("ordering"),
-                    "\"per_key\" is not delivered yet: leave `ordering` out".into(),
-                ));
+                if let Some(pointer) = &d.ordering_key {
+                    check_pointer(pointer).map_err(|p| invalid(&key("ordering_key"), p))?;
+                }
+                Ordering::PerKey {
+                    key: d.ordering_key.clone(),
+                }
             }
             Some(other) => {
                 return Err(invalid(

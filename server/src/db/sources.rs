@@ -126,6 +126,12 @@ fn summary(d: &crate::config::Destination) -> app::api::DestinationSummary {
     if let Some(n) = d.max_in_flight {
         limits.push(format!("at most {n} at once"));
     }
+    if let crate::config::destination::Ordering::PerKey { key } = &d.ordering {
+        limits.push(match key {
+            Some(pointer) => format!("one at a time per {pointer}, in receipt order"),
+            None => "one at a time, in receipt order".to_owned(),
+        });
+    }
     app::api::DestinationSummary {
         name: d.name.clone(),
         url: d.url.clone(),

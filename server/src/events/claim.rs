@@ -20,6 +20,9 @@ pub struct InlineLease<'a> {
 pub struct Planned<'a> {
     pub destination: &'a str,
     pub wanted: bool,
+    /// An ordered destination's: the dispatch waits for those of the same
+    /// key received before it (see `lease`).
+    pub ordering_key: Option<&'a str>,
 }
 
 /// Claims `(source, key)` for a new event, with a dispatch per destination
@@ -44,15 +47,17 @@ pub async fn claim(
          ),
          planned AS (
              INSERT INTO dispatches (event_id, destination, source, state, forwarder,
-                                     lease_owner, lease_expires_at)
+                                     lease_owner, lease_expires_at, ordering_key)
              SELECT ev.id, p.destination, ev.source,
                     CASE WHEN NOT p.wanted THEN 'filtered'
                          WHEN $3::text IS NULL THEN 'queued' ELSE 'processing' END,
                     CASE WHEN $3::text IS NULL THEN 'workers' ELSE 'request' END,
                     CASE WHEN p.wanted THEN $3::text END,
                     CASE WHEN p.wanted AND $3::text IS NOT NULL
-                         THEN now() + make_interval(secs => $4) END
-             FROM ev, unnest($5::text[], $6::bool[]) AS p(destination, wanted)
+                         THEN now() + make_interval(secs => $4) END,
+                    CASE WHEN p.wanted THEN p.ordering_key END
+             FROM ev, unnest($5::text[], $6::bool[], $8::text[])
+                      AS p(destination, wanted, ordering_key)
          )
          SELECT id, first_delivery_id AS "first_delivery_id!" FROM ev"#,
         source,
@@ -61,7 +66,8 @@ pub async fn claim(
         lease.map_or(0.0, |l| l.secs),
         &plan.iter().map(|p| p.destination).collect::<Vec<_>>() as _,
         &plan.iter().map(|p| p.wanted).collect::<Vec<_>>(),
-        event_type
+        event_type,
+        &plan.iter().map(|p| p.ordering_key).collect::<Vec<_>>() as _
     )
     .fetch_optional(tx)
     .await?;
@@ -240,6 +246,8 @@ pub struct BatchClaim<'a> {
     pub plan_destinations: Vec<&'a str>,
     pub plan_wanted: Vec<bool>,
     pub plan_leases: Vec<Option<f64>>,
+    /// An ordered destination's ordering key (`Planned::ordering_key`).
+    pub plan_ordering_keys: Vec<Option<&'a str>>,
     /// Who holds those leases.
     pub lease_owner: &'a str,
     pub sources: Vec<&'a str>,
@@ -320,7 +328,7 @@ r#"WITH keys AS (
          ),
          planned AS (
              INSERT INTO dispatches (event_id, destination, source, state, lease_owner,
-                                     lease_expires_at, attempt_count)
+                                     lease_expires_at, attempt_count, ordering_key)
              SELECT f.id, p.destination, f.source,
                     CASE WHEN NOT p.wanted THEN 'filtered'
                          WHEN f.paused OR p.lease_secs IS NULL THEN 'queued'
@@ -330,10 +338,12 @@ r#"WITH keys AS (
                     CASE WHEN p.wanted AND NOT f.paused
                          THEN now() + make_interval(secs => p.lease_secs) END,
                     CASE WHEN p.wanted AND NOT f.paused AND p.lease_secs IS NOT NULL
-                         THEN 1 ELSE 0 END
+                         THEN 1 ELSE 0 END,
+                    CASE WHEN p.wanted THEN p.ordering_key END
              FROM fresh f
-             JOIN unnest($19::int[], $20::text[], $21::bool[], $22::float8[])
-                  AS p(key_no, destination, wanted, lease_secs) ON p.key_no = f.key_no
+             JOIN unnest($19::int[], $20::text[], $21::bool[], $22::float8[], $23::text[])
+                  AS p(key_no, destination, wanted, lease_secs, ordering_key)
+                  ON p.key_no = f.key_no
              RETURNING event_id, destination, state
          ),
          placed AS (
@@ -397,6 +407,7 @@ batch.lease_owner,
 &batch.plan_destinations as _,
 &batch.plan_wanted,
 &batch.plan_leases as _,
+&batch.plan_ordering_keys as _,
 )
     .fetch_all(conn)
     .await

@@ -196,12 +196,25 @@ async fn lease_on(
          -- Each destination's due dispatches by themselves: one's backlog is
          -- never walked through to find another's.
          candidates AS (
+             -- An ordered destination's dispatch only while no other of its
+             -- key is in flight and none received before it waits: one at a
+             -- time, in receipt order. (Two leases racing each see the other's
+             -- head locked or leased: only one takes it, and neither the
+             -- next.)
              (SELECT c.event_id, c.destination FROM runnable r, LATERAL (
-                  SELECT event_id, destination FROM dispatches
-                  WHERE source = r.slug AND destination = r.destination
-                    AND state IN ('queued', 'retrying') AND next_attempt_at <= now()
-                    AND forwarder = 'workers'
-                  ORDER BY next_attempt_at LIMIT $2) c)
+                  SELECT w.event_id, w.destination FROM dispatches w
+                  WHERE w.source = r.slug AND w.destination = r.destination
+                    AND w.state IN ('queued', 'retrying') AND w.next_attempt_at <= now()
+                    AND w.forwarder = 'workers'
+                    AND (w.ordering_key IS NULL OR NOT EXISTS (
+                            SELECT 1 FROM dispatches q
+                            WHERE q.source = w.source AND q.destination = w.destination
+                              AND q.ordering_key = w.ordering_key
+                              AND q.ordering_key IS NOT NULL
+                              AND q.state IN ('queued', 'processing', 'retrying')
+                              AND q.event_id <> w.event_id
+                              AND (q.event_id < w.event_id OR q.state = 'processing')))
+                  ORDER BY w.next_attempt_at LIMIT $2) c)
              UNION ALL
              (SELECT event_id, destination FROM dispatches
               WHERE state = 'processing' AND lease_expires_at < now() - make_interval(secs => $6)

@@ -105,7 +105,8 @@ async fn run_job(
                 break;
             }
         };
-        let results = match redeliver_each(&cx, id, &step.chosen).await {
+        let results = match redeliver_each(&cx, id, &step.chosen, step.destination.as_deref()).await
+        {
             Ok(results) => results,
             // The step's events stay pending: the next try takes them again.
             Err(AppError::Unavailable(why)) => {

@@ -74,8 +74,8 @@ pub struct PendingClaim {
     pub started: Instant,
     /// The replay guard's digest of the signed content, where it applies.
     pub replay_digest: Option<Vec<u8>>,
-    /// Its source's destinations, each with whether it wants the event.
-    pub plan: Vec<(String, bool)>,
+    /// Where its event goes.
+    pub plan: Vec<super::claim::Route>,
     /// The provider's event type, where a destination's filter needed it.
     pub event_type: Option<String>,
 }
@@ -532,18 +532,21 @@ fn batch_claim<'a>(
     let mut planned = vec![false; keys.len()];
     let (mut plan_keys, mut plan_destinations, mut plan_wanted, mut plan_leases) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut plan_ordering_keys = Vec::new();
     for (p, &k) in pending.iter().zip(&key_at) {
         if std::mem::replace(&mut planned[k], true) {
             continue;
         }
         key_types[k] = p.event_type.as_deref();
-        for (destination, wanted) in &p.plan {
+        for route in &p.plan {
             plan_keys.push(k as i32 + 1);
-            plan_destinations.push(destination.as_str());
-            plan_wanted.push(*wanted);
+            plan_destinations.push(route.destination.as_str());
+            plan_wanted.push(route.wanted);
+            plan_ordering_keys.push(route.ordering_key.as_deref());
             plan_leases.push(
-                wanted
-                    .then(|| handoff.reserve(keys[k].0, destination))
+                route
+                    .wanted
+                    .then(|| handoff.reserve(keys[k].0, &route.destination))
                     .flatten(),
             );
         }
@@ -554,6 +557,7 @@ fn batch_claim<'a>(
         plan_destinations,
         plan_wanted,
         plan_leases,
+        plan_ordering_keys,
         lease_owner: handoff.owner(),
         key_sources: keys.iter().map(|k| k.0).collect(),
         key_ids: keys.iter().map(|k| k.1).collect(),

@@ -87,11 +87,22 @@ pub struct NewDelivery<'a> {
     pub truncated: bool,
     /// The SHA-256 of the whole body as received, where only an excerpt is kept.
     pub body_sha256: Option<Vec<u8>>,
-    /// A verified delivery's plan: its source's destinations, each with
-    /// whether it wants the event (`plan`).
-    pub plan: Vec<(String, bool)>,
+    /// A verified delivery's plan: where its event goes (`plan`).
+    pub plan: Vec<Route>,
     /// The provider's event type, where a destination's filter needed it.
     pub event_type: Option<String>,
+    /// A re-delivery's chosen destination (`Redelivery::destination`), by name.
+    pub revives: Option<&'a str>,
+}
+
+/// Where a verified event goes: one of its source's destinations, whether
+/// that destination's filter wants it, and its ordering key there (an
+/// ordered destination's).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Route {
+    pub destination: String,
+    pub wanted: bool,
+    pub ordering_key: Option<String>,
 }
 
 /// A stored delivery fed back through the pipeline by an operator.
@@ -103,6 +114,9 @@ pub struct Redelivery {
     pub by: Option<i64>,
     /// The bulk re-delivery job it is part of: a job revives an event once.
     pub bulk_job: Option<i64>,
+    /// It revives only the dispatch to this destination, by its place in
+    /// its source's destinations (None: every dead one).
+    pub destination: Option<u16>,
 }
 
 impl NewDelivery<'_> {
@@ -184,9 +198,10 @@ pub async fn claim_in(
     let plan: Vec<events::Planned> = d
         .plan
         .iter()
-        .map(|(destination, wanted)| events::Planned {
-            destination,
-            wanted: *wanted,
+        .map(|r| events::Planned {
+            destination: &r.destination,
+            wanted: r.wanted,
+            ordering_key: r.ordering_key.as_deref(),
         })
         .collect();
     let mut won = events::claim(tx, d.source, key, &plan, d.event_type.as_deref(), inline).await?;
@@ -197,7 +212,7 @@ pub async fn claim_in(
                 .fetch_one(&mut *tx)
                 .await?;
         let job = d.redelivery.and_then(|r| r.bulk_job);
-        won = events::revive(tx, d.source, key, None, delivery_id, job)
+        won = events::revive(tx, d.source, key, d.revives, delivery_id, job)
             .await?
             .map(|event_id| (event_id, delivery_id));
     }

@@ -96,12 +96,18 @@ fn idempotency_key(source: &SourceConfig, req: &Inbound) -> Result<String, Rejec
     Ok(key)
 }
 
-/// Which of its source's destinations want a verified event, and its type
-/// where a filter needed it. A source with no destination keeps its events
-/// under `default`, queued: they wait for one to be configured.
-fn plan(source: &SourceConfig, req: &Inbound) -> (Vec<(String, bool)>, Option<String>) {
+/// Which of its source's destinations want a verified event (with its
+/// ordering key at the ordered ones), and its type where a filter needed
+/// it. A source with no destination keeps its events under `default`,
+/// queued: they wait for one to be configured.
+fn plan(source: &SourceConfig, req: &Inbound) -> (Vec<claim::Route>, Option<String>) {
     if source.destinations.is_empty() {
-        return (vec![(destination::DEFAULT_NAME.to_owned(), true)], None);
+        let kept = claim::Route {
+            destination: destination::DEFAULT_NAME.to_owned(),
+            wanted: true,
+            ordering_key: None,
+        };
+        return (vec![kept], None);
     }
     let filtered = source.destinations.iter().any(|d| d.filter.is_some());
     let event_type = if filtered {
@@ -117,7 +123,11 @@ fn plan(source: &SourceConfig, req: &Inbound) -> (Vec<(String, bool)>, Option<St
     let plan = source
         .destinations
         .iter()
-        .map(|d| (d.name.clone(), d.wants(event_type.as_deref(), &body)))
+        .map(|d| claim::Route {
+            destination: d.name.clone(),
+            wanted: d.wants(event_type.as_deref(), &body),
+            ordering_key: d.ordering_key(&body),
+        })
         .collect();
     (plan, event_type)
 }
@@ -182,6 +192,7 @@ pub async fn accept(
         body_sha256: None,
         plan: Vec::new(),
         event_type: None,
+        revives: None,
     };
     let result = match checked {
         // Beyond its address's rate a stranger's rejection is only counted;
@@ -224,6 +235,11 @@ pub async fn accept(
             delivery.idem_key = Some(&key);
             delivery.replay_digest = replay_digest(source, inbound);
             (delivery.plan, delivery.event_type) = plan(source, inbound);
+            delivery.revives = receipt
+                .redelivery
+                .and_then(|r| r.destination)
+                .and_then(|i| source.destinations.get(usize::from(i)))
+                .map(|d| d.name.as_str());
             let lease = (source.mode == Mode::Sync).then(|| SyncLease {
                 owner: format!("sync:{:016x}", rand::random::<u64>()),
                 secs: (source.attempt_timeout() + LEASE_MARGIN).as_secs_f64(),
@@ -324,6 +340,7 @@ pub async fn record_oversized(
         body_sha256: None,
         plan: Vec::new(),
         event_type: None,
+        revives: None,
     };
     // The sender's mistake stays a 413 even when it cannot be recorded.
     if let Err(e) = claim::record_rejected(pool, &delivery, rejection.status).await {

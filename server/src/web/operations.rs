@@ -46,6 +46,7 @@ impl ServerOperations {
         by: Caller,
         past_window_reason: Option<String>,
         bulk_job: Option<i64>,
+        destination: Option<String>,
     ) -> Result<RedeliveryResult, AppError> {
         let stored = sqlx::query_as!(
             Stored,
@@ -81,6 +82,19 @@ impl ServerOperations {
                 "source {:?} is no longer configured",
                 stored.source
             )));
+        };
+        // One destination of an event's: only its dispatch is revived.
+        let chosen = match &destination {
+            None => None,
+            Some(name) => match source.destinations.iter().position(|d| &d.name == name) {
+                Some(i) => Some(u16::try_from(i).unwrap_or(u16::MAX)),
+                None => {
+                    return Err(AppError::NotFound(format!(
+                        "source {:?} has no destination {name:?}",
+                        source.slug
+                    )))
+                }
+            },
         };
         let headers = match stored.headers {
             serde_json::Value::Array(pairs) => pairs
@@ -138,6 +152,7 @@ impl ServerOperations {
                 of: delivery_id,
                 by: by.user_id(),
                 bulk_job,
+                destination: chosen,
             }),
         };
         let reply = intake::receive(&self.services, source, &inbound, receipt).await;
@@ -163,22 +178,48 @@ impl ServerOperations {
         .await
         .map_err(AppError::database)?;
         let requeued = recorded.outcome == "claimed" && recorded.revived;
-        let message = match recorded.outcome.as_str() {
-            "claimed" if requeued => {
-                "queued again: the dead event will be forwarded (once)".to_owned()
-            }
-            "claimed" => "claimed as a first delivery: it will be forwarded".to_owned(),
-            "completed" => "refused: already completed".to_owned(),
-            "in_progress" => "refused: in progress".to_owned(),
-            "dead" => "refused: dead-lettered".to_owned(),
-            "rejected" => format!(
+        // Refused for one destination: its own dispatch's state says why
+        // (the delivery's outcome is the event's, any destination's).
+        let at_destination = match (&destination, recorded.event_id) {
+            (Some(name), Some(event_id)) if recorded.outcome != "claimed" => sqlx::query_scalar!(
+                "SELECT state FROM dispatches WHERE event_id = $1 AND destination = $2",
+                event_id,
+                name
+            )
+            .fetch_optional(&self.services.pool)
+            .await
+            .map_err(AppError::database)?
+            .map(|state| (name.as_str(), state)),
+            _ => None,
+        };
+        let message = match (recorded.outcome.as_str(), at_destination) {
+            ("rejected", _) => format!(
                 "rejected: {}",
                 recorded
                     .reject_reason
                     .as_deref()
                     .unwrap_or("it does not verify")
             ),
-            other => other.to_owned(),
+            ("claimed", _) if requeued => match &destination {
+                Some(name) => {
+                    format!("queued again: the dead event will be forwarded to {name} (once)")
+                }
+                None => "queued again: the dead event will be forwarded (once)".to_owned(),
+            },
+            (_, Some((name, state))) => match state.as_str() {
+                "completed" => format!("refused: already completed at {name}"),
+                "filtered" => format!("refused: {name}'s filter does not take this event"),
+                "dead" => format!("refused: {name} is dead-lettered"),
+                _ => format!("refused: in progress at {name}"),
+            },
+            ("claimed", _) => "claimed as a first delivery: it will be forwarded".to_owned(),
+            (_, None) if destination.is_some() => {
+                "refused: the event has no dispatch to that destination".to_owned()
+            }
+            ("completed", None) => "refused: already completed".to_owned(),
+            ("in_progress", None) => "refused: in progress".to_owned(),
+            ("dead", None) => "refused: dead-lettered".to_owned(),
+            (other, None) => other.to_owned(),
         };
         if recorded.outcome == "claimed" {
             self.services.wake.work();
@@ -237,8 +278,9 @@ impl Operations for ServerOperations {
         by: Caller,
         past_window_reason: Option<String>,
         bulk_job: Option<i64>,
+        destination: Option<String>,
     ) -> BoxFuture<'_, Result<RedeliveryResult, AppError>> {
-        Box::pin(self.redeliver_now(delivery_id, by, past_window_reason, bulk_job))
+        Box::pin(self.redeliver_now(delivery_id, by, past_window_reason, bulk_job, destination))
     }
 
     fn set_paused(
@@ -316,17 +358,28 @@ impl Operations for ServerOperations {
         event_id: i64,
         reason: String,
         by: Caller,
+        destination: Option<String>,
     ) -> BoxFuture<'_, Result<(), AppError>> {
         Box::pin(async move {
-            match crate::events::force(&self.services.pool, event_id, None, by.user_id(), &reason).await {
+            let pool = &self.services.pool;
+            match crate::events::force(pool, event_id, destination.as_deref(), by.user_id(), &reason).await {
                 Ok(Forced::Queued { .. }) => {
                     self.services.wake.work();
                     Ok(())
                 }
-                Ok(Forced::NotCompleted(state)) => Err(AppError::Conflict(format!("only a completed event can be forced; this one is {}", state.as_str()))),
-                Ok(Forced::Unwanted) => Err(AppError::Conflict(String::from("no destination wants this event (every one filters it out): there is nowhere to forward it"))),
+                Ok(Forced::NotCompleted(state)) => Err(AppError::Conflict(match &destination {
+                    Some(name) => format!("only a completed dispatch can be forced; the one to {name} is {}", state.as_str()),
+                    None => format!("only a completed event can be forced; this one is {}", state.as_str()),
+                })),
+                Ok(Forced::Unwanted) => Err(AppError::Conflict(match &destination {
+                    Some(name) => format!("{name}'s filter does not take this event: there is nothing to force there"),
+                    None => String::from("no destination wants this event (every one filters it out): there is nowhere to forward it"),
+                })),
                 Ok(Forced::NoPayload) => Err(AppError::Conflict(String::from("retention removed every stored copy of its payload: there is nothing to forward"))),
-                Ok(Forced::NotFound) => Err(AppError::NotFound(String::from("event not found"))),
+                Ok(Forced::NotFound) => Err(AppError::NotFound(match &destination {
+                    Some(name) => format!("the event has no dispatch to {name:?}"),
+                    None => String::from("event not found"),
+                })),
                 Err(e) => Err(AppError::database(e)),
             }
         })

@@ -407,10 +407,14 @@ async fn jobs_survive_stalled_and_dead_runners_and_cancels_for_many_seeds(pool: 
                         caller: Some(caller),
                         ..cx.clone()
                     };
-                    let results =
-                        app::api::actions::ssr::redeliver_each(&as_caller, owned.id, &step.chosen)
-                            .await
-                            .unwrap();
+                    let results = app::api::actions::ssr::redeliver_each(
+                        &as_caller,
+                        owned.id,
+                        &step.chosen,
+                        None,
+                    )
+                    .await
+                    .unwrap();
                     Some((owned, Phase::Answered(step, results)))
                 }
                 Phase::Answered(step, results) => {

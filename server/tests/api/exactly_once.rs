@@ -834,6 +834,7 @@ async fn a_replay_racing_the_original_claim_is_its_duplicate(pool: PgPool) {
     let plan = [replaysafe::events::Planned {
         destination: "default",
         wanted: true,
+        ordering_key: None,
     }];
     replaysafe::events::claim(&mut original, "gh", "orig", &plan, None, None)
         .await
@@ -893,6 +894,7 @@ async fn sync_events_their_provider_abandoned_are_adopted_by_the_workers(pool: P
     let plan = [replaysafe::events::Planned {
         destination: "default",
         wanted: true,
+        ordering_key: None,
     }];
     let (event, _) =
         replaysafe::events::claim(&mut tx, "slack", "orphan", &plan, None, Some(holder))

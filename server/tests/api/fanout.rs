@@ -5,7 +5,7 @@
 use replaysafe::db::MIGRATOR;
 use sqlx::PgPool;
 
-use crate::helpers::{hmac_hex, spawn_app, test_config, Destination, Scripted, TestApp};
+use crate::helpers::{hmac_hex, spawn_app, test_config, Destination, Outage, Scripted, TestApp};
 
 struct Three {
     billing: Destination,
@@ -223,6 +223,156 @@ async fn a_dead_destination_is_revived_alone_and_once(pool: PgPool) {
     assert_eq!(state_of(&pool, "e-1").await, "completed");
 }
 
+/// Re-delivery and force act on one destination or on all, with the same
+/// guard: a dead dispatch is revived once however many click, a completed
+/// one is refused; the delivery's outcome stays the event's (dead while any
+/// destination is); dead letters filter by destination.
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn redeliveries_and_forces_act_on_one_destination_or_on_all(pool: PgPool) {
+    let failing = || vec![Scripted::status(500), Scripted::status(500)];
+    let three = Three {
+        billing: Destination::start(failing()).await,
+        crm: Destination::start(failing()).await,
+        analytics: Destination::start(vec![]).await,
+    };
+    let app = spawn_app(pool.clone(), config(&three, 2)).await;
+    assert_eq!(
+        deliver(&app, "e-1", "issues", r#"{"action":"closed"}"#)
+            .await
+            .status(),
+        200
+    );
+    while app.drain().await > 0 {}
+    assert_eq!(
+        dispatches(&pool, "e-1").await,
+        pairs(&[
+            ("analytics", "filtered"),
+            ("billing", "dead"),
+            ("crm", "dead")
+        ])
+    );
+    let (event, first): (i64, i64) =
+        sqlx::query_as("SELECT id, first_delivery_id FROM events WHERE idem_key = 'e-1'")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    let dead_at = |destination: &'static str| {
+        let app = &app;
+        async move {
+            let (status, page) = app
+                .server_fn("dead", &format!("source=gh&destination={destination}"))
+                .await;
+            assert_eq!(status, 200, "{page}");
+            page["rows"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|r| r["id"].as_i64().unwrap())
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(dead_at("billing").await, vec![event]);
+    assert_eq!(dead_at("analytics").await, Vec::<i64>::new());
+
+    // Four operators re-deliver to billing at once: revived once, crm untouched.
+    let to_billing = format!("delivery_id={first}&destination=billing");
+    let clicks =
+        futures_util::future::join_all((0..4).map(|_| app.server_fn("redeliver", &to_billing)))
+            .await;
+    let requeued: Vec<_> = clicks
+        .iter()
+        .filter(|(status, r)| *status == 200 && r["requeued"] == true)
+        .collect();
+    assert_eq!(requeued.len(), 1, "{clicks:?}");
+    assert!(
+        requeued[0].1["message"]
+            .as_str()
+            .unwrap()
+            .contains("to billing"),
+        "{clicks:?}"
+    );
+    assert_eq!(app.drain().await, 1);
+    assert_eq!((three.billing.count(), three.crm.count()), (3, 2));
+    assert_eq!(
+        dispatches(&pool, "e-1").await,
+        pairs(&[
+            ("analytics", "filtered"),
+            ("billing", "completed"),
+            ("crm", "dead")
+        ])
+    );
+    assert_eq!(dead_at("billing").await, Vec::<i64>::new());
+    assert_eq!(dead_at("crm").await, vec![event]);
+
+    // Billing again: refused for billing's own state; the outcome is the
+    // event's, still dead at crm.
+    let (status, again) = app.server_fn("redeliver", &to_billing).await;
+    assert_eq!(status, 200, "{again}");
+    assert_eq!(
+        (again["outcome"].as_str(), again["requeued"].as_bool()),
+        (Some("dead"), Some(false))
+    );
+    assert_eq!(again["message"], "refused: already completed at billing");
+    let (_, filtered) = app
+        .server_fn(
+            "redeliver",
+            &format!("delivery_id={first}&destination=analytics"),
+        )
+        .await;
+    assert_eq!(
+        filtered["message"],
+        "refused: analytics's filter does not take this event"
+    );
+    let (status, unknown) = app
+        .server_fn(
+            "redeliver",
+            &format!("delivery_id={first}&destination=nope"),
+        )
+        .await;
+    assert_eq!(status, 404, "{unknown}");
+
+    // Without a destination: every dead one (crm), once.
+    let (_, all) = app
+        .server_fn("redeliver", &format!("delivery_id={first}"))
+        .await;
+    assert_eq!(all["requeued"], true, "{all}");
+    assert_eq!(app.drain().await, 1);
+    assert_eq!((three.billing.count(), three.crm.count()), (3, 3));
+    assert_eq!(state_of(&pool, "e-1").await, "completed");
+
+    // A force of crm alone, clicked twice at once: crm runs once more,
+    // billing never.
+    let force = format!("event_id={event}&confirm_key=e-1&reason=replay+crm&destination=crm");
+    let forces =
+        futures_util::future::join_all((0..2).map(|_| app.server_fn("force", &force))).await;
+    let forced: Vec<_> = forces.iter().filter(|(status, _)| *status == 200).collect();
+    assert_eq!(forced.len(), 1, "{forces:?}");
+    assert!(
+        forced[0].1.as_str().unwrap().contains("again to crm"),
+        "{forces:?}"
+    );
+    assert_eq!(app.drain().await, 1);
+    assert_eq!((three.billing.count(), three.crm.count()), (3, 4));
+    assert!(three.crm.received.lock().unwrap()[3].headers["x-replaysafe-forced"] == "true");
+    let (status, unwanted) = app
+        .server_fn(
+            "force",
+            &format!("event_id={event}&confirm_key=e-1&reason=x&destination=analytics"),
+        )
+        .await;
+    assert_eq!(status, 409, "{unwanted}");
+    let audit: Vec<(String, Option<String>)> =
+        sqlx::query_as("SELECT action, detail->>'destination' FROM audit_log ORDER BY id")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    assert!(
+        audit.contains(&("force".into(), Some("crm".into())))
+            && audit.contains(&("redeliver".into(), Some("billing".into()))),
+        "{audit:?}"
+    );
+}
+
 /// Configs refuse what fan-out cannot honour, naming the key.
 #[test]
 fn destinations_are_checked_as_the_config_is_read() {
@@ -247,6 +397,14 @@ fn destinations_are_checked_as_the_config_is_read() {
         (
             "[[source.destination]]\nname = \"a\"\nurl = \"http://h/\"\nordering = \"fifo\"",
             "source[0].destination[0].ordering",
+        ),
+        (
+            "[[source.destination]]\nname = \"a\"\nurl = \"http://h/\"\nordering_key = \"/id\"",
+            "source[0].destination[0].ordering_key",
+        ),
+        (
+            "[[source.destination]]\nname = \"a\"\nurl = \"http://h/\"\nordering = \"per_key\"\nordering_key = \"id\"",
+            "source[0].destination[0].ordering_key",
         ),
         (
             "[[source.destination]]\nname = \"a\"\nurl = \"http://h/\"\nspeed = 1",
@@ -425,6 +583,19 @@ async fn two_processes(
     config: replaysafe::config::Config,
     shutdown: &tokio_util::sync::CancellationToken,
 ) -> (TestApp, TestApp, Vec<tokio::task::JoinSet<()>>) {
+    two_processes_with(pool, config, shutdown, |app| {
+        replaysafe::processing::worker::Workers::new(&app.services)
+    })
+    .await
+}
+
+/// `two_processes`, each with the workers `workers` makes.
+async fn two_processes_with(
+    pool: &PgPool,
+    config: replaysafe::config::Config,
+    shutdown: &tokio_util::sync::CancellationToken,
+    workers: fn(&TestApp) -> replaysafe::processing::worker::Workers,
+) -> (TestApp, TestApp, Vec<tokio::task::JoinSet<()>>) {
     let one = spawn_app(pool.clone(), config.clone()).await;
     let other_pool = PgPool::connect(&crate::helpers::database_url(pool).await)
         .await
@@ -432,9 +603,7 @@ async fn two_processes(
     let two = spawn_app(other_pool, config).await;
     let running = [&one, &two]
         .iter()
-        .map(|app| {
-            replaysafe::processing::worker::Workers::new(&app.services).spawn(4, shutdown.clone())
-        })
+        .map(|app| workers(app).spawn(4, shutdown.clone()))
         .collect();
     (one, two, running)
 }
@@ -535,47 +704,6 @@ async fn at_most_max_in_flight_attempts_run_at_once_across_two_processes(pool: P
         "the limit is used ({overlapping} at once)"
     );
     shutdown.cancel();
-}
-
-/// A destination down (500) until the test brings it `up`; it records
-/// each request's key and the status it answered.
-#[derive(Clone)]
-struct Outage {
-    url: String,
-    up: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    seen: std::sync::Arc<std::sync::Mutex<Vec<(String, u16)>>>,
-}
-
-impl Outage {
-    async fn start() -> Self {
-        let up: std::sync::Arc<std::sync::atomic::AtomicBool> = Default::default();
-        let seen: std::sync::Arc<std::sync::Mutex<Vec<(String, u16)>>> = Default::default();
-        let (is_up, state) = (up.clone(), seen.clone());
-        let app = axum::Router::new().route(
-            "/hook",
-            axum::routing::post(move |headers: axum::http::HeaderMap| {
-                let (is_up, state) = (is_up.clone(), state.clone());
-                async move {
-                    let status = if is_up.load(std::sync::atomic::Ordering::SeqCst) {
-                        200
-                    } else {
-                        500
-                    };
-                    let key = headers["idempotency-key"].to_str().unwrap().to_owned();
-                    state.lock().unwrap().push((key, status));
-                    axum::http::StatusCode::from_u16(status).unwrap()
-                }
-            }),
-        );
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}/hook", listener.local_addr().unwrap());
-        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-        Self { url, up, seen }
-    }
-
-    fn answered(&self) -> Vec<(String, u16)> {
-        self.seen.lock().unwrap().clone()
-    }
 }
 
 /// A destination that goes down and comes back: its breaker opens after
@@ -833,4 +961,182 @@ async fn an_operator_opens_and_closes_a_breaker_by_hand(pool: PgPool) {
             ("breaker.close".to_owned(), "destination gh/crm".to_owned())
         ]
     );
+}
+
+/// Requests in flight per key, in all, and the most in all at once.
+type InFlight = (std::collections::HashMap<u64, u32>, u32, u32);
+
+/// What an ordered destination saw: per ordering key, the sequence numbers
+/// it accepted in the order it accepted them; whether two requests of one
+/// key were ever in flight together; the most requests in flight at once.
+#[derive(Clone, Default)]
+struct Ordered {
+    accepted: std::sync::Arc<std::sync::Mutex<std::collections::BTreeMap<u64, Vec<u64>>>>,
+    in_flight: std::sync::Arc<std::sync::Mutex<InFlight>>,
+    overlapped: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    tries: std::sync::Arc<std::sync::Mutex<std::collections::HashMap<(u64, u64), u32>>>,
+}
+
+impl Ordered {
+    /// Answers each request after 30 ms: 500 on the first try of every
+    /// event whose sequence number is 1 (mod 3), 400 for key 0's event 2
+    /// (dead at once), 200 otherwise.
+    async fn start(&self) -> String {
+        let seen = self.clone();
+        let app = axum::Router::new().route(
+            "/hook",
+            axum::routing::post(move |body: axum::body::Bytes| {
+                let seen = seen.clone();
+                async move {
+                    let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+                    let (key, seq) = (
+                        v["issue"]["number"].as_u64().unwrap(),
+                        v["seq"].as_u64().unwrap(),
+                    );
+                    {
+                        let mut f = seen.in_flight.lock().unwrap();
+                        let mine = f.0.entry(key).or_default();
+                        *mine += 1;
+                        if *mine > 1 {
+                            seen.overlapped
+                                .store(true, std::sync::atomic::Ordering::SeqCst);
+                        }
+                        f.1 += 1;
+                        f.2 = f.2.max(f.1);
+                    }
+                    tokio::time::sleep(std::time::Duration::from_millis(30)).await;
+                    let tries = {
+                        let mut t = seen.tries.lock().unwrap();
+                        let n = t.entry((key, seq)).or_default();
+                        *n += 1;
+                        *n
+                    };
+                    let status = if key == 0 && seq == 2 {
+                        400
+                    } else if seq % 3 == 1 && tries == 1 {
+                        500
+                    } else {
+                        seen.accepted
+                            .lock()
+                            .unwrap()
+                            .entry(key)
+                            .or_default()
+                            .push(seq);
+                        200
+                    };
+                    {
+                        let mut f = seen.in_flight.lock().unwrap();
+                        *f.0.get_mut(&key).unwrap() -= 1;
+                        f.1 -= 1;
+                    }
+                    axum::http::StatusCode::from_u16(status).unwrap()
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/hook", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        url
+    }
+}
+
+/// `ordering = "per_key"`: events sharing the value at `ordering_key` reach
+/// the destination one at a time and in the order they were received, with
+/// two processes' workers leasing and retries in between; a dead one lets
+/// the next go; other keys go meanwhile; an unordered destination beside it
+/// is not held back.
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn an_ordered_destination_takes_each_key_one_at_a_time_in_receipt_order(pool: PgPool) {
+    let ordered = Ordered::default();
+    let ordered_url = ordered.start().await;
+    let free = Destination::start(vec![]).await;
+    let config = test_config(
+        &format!(
+            r#"
+[[source]]
+slug = "gh"
+provider = "github"
+secrets = ["gh-secret"]
+max_attempts = 5
+
+[[source.destination]]
+name = "ordered"
+url = "{ordered_url}"
+ordering = "per_key"
+ordering_key = "/issue/number"
+
+[[source.destination]]
+name = "free"
+url = "{}"
+"#,
+            free.url
+        ),
+        &[],
+    );
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let (one, two, _running) = two_processes_with(&pool, config, &shutdown, |app| {
+        // A retry waits a moment: time for a later event to overtake it if
+        // the order did not hold.
+        let mut workers = app.workers();
+        workers.policy = std::sync::Arc::new(replaysafe::processing::retry::RetryPolicy {
+            schedule: vec![std::time::Duration::from_millis(150)],
+            jitter: 0.0,
+            min_retry_after: std::time::Duration::ZERO,
+            max_retry_after: std::time::Duration::from_secs(1),
+        });
+        workers
+    })
+    .await;
+    let (keys, per_key) = (4u64, 6u64);
+    // Each acknowledged before the next is sent: that is their receipt order.
+    for seq in 0..per_key {
+        for key in 0..keys {
+            let app = if (seq + key) % 2 == 0 { &one } else { &two };
+            let body = format!(r#"{{"action":"edited","issue":{{"number":{key}}},"seq":{seq}}}"#);
+            let sent = deliver(app, &format!("o-{key}-{seq}"), "issues", &body).await;
+            assert_eq!(sent.status(), 200);
+        }
+    }
+    let all = (keys * per_key) as usize;
+    wait_for(&free, all).await;
+    let expected: std::collections::BTreeMap<u64, Vec<u64>> = (0..keys)
+        .map(|key| {
+            let seqs = (0..per_key).filter(|&s| !(key == 0 && s == 2)).collect();
+            (key, seqs)
+        })
+        .collect();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while *ordered.accepted.lock().unwrap() != expected {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "accepted {:?}",
+            ordered.accepted.lock().unwrap()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(
+        !ordered.overlapped.load(std::sync::atomic::Ordering::SeqCst),
+        "two events of one key were in flight at once"
+    );
+    let most = ordered.in_flight.lock().unwrap().2;
+    eprintln!("ordered destination: at most {most} requests in flight at once (4 keys)");
+    assert!(most >= 2, "keys went one after another ({most} at once)");
+    assert_eq!(state_of(&pool, "o-0-2").await, "dead");
+    let keys_stored: Vec<(String, Option<String>)> = sqlx::query_as(
+        "SELECT p.destination, p.ordering_key FROM dispatches p JOIN events e ON e.id = p.event_id
+         WHERE e.idem_key = 'o-3-5' ORDER BY p.destination",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        keys_stored,
+        vec![("free".into(), None), ("ordered".into(), Some("3".into()))]
+    );
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let mut free_keys = free.keys();
+    free_keys.sort();
+    free_keys.dedup();
+    assert_eq!((free.count(), free_keys.len()), (all, all), "each once");
+    shutdown.cancel();
 }

@@ -598,3 +598,44 @@ pub async fn make_token(
     .unwrap()
     .0
 }
+
+/// A destination down (500) until the test brings it `up`; it records
+/// each request's key and the status it answered.
+#[derive(Clone)]
+pub struct Outage {
+    pub url: String,
+    pub up: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    seen: std::sync::Arc<std::sync::Mutex<Vec<(String, u16)>>>,
+}
+
+impl Outage {
+    pub async fn start() -> Self {
+        let up: std::sync::Arc<std::sync::atomic::AtomicBool> = Default::default();
+        let seen: std::sync::Arc<std::sync::Mutex<Vec<(String, u16)>>> = Default::default();
+        let (is_up, state) = (up.clone(), seen.clone());
+        let app = axum::Router::new().route(
+            "/hook",
+            axum::routing::post(move |headers: axum::http::HeaderMap| {
+                let (is_up, state) = (is_up.clone(), state.clone());
+                async move {
+                    let status = if is_up.load(std::sync::atomic::Ordering::SeqCst) {
+                        200
+                    } else {
+                        500
+                    };
+                    let key = headers["idempotency-key"].to_str().unwrap().to_owned();
+                    state.lock().unwrap().push((key, status));
+                    axum::http::StatusCode::from_u16(status).unwrap()
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/hook", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        Self { url, up, seen }
+    }
+
+    pub fn answered(&self) -> Vec<(String, u16)> {
+        self.seen.lock().unwrap().clone()
+    }
+}

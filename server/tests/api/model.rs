@@ -229,7 +229,10 @@ impl World {
         .await
         .unwrap();
         if let Some(id) = picked {
-            let _ = self.ops.redeliver(id, self.admin.clone(), None, None).await;
+            let _ = self
+                .ops
+                .redeliver(id, self.admin.clone(), None, None, None)
+                .await;
         }
     }
 
@@ -245,7 +248,7 @@ impl World {
         if let Some(event) = picked {
             if self
                 .ops
-                .force(event, "model".into(), self.admin.clone())
+                .force(event, "model".into(), self.admin.clone(), None)
                 .await
                 .is_ok()
             {

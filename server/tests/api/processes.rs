@@ -9,7 +9,7 @@ use replaysafe::db::MIGRATOR;
 use sha2::Sha256;
 use sqlx::PgPool;
 
-use crate::helpers::{database_url, Destination, ServerProcess};
+use crate::helpers::{database_url, Destination, Outage, ServerProcess};
 
 fn signed_github(
     client: &reqwest::Client,
@@ -180,4 +180,204 @@ async fn a_killed_workers_event_is_taken_over_by_another_process(pool: PgPool) {
         .await
         .unwrap();
     assert_eq!(abandoned, "worker lost its lease; taken over");
+}
+
+/// Issue 18's whole promise, on two real processes: a source with three
+/// destinations, one filtered (issue events only), one rate limited, one
+/// broken and then healed (its breaker opens, is probed and closes), gets
+/// each event exactly once to each destination that wants it, provider
+/// retries and all.
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn three_destinations_across_two_processes_each_get_each_event_once(pool: PgPool) {
+    let issues_only = Destination::start(vec![]).await;
+    let limited = Destination::start(vec![]).await;
+    let broken = Outage::start().await;
+    let cfg = format!(
+        r#"
+[[source]]
+slug = "gh"
+provider = "github"
+secrets = ["gh-secret"]
+max_attempts = 20
+
+[[source.destination]]
+name = "issues"
+url = "{}"
+filter = "issues.*"
+
+[[source.destination]]
+name = "limited"
+url = "{}"
+rate_per_sec = 20
+
+[[source.destination]]
+name = "broken"
+url = "{}"
+breaker_failures = 3
+breaker_cooldown_secs = 1
+"#,
+        issues_only.url, limited.url, broken.url
+    );
+    let url = database_url(&pool).await;
+    let (a, b) = tokio::join!(
+        ServerProcess::start(&cfg, &url, &[]),
+        ServerProcess::start(&cfg, &url, &[])
+    );
+    let client = reqwest::Client::new();
+    let n = 60;
+    // Every event twice, the copy to the other process: a provider's retry.
+    let sends = (0..2 * n).map(|i| {
+        let event = i % n;
+        let base = if i % 2 == 0 { &a.base } else { &b.base };
+        let kind = if event % 2 == 0 { "issues" } else { "push" };
+        signed_github(
+            &client,
+            base,
+            &format!("evt-{event}"),
+            &format!(r#"{{"action":"opened","n":{event}}}"#),
+        )
+        .header("x-github-event", kind)
+        .send()
+    });
+    for r in futures_util::future::join_all(sends).await {
+        assert_eq!(r.unwrap().status(), 200);
+    }
+    let breaker = || async {
+        sqlx::query_scalar::<_, String>(
+            "SELECT breaker FROM destination_gates WHERE source = 'gh' AND destination = 'broken'",
+        )
+        .fetch_optional(&pool)
+        .await
+        .unwrap()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while breaker().await.as_deref() != Some("open") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the breaker never opened"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let failed_while_down = broken.answered().len();
+    broken.up.store(true, std::sync::atomic::Ordering::SeqCst);
+    let delivered = |d: &Destination| {
+        let mut keys = d.keys();
+        keys.sort();
+        keys
+    };
+    let expected = |filter: fn(usize) -> bool| {
+        let mut keys: Vec<String> = (0..n)
+            .filter(|&e| filter(e))
+            .map(|e| format!("gh:evt-{e}"))
+            .collect();
+        keys.sort();
+        keys
+    };
+    let (issue_keys, all_keys) = (expected(|e| e % 2 == 0), expected(|_| true));
+    let healed = || {
+        let mut keys: Vec<String> = broken
+            .answered()
+            .into_iter()
+            .filter(|(_, status)| *status == 200)
+            .map(|(key, _)| key)
+            .collect();
+        keys.sort();
+        keys
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while delivered(&issues_only) != issue_keys
+        || delivered(&limited) != all_keys
+        || healed() != all_keys
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "issues {} of {}, limited {} of {n}, broken healed {} of {n}",
+            issues_only.count(),
+            issue_keys.len(),
+            limited.count(),
+            healed().len()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Give a would-be second forward time to show up.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(
+        delivered(&issues_only),
+        issue_keys,
+        "issue events once each"
+    );
+    assert_eq!(delivered(&limited), all_keys, "every event once");
+    assert_eq!(healed(), all_keys, "every event once after healing");
+    assert_eq!(breaker().await.as_deref(), Some("closed"));
+    // Its moves are metrics of the processes that made them.
+    let mut moved = std::collections::BTreeMap::<String, f64>::new();
+    for base in [&a.base, &b.base] {
+        let text = client
+            .get(format!("{base}/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        for line in text.lines().filter(|l| {
+            l.starts_with("replaysafe_breaker_transitions_total")
+                && l.contains(r#"destination="broken""#)
+        }) {
+            let to = line
+                .split(r#"to=""#)
+                .nth(1)
+                .unwrap()
+                .split('"')
+                .next()
+                .unwrap();
+            let count: f64 = line.rsplit(' ').next().unwrap().parse().unwrap();
+            *moved.entry(to.to_owned()).or_default() += count;
+        }
+    }
+    for to in ["open", "half_open", "closed"] {
+        assert!(moved.get(to).copied().unwrap_or(0.0) >= 1.0, "{moved:?}");
+    }
+    assert!(
+        failed_while_down >= 3,
+        "{failed_while_down} failures before the breaker opened"
+    );
+    let mut arrivals: Vec<_> = limited
+        .received
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|c| c.at)
+        .collect();
+    arrivals.sort();
+    let busiest = (0..arrivals.len())
+        .map(|i| {
+            arrivals[i..]
+                .iter()
+                .take_while(|t| t.duration_since(arrivals[i]) < Duration::from_secs(1))
+                .count()
+        })
+        .max()
+        .unwrap();
+    assert!(busiest <= 23, "{busiest} requests in one second at 20/s");
+    let states: Vec<(String, String, i64)> = sqlx::query_as(
+        "SELECT destination, state, count(*) FROM dispatches GROUP BY 1, 2 ORDER BY 1, 2",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        states,
+        vec![
+            ("broken".into(), "completed".into(), n as i64),
+            ("issues".into(), "completed".into(), n as i64 / 2),
+            ("issues".into(), "filtered".into(), n as i64 / 2),
+            ("limited".into(), "completed".into(), n as i64),
+        ]
+    );
+    let dead: i64 = sqlx::query_scalar("SELECT count(*) FROM attempts WHERE result = 'dead'")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(dead, 0, "the breaker dead-letters nothing");
 }

@@ -654,8 +654,13 @@ async fn sync_mode_retry_takes_over_after_a_failure_or_a_crash(pool: PgPool) {
         replay_digest: None,
         truncated: false,
         body_sha256: None,
-        plan: vec![("default".into(), true)],
+        plan: vec![replaysafe::receiver::claim::Route {
+            destination: "default".into(),
+            wanted: true,
+            ordering_key: None,
+        }],
         event_type: None,
+        revives: None,
     };
     let held = replaysafe::receiver::claim::claim(
         &pool,

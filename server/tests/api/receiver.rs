@@ -558,7 +558,11 @@ pub fn pending_claim(idem_key: String) -> replaysafe::receiver::batch::PendingCl
         remote_addr: None,
         started: std::time::Instant::now(),
         replay_digest: None,
-        plan: vec![("default".into(), true)],
+        plan: vec![replaysafe::receiver::claim::Route {
+            destination: "default".into(),
+            wanted: true,
+            ordering_key: None,
+        }],
         event_type: None,
     }
 }

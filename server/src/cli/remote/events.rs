@@ -14,9 +14,12 @@ use super::{when, EventsAction, ListFilter};
 pub struct RedeliverArgs {
     /// Event ids
     ids: Vec<i64>,
-    /// Every dead event matching --source, --since, --until and --reason
+    /// Every dead event matching --source, --destination, --since, --until and --reason
     #[arg(long, conflicts_with = "ids")]
     dead: bool,
+    /// Revive only dispatches dead at this destination (default: every dead one)
+    #[arg(long)]
+    destination: Option<String>,
     #[arg(long, requires = "dead")]
     source: Option<String>,
     /// Dead-lettered since: `2h` ago, or a UTC time (RFC 3339)
@@ -50,13 +53,19 @@ pub async fn run(remote: &Remote, action: EventsAction, as_json: bool) -> Result
         }
         EventsAction::Redeliver(args) if args.dead => bulk(remote, args, as_json).await,
         EventsAction::Redeliver(args) => {
-            redeliver(remote, Target::Events, &args.ids, json!({}), as_json).await
+            let body = json!({"destination": args.destination.unwrap_or_default()});
+            redeliver(remote, Target::Events, &args.ids, body, as_json).await
         }
-        EventsAction::Force { id, key, reason } => {
+        EventsAction::Force {
+            id,
+            key,
+            reason,
+            destination,
+        } => {
             let forced: Value = remote
                 .post(
                     &format!("events/{id}/force"),
-                    json!({"key": key, "reason": reason}),
+                    json!({"key": key, "reason": reason, "destination": destination.unwrap_or_default()}),
                 )
                 .await?;
             if as_json {
@@ -232,6 +241,7 @@ async fn bulk(remote: &Remote, args: RedeliverArgs, as_json: bool) -> Result<(),
         "since": args.since.as_deref().map(when).transpose()?,
         "until": args.until.as_deref().map(when).transpose()?,
         "reason": args.reason.unwrap_or_default(),
+        "destination": args.destination.unwrap_or_default(),
     });
     let job: BulkJob = remote.post("dead-letters/redeliver", body).await?;
     if !args.detach {

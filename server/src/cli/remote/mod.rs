@@ -59,6 +59,9 @@ pub enum EventsAction {
         /// Why: it goes into the audit log
         #[arg(long)]
         reason: String,
+        /// Only its completed dispatch to this destination (default: every completed one)
+        #[arg(long)]
+        destination: Option<String>,
     },
 }
 

@@ -255,6 +255,10 @@ struct RedeliverBody {
     /// re-deliver it anyway (the window stops captured replays).
     #[serde(default)]
     past_window_reason: String,
+    /// Revive only the event's dispatch to this destination (a dead one);
+    /// without it, every dead one.
+    #[serde(default)]
+    destination: String,
 }
 
 /// 200 when the dedup layer claimed it (a dead event queued again exactly
@@ -280,7 +284,7 @@ async fn redeliver_delivery(
     ApiPath(id): ApiPath<i64>,
     ApiJson(body): ApiJson<RedeliverBody>,
 ) -> ApiResult<RedeliveryResult> {
-    answered(actions::ssr::redeliver(&cx, id, body.past_window_reason).await?)
+    answered(actions::ssr::redeliver(&cx, id, body.past_window_reason, body.destination).await?)
 }
 
 #[derive(Deserialize, IntoParams)]
@@ -338,7 +342,9 @@ async fn redeliver_event(
     ApiPath(id): ApiPath<i64>,
     ApiJson(body): ApiJson<RedeliverBody>,
 ) -> ApiResult<RedeliveryResult> {
-    answered(actions::ssr::redeliver_event(&cx, id, body.past_window_reason).await?)
+    answered(
+        actions::ssr::redeliver_event(&cx, id, body.past_window_reason, body.destination).await?,
+    )
 }
 
 #[derive(Deserialize, ToSchema)]
@@ -347,6 +353,10 @@ struct ForceBody {
     key: String,
     /// Why: it goes into the audit log.
     reason: String,
+    /// Only the event's completed dispatch to this destination; without
+    /// it, every completed one.
+    #[serde(default)]
+    destination: String,
 }
 
 #[derive(Serialize, ToSchema)]
@@ -366,7 +376,7 @@ async fn force_event(
     ApiPath(id): ApiPath<i64>,
     ApiJson(body): ApiJson<ForceBody>,
 ) -> ApiResult<Forced> {
-    let message = actions::ssr::force(&cx, id, body.key, body.reason).await?;
+    let message = actions::ssr::force(&cx, id, body.key, body.reason, body.destination).await?;
     Ok(Json(Forced { message }))
 }
 
@@ -380,12 +390,15 @@ struct DeadParams {
     until: Option<String>,
     /// Words the dead-letter reason contains.
     reason: Option<String>,
+    /// Dead at this destination.
+    destination: Option<String>,
     /// The next page: the page's `older` pair, as `before` and `before_id`.
     before: Option<i64>,
     before_id: Option<i64>,
 }
 
-/// Dead letters, most recently dead first, by source, time and reason.
+/// Dead letters, most recently dead first, by source, destination, time
+/// and reason.
 #[utoipa::path(get, path = "/dead-letters", tag = "dead letters", params(DeadParams),
     responses((status = 200, body = DeadLetterPage)))]
 async fn list_dead_letters(
@@ -397,6 +410,7 @@ async fn list_dead_letters(
         from: utc(p.since),
         to: utc(p.until),
         reason: p.reason.unwrap_or_default(),
+        destination: p.destination.unwrap_or_default(),
     };
     Ok(Json(
         events::server::dead_letters(&cx, &filter, p.before.zip(p.before_id)).await?,
@@ -416,6 +430,9 @@ struct BulkBody {
     /// Words the dead-letter reason contains.
     #[serde(default)]
     reason: String,
+    /// Only dispatches dead at this destination are revived.
+    #[serde(default)]
+    destination: String,
 }
 
 /// Starts a bulk re-delivery job over every dead event matching the
@@ -437,6 +454,7 @@ async fn redeliver_dead_letters(
         from: utc(body.since),
         to: utc(body.until),
         reason: body.reason,
+        destination: body.destination,
     };
     let job = jobs::ssr::start(&cx, &filter).await?;
     Ok((
