@@ -76,14 +76,17 @@ impl Destination {
         }
     }
 
-    /// Its attempts are limited (`rate_per_sec`, `max_in_flight`): they are
-    /// leased through its gate, never handed over at the claim.
+    /// Its attempts are limited (`rate_per_sec`, `max_in_flight`) or
+    /// ordered: they are leased through its gate, never handed over at the
+    /// claim. The gate's row lock makes its leases take turns, each in a
+    /// snapshot taken after the one before committed: a limit counts every
+    /// lease, and an ordered lease sees every dispatch another lease took
+    /// (or an operator revived) in the meantime.
     pub fn is_gated(&self) -> bool {
-        self.rate_per_sec.is_some() || self.max_in_flight.is_some()
+        self.rate_per_sec.is_some() || self.max_in_flight.is_some() || self.is_ordered()
     }
 
-    /// Its events go one at a time per ordering key: each waits for a
-    /// worker's lease, which checks that none before it waits.
+    /// Its events go one at a time per ordering key (see `events::lease`).
     pub fn is_ordered(&self) -> bool {
         self.ordering != Ordering::None
     }

@@ -90,7 +90,9 @@ pub async fn force(
     let found = sqlx::query!(
         r#"SELECT count(*) AS "dispatches!",
                   count(*) FILTER (WHERE state = 'completed') AS "completed!",
-                  event_state(array_agg(state) FILTER (WHERE state <> 'filtered')) AS state
+                  CASE WHEN count(*) FILTER (WHERE state <> 'filtered') > 0
+                       THEN event_state(array_agg(state) FILTER (WHERE state <> 'filtered'))
+                  END AS state
            FROM dispatches
            WHERE event_id = $1 AND ($2::text IS NULL OR destination = $2)"#,
         event_id,

@@ -198,9 +198,10 @@ async fn lease_on(
          candidates AS (
              -- An ordered destination's dispatch only while no other of its
              -- key is in flight and none received before it waits: one at a
-             -- time, in receipt order. (Two leases racing each see the other's
-             -- head locked or leased: only one takes it, and neither the
-             -- next.)
+             -- time, in receipt order. Its leases take turns on its gate
+             -- (`lease_gated`), each in a snapshot after the last one's
+             -- commit: one snapshot that missed a revive or a late claim of
+             -- an earlier event never races another's.
              (SELECT c.event_id, c.destination FROM runnable r, LATERAL (
                   SELECT w.event_id, w.destination FROM dispatches w
                   WHERE w.source = r.slug AND w.destination = r.destination

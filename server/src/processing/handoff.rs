@@ -186,7 +186,6 @@ impl Handoff for Inbox {
         let wanted = config.destinations.iter().find(|d| d.name == destination)?;
         if config.mode != Mode::Ack
             || wanted.is_gated()
-            || wanted.is_ordered()
             || !self.breakers.is_closed(source, destination)
             || self.wake.is_paused(source)
             || self.rests.down(&super::rests::key(source, destination))

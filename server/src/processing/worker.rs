@@ -207,7 +207,7 @@ impl Workers {
     }
 
     /// Leases, every `PACE`, for each destination whose attempts are limited
-    /// (and whose source is not paused, nor it resting), as many due
+    /// or ordered (and whose source is not paused, nor it resting), as many due
     /// dispatches as its gate lets start, and forwards each batch by
     /// itself. The workers' leases leave these destinations to it.
     async fn pace(self, process: String, shutdown: CancellationToken) {
@@ -693,14 +693,6 @@ impl Workers {
             }
         };
         self.breakers.note(&self.pool, &self.config, &done).await;
-        // A settled dispatch of an ordered destination lets the next of its
-        // key go: a lease finds it now, not at the next poll.
-        if done
-            .iter()
-            .any(|d| !matches!(d.next, Next::RetryIn(_)) && self.is_ordered(&d.leased))
-        {
-            self.wake.work();
-        }
         for d in done.iter() {
             crate::telemetry::metrics::attempt(
                 &d.leased.source,
@@ -716,15 +708,6 @@ impl Workers {
             );
         }
         Ok(())
-    }
-
-    fn is_ordered(&self, leased: &Leased) -> bool {
-        self.config
-            .sources
-            .iter()
-            .find(|s| s.slug == leased.source)
-            .and_then(|s| s.destinations.iter().find(|d| d.name == leased.destination))
-            .is_some_and(|d| d.is_ordered())
     }
 
     /// One forward and where it leads, and whether it got a connection

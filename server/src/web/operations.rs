@@ -212,6 +212,9 @@ impl ServerOperations {
                 "dead" => format!("refused: {name} is dead-lettered"),
                 _ => format!("refused: in progress at {name}"),
             },
+            ("claimed", _) if destination.is_some() => {
+                "claimed as a first delivery: it will be forwarded to every destination that wants it".to_owned()
+            }
             ("claimed", _) => "claimed as a first delivery: it will be forwarded".to_owned(),
             (_, None) if destination.is_some() => {
                 "refused: the event has no dispatch to that destination".to_owned()

@@ -361,6 +361,12 @@ async fn redeliveries_and_forces_act_on_one_destination_or_on_all(pool: PgPool) 
         )
         .await;
     assert_eq!(status, 409, "{unwanted}");
+    assert!(
+        unwanted
+            .to_string()
+            .contains("analytics's filter does not take this event"),
+        "{unwanted}"
+    );
     let audit: Vec<(String, Option<String>)> =
         sqlx::query_as("SELECT action, detail->>'destination' FROM audit_log ORDER BY id")
             .fetch_all(&pool)
@@ -1058,6 +1064,7 @@ slug = "gh"
 provider = "github"
 secrets = ["gh-secret"]
 max_attempts = 5
+paused = true
 
 [[source.destination]]
 name = "ordered"
@@ -1096,6 +1103,12 @@ url = "{}"
             let sent = deliver(app, &format!("o-{key}-{seq}"), "issues", &body).await;
             assert_eq!(sent.status(), 200);
         }
+    }
+    // Received while paused, so that once resumed every key has work at
+    // once: the keys go side by side, each key's events in turn.
+    for app in [&one, &two] {
+        let (status, answer) = app.server_fn("source-paused", "slug=gh&paused=false").await;
+        assert_eq!(status, 200, "{answer}");
     }
     let all = (keys * per_key) as usize;
     wait_for(&free, all).await;
