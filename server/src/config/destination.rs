@@ -110,11 +110,7 @@ impl Destination {
                 other => other.to_string(),
             })
             .unwrap_or_default();
-        let mut end = found.len().min(ORDERING_KEY_MAX);
-        while !found.is_char_boundary(end) {
-            end -= 1;
-        }
-        Some(found[..end].to_owned())
+        Some(found[..found.floor_char_boundary(ORDERING_KEY_MAX)].to_owned())
     }
 
     /// Whether this destination wants an event of `event_type` whose
@@ -534,6 +530,31 @@ mod tests {
         ] {
             assert_eq!(f.matches(t, &body), want, "{t:?}");
         }
+    }
+
+    #[test]
+    fn ordering_keys_are_the_pointers_value_cut_on_a_character() {
+        let ordered = |key: Option<&str>| Destination {
+            ordering: Ordering::PerKey {
+                key: key.map(str::to_owned),
+            },
+            ..Destination::default_to("http://h/".into())
+        };
+        let long = format!(r#"{{"id":"{}","n":7}}"#, "é".repeat(200));
+        let body = Body::new(long.as_bytes(), false);
+        let cut = ordered(Some("/id")).ordering_key(&body).unwrap();
+        assert_eq!(cut, "é".repeat(ORDERING_KEY_MAX / 2));
+        assert_eq!(
+            ordered(Some("/n")).ordering_key(&body).as_deref(),
+            Some("7")
+        );
+        assert_eq!(
+            ordered(Some("/none")).ordering_key(&body).as_deref(),
+            Some("")
+        );
+        assert_eq!(ordered(None).ordering_key(&body).as_deref(), Some(""));
+        let unordered = Destination::default_to("http://h/".into());
+        assert_eq!(unordered.ordering_key(&body), None);
     }
 
     #[test]

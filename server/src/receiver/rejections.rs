@@ -167,14 +167,14 @@ pub fn excerpt<'a>(
     let mut truncated = body.len() > body_bytes;
     let body = &body[..body.len().min(body_bytes)];
     let query = query.map(|q| {
-        let cut = floor_char_boundary(q, MAX_QUERY);
+        let cut = q.floor_char_boundary(MAX_QUERY);
         truncated |= cut < q.len();
         &q[..cut]
     });
     let mut kept = Vec::new();
     let mut used = 0;
     for (i, (name, value)) in headers.iter().enumerate() {
-        let cut = floor_char_boundary(value, MAX_HEADER_VALUE);
+        let cut = value.floor_char_boundary(MAX_HEADER_VALUE);
         if used + name.len() + cut > MAX_HEADERS_BYTES {
             kept.push((
                 "x-replaysafe-not-kept".to_owned(),
@@ -193,17 +193,6 @@ pub fn excerpt<'a>(
         query,
         truncated,
     }
-}
-
-/// The largest index at most `max` that falls on a character boundary.
-fn floor_char_boundary(text: &str, max: usize) -> usize {
-    if text.len() <= max {
-        return text.len();
-    }
-    (0..=max)
-        .rev()
-        .find(|&i| text.is_char_boundary(i))
-        .unwrap_or(0)
 }
 
 #[cfg(test)]
