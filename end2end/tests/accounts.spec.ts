@@ -304,7 +304,16 @@ test('an operator finds a dead destination among dead letters and re-delivers to
   await expect(page.locator('body[data-hydrated="true"]')).toHaveCount(1, { timeout: 15_000 });
   await expect(page.getByText('No dead letters.')).toBeVisible();
 
-  await openHydrated(page, `/dead?source=e2e-fanout&destination=billing`);
+  // From every dead letter, the "Dead at" link narrows the page in place,
+  // and the bulk form follows the filter.
+  await openHydrated(page, `/dead`);
+  const bulk = page.getByRole('form', { name: 'Re-deliver dead letters in bulk' });
+  await expect(bulk.getByLabel('Dead at destination')).toHaveValue('');
+  await page.getByTestId('dead-table').locator('tr', { hasText: id })
+    .getByRole('link', { name: 'billing' }).click();
+  await expect(page).toHaveURL(/destination=billing/);
+  await expect(bulk.getByLabel('Source')).toHaveValue('e2e-fanout');
+  await expect(bulk.getByLabel('Dead at destination')).toHaveValue('billing');
   const row = page.getByTestId('dead-table').locator('tr', { hasText: id });
   await row.getByRole('button', { name: 'Re-deliver here' }).click();
   await expect(row.getByTestId('redeliver-result')).toContainText('forwarded to billing (once)');

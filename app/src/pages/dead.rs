@@ -30,7 +30,10 @@ pub fn DeadLettersPage() -> impl IntoView {
     view! {
         <section class="page">
             <h1>"Dead letters"</h1>
-            <BulkRedeliver source=params().0 destination=params().1/>
+            <BulkRedeliver
+                source=Signal::derive(move || params().0)
+                destination=Signal::derive(move || params().1)
+            />
             <p class="lede">
                 "Events the destination refused or that ran out of attempts. Nothing is lost: the payload is kept until it is re-delivered or retention removes it."
             </p>
@@ -121,7 +124,9 @@ const WATCH_MS: u64 = 500;
 /// (the server runs it, each event through the same guard as a single
 /// re-delivery) and follows it: progress, each event's outcome, cancel.
 #[component]
-fn BulkRedeliver(source: String, destination: String) -> impl IntoView {
+/// `source` and `destination` follow the page's URL: a link to another
+/// filter (the "Dead at" column's) fills the form with it.
+fn BulkRedeliver(source: Signal<String>, destination: Signal<String>) -> impl IntoView {
     let job = RwSignal::new(None::<BulkJob>);
     let results = RwSignal::new(Vec::<RedeliveryResult>::new());
     let after = StoredValue::new(None::<i64>);
@@ -253,11 +258,10 @@ fn BulkRedeliver(source: String, destination: String) -> impl IntoView {
     view! {
         <IfRole role=Role::Operator>
             {
-                let (source, destination) = (source.clone(), destination.clone());
                 view! {
                     <form class="bulk" on:submit=start aria-label="Re-deliver dead letters in bulk">
-                        <label>"Source" <input node_ref=source_in name="source" value=source placeholder="any"/></label>
-                        <label>"Dead at destination" <input node_ref=destination_in name="destination" value=destination placeholder="any"/></label>
+                        <label>"Source" <input node_ref=source_in name="source" value=source prop:value=source placeholder="any"/></label>
+                        <label>"Dead at destination" <input node_ref=destination_in name="destination" value=destination prop:value=destination placeholder="any"/></label>
                         <label>"Dead since (UTC)" <input node_ref=from_in type="datetime-local" name="from"/></label>
                         <label>"Dead before (UTC)" <input node_ref=to_in type="datetime-local" name="to"/></label>
                         <label>"Reason contains" <input node_ref=reason_in name="reason" placeholder="e.g. 400"/></label>

@@ -158,6 +158,19 @@ pub fn is_transient(e: &sqlx::Error) -> bool {
     }
 }
 
+/// A transaction whose statements run on their generic plans. The workers'
+/// lease and recorder join partitioned history: planned anew for each call
+/// (PostgreSQL keeps custom plans when a generic one's estimate is higher),
+/// their planning cost three times their execution (bench/README, "Planned
+/// anew for each call").
+pub async fn begin_generic(
+    pool: &PgPool,
+) -> Result<sqlx::Transaction<'static, sqlx::Postgres>, sqlx::Error> {
+    // One round trip: under load each costs the lease a wake-up of its backend.
+    pool.begin_with("BEGIN; SET LOCAL plan_cache_mode = force_generic_plan")
+        .await
+}
+
 /// True when every migration this binary knows is applied.
 pub async fn is_migrated(pool: &PgPool) -> Result<bool, sqlx::Error> {
     let has_table: bool =

@@ -4,6 +4,7 @@
 //! statement at a time per process), and poll for retries due and for work
 //! other processes claimed.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -32,7 +33,8 @@ pub const POLL_INTERVAL: Duration = Duration::from_millis(500);
 /// limited: a rate's burst is its worth of one pace.
 pub const PACE: Duration = Duration::from_millis(50);
 
-/// Most events one worker leases and forwards at once.
+/// Most events one worker forwards at once (a lease takes this many for
+/// each worker waiting for it).
 pub const LEASE_BATCH: i64 = 32;
 
 /// How often the pool reads which sources are paused.
@@ -55,6 +57,12 @@ pub struct Workers {
     /// second one at once would only find what the first leaves, and both
     /// cost the database.
     leasing: Arc<tokio::sync::Mutex<()>>,
+    /// Workers waiting for `leasing`: a lease takes a batch for each of
+    /// them too (one statement, not one each, while a backlog lasts).
+    behind: Arc<AtomicUsize>,
+    /// Batches a lease took for the workers behind it, with their holder;
+    /// each such worker takes one before it would lease.
+    spare: Arc<std::sync::Mutex<Vec<Spare>>>,
     /// How often idle workers lease without being woken (`POLL_INTERVAL`).
     pub poll: Duration,
     /// Sources whose destination is down, and until when they rest.
@@ -77,6 +85,9 @@ pub struct Workers {
     /// a margin later (`record`).
     stopping: CancellationToken,
 }
+
+/// A batch leased for a worker behind the lease, and its holder.
+type Spare = (String, Vec<Leased>);
 
 /// When these workers' statements last succeeded, and the stretch of
 /// failures (the database away) since: it began when the last statement
@@ -110,6 +121,8 @@ impl Workers {
             policy: services.policy.clone(),
             wake: services.wake.clone(),
             leasing: Default::default(),
+            behind: Default::default(),
+            spare: Default::default(),
             poll: POLL_INTERVAL,
             rests: services.rests.clone(),
             breakers: services.breakers.clone(),
@@ -285,6 +298,8 @@ impl Workers {
     pub fn apart(&self) -> Self {
         Self {
             leasing: Default::default(),
+            behind: Default::default(),
+            spare: Default::default(),
             ..self.clone()
         }
     }
@@ -330,6 +345,19 @@ impl Workers {
                 _ = self.inbox.arrived(), if released => false,
                 _ = tokio::time::sleep_until(next_poll) => true,
             };
+        }
+        self.release_spares().await;
+    }
+
+    /// At shutdown: batches leased for workers that stopped before taking
+    /// them go back to `queued` (or, the database away, are taken over
+    /// once their leases expire).
+    async fn release_spares(&self) {
+        let spares = std::mem::take(&mut *self.spare.lock().expect("never poisoned"));
+        for (holder, batch) in spares {
+            if let Err(e) = events::release_unbegun(&self.pool, &holder, &batch).await {
+                tracing::warn!(error = %e, events = batch.len(), "could not release events leased for a stopped worker; they are taken over when their leases expire");
+            }
         }
     }
 
@@ -545,41 +573,63 @@ impl Workers {
         worker: &str,
         shutdown: Option<&CancellationToken>,
     ) -> Result<usize, sqlx::Error> {
-        let leased = {
-            let _one_at_a_time = match shutdown {
+        let (holder, leased) = {
+            self.behind.fetch_add(1, Ordering::SeqCst);
+            let gate = match shutdown {
                 Some(shutdown) => tokio::select! {
-                    gate = self.leasing.lock() => gate,
-                    _ = shutdown.cancelled() => return Ok(0),
+                    gate = self.leasing.lock() => Some(gate),
+                    _ = shutdown.cancelled() => None,
                 },
-                None => self.leasing.lock().await,
+                None => Some(self.leasing.lock().await),
+            };
+            self.behind.fetch_sub(1, Ordering::SeqCst);
+            let Some(_one_at_a_time) = gate else {
+                return Ok(0);
             };
             if shutdown.is_some_and(CancellationToken::is_cancelled) {
                 return Ok(0);
             }
-            // Taken under the gate: work signalled before this lease is its own.
-            self.wake.take();
-            let leased = events::lease(&self.pool, worker, LEASE_BATCH, &self.runnable()).await;
-            self.note(leased.as_ref().err().map(crate::db::is_transient));
-            match &leased {
-                // A full batch may have left more: another worker leases them
-                // while this one forwards.
-                Ok(batch) if batch.len() as i64 == LEASE_BATCH => self.wake.work(),
-                // The signal this lease took is not lost with it.
-                Err(_) => self.wake.work(),
-                Ok(_) => {}
+            // The lease before this one took a batch for this worker.
+            let spare = self.spare.lock().expect("never poisoned").pop();
+            if let Some(spare) = spare {
+                spare
+            } else {
+                // Taken under the gate: work signalled before this lease is its own.
+                self.wake.take();
+                let shares = 1 + self.behind.load(Ordering::SeqCst) as i64;
+                let limit = LEASE_BATCH * shares;
+                let leased = events::lease(&self.pool, worker, limit, &self.runnable()).await;
+                self.note(leased.as_ref().err().map(crate::db::is_transient));
+                match &leased {
+                    // A full batch may have left more: another worker leases them
+                    // while this one forwards.
+                    Ok(batch) if batch.len() as i64 == limit => self.wake.work(),
+                    // The signal this lease took is not lost with it.
+                    Err(_) => self.wake.work(),
+                    Ok(_) => {}
+                }
+                let leased = leased?;
+                // Leased under the gate: a resting source's first batch after its
+                // rest is its probe, and the next lease leaves the source out.
+                let probes: Vec<String> = leased
+                    .iter()
+                    .map(|l| rests::key(&l.source, &l.destination))
+                    .collect();
+                self.rests.probing(probes.iter().map(String::as_str));
+                // Each worker forwards at most a batch at once: the rest are
+                // for the workers behind this one, under this one's holder.
+                let mut leased = leased;
+                let mut spare = self.spare.lock().expect("never poisoned");
+                while leased.len() > LEASE_BATCH as usize {
+                    let rest = leased.split_off(LEASE_BATCH as usize);
+                    spare.push((worker.to_owned(), std::mem::replace(&mut leased, rest)));
+                }
+                drop(spare);
+                (worker.to_owned(), leased)
             }
-            let leased = leased?;
-            // Leased under the gate: a resting source's first batch after its
-            // rest is its probe, and the next lease leaves the source out.
-            let probes: Vec<String> = leased
-                .iter()
-                .map(|l| rests::key(&l.source, &l.destination))
-                .collect();
-            self.rests.probing(probes.iter().map(String::as_str));
-            leased
         };
         let count = leased.len();
-        self.forward_batch(worker, leased).await?;
+        self.forward_batch(&holder, leased).await?;
         Ok(count)
     }
 

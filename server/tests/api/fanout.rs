@@ -663,7 +663,10 @@ async fn a_rate_limit_holds_across_two_processes(pool: PgPool) {
         .max()
         .unwrap();
     eprintln!("rate_per_sec = 50, two processes: at most {busiest} requests in any second");
-    assert!(busiest <= 55, "{busiest} requests in one second at 50/s");
+    // The gate starts at most 52.5 in any second (the rate plus one
+    // pace's burst); arrivals add the loaded machine's jitter to that
+    // (CI once saw 56).
+    assert!(busiest <= 58, "{busiest} requests in one second at 50/s");
     let spread = at.last().unwrap().duration_since(at[0]).as_secs_f64();
     assert!(
         spread > 3.5 && spread < 8.0,

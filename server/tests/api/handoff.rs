@@ -333,3 +333,65 @@ async fn copies_in_one_batch_and_a_full_inbox_still_forward_each_event_once(pool
     assert_all_events(&pool, ("completed", 1, 1, 0)).await;
     shutdown.cancel();
 }
+
+/// Under a backlog, a lease takes a batch for each worker waiting behind it
+/// (one statement, not one each), under its own holder; workers stopped
+/// before they took theirs leave them `queued`, not leased to nobody.
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn a_lease_takes_for_the_workers_behind_it_and_gives_back_what_they_did_not_take(
+    pool: PgPool,
+) {
+    let destination = Destination::start(vec![
+        crate::helpers::Scripted {
+            status: 200,
+            headers: vec![],
+            delay: Duration::from_millis(300),
+        };
+        1000
+    ])
+    .await;
+    let app = spawn_app(pool.clone(), config(&destination.url)).await;
+    send(&app, 0, 400).await;
+    let shutdown = CancellationToken::new();
+    let mut running = Workers::new(&app.services).spawn(8, shutdown.clone());
+    // By then the second lease took for the six or seven workers queued
+    // behind it while the first ran.
+    wait_for(&destination, 100).await;
+    shutdown.cancel();
+    while running.join_next().await.is_some() {}
+
+    let states: Vec<(String, i64)> =
+        sqlx::query_as("SELECT state, count(*) FROM dispatches GROUP BY state ORDER BY state")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    assert!(
+        states
+            .iter()
+            .all(|(s, _)| s == "completed" || s == "queued"),
+        "stopped, every dispatch is completed or queued again: {states:?}"
+    );
+    let completed = states
+        .iter()
+        .find(|(s, _)| s == "completed")
+        .map_or(0, |(_, n)| *n);
+    assert_each_once(&destination, completed as usize);
+    let most: i64 = sqlx::query_scalar(
+        "SELECT coalesce(max(n), 0) FROM (SELECT count(*) AS n FROM attempts GROUP BY worker) w",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert!(
+        most > replaysafe::processing::worker::LEASE_BATCH,
+        "one lease's holder forwarded more than a worker's batch: {most}"
+    );
+
+    // What went back is leased and forwarded once by the next workers.
+    let shutdown = CancellationToken::new();
+    let _running = Workers::new(&app.services).spawn(8, shutdown.clone());
+    wait_for(&destination, 400).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_each_once(&destination, 400);
+    shutdown.cancel();
+}
