@@ -163,14 +163,15 @@ pub mod ssr {
         ) -> BoxFuture<'_, Result<String, AppError>>;
         /// An admin's forced re-execution of a completed event (its
         /// completed dispatches, or only `destination`'s), queued for the
-        /// workers; refused with the reason otherwise.
+        /// workers: the destinations it queued (sorted); refused with the
+        /// reason otherwise.
         fn force(
             &self,
             event_id: i64,
             reason: String,
             by: Caller,
             destination: Option<String>,
-        ) -> BoxFuture<'_, Result<(), AppError>>;
+        ) -> BoxFuture<'_, Result<Vec<String>, AppError>>;
         /// Where a source's provider puts credentials, to mask them on screen.
         fn credentials(&self, source: &str) -> crate::api::mask::Credentials;
     }
@@ -461,22 +462,23 @@ pub mod ssr {
             )
             .await;
         let outcome = match &forced {
-            Ok(()) => "forced".to_owned(),
+            Ok(_) => "forced".to_owned(),
             Err(refusal) => format!("refused: {}", refusal.message()),
         };
+        let queued = forced.as_ref().ok();
         cx.audit(
             user,
             "force",
             Some(&format!("event {event_id} ({key})")),
             &outcome,
-            serde_json::json!({ "reason": reason, "destination": destination }),
+            serde_json::json!({ "reason": reason, "destination": destination, "forced": queued }),
         )
         .await?;
-        forced.map_err(|r| {
+        let queued = forced.map_err(|r| {
             let message = format!("refused: {}", r.message());
             r.with_message(message)
         })?;
-        let to = destination.map(|d| format!(" to {d}")).unwrap_or_default();
+        let to = format!(" to {}", queued.join(", "));
         Ok(format!(
             "forced: queued to be forwarded again{to} with Idempotency-Key {source}:{key} and x-replaysafe-forced: true"
         ))

@@ -7,9 +7,11 @@ use super::State;
 /// What a force did.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Forced {
-    /// Queued again for the workers, forwarding this delivery's payload.
+    /// Queued again for the workers, forwarding this delivery's payload to
+    /// these destinations (sorted).
     Queued {
         delivery_id: i64,
+        destinations: Vec<String>,
     },
     /// Only a completed dispatch is forced; the event's (or the chosen
     /// destination's) are in this state.
@@ -57,25 +59,25 @@ pub async fn force(
     let Some(payload) = payload else {
         return Ok(Forced::NotFound);
     };
-    let forced = match payload {
-        None => 0,
+    let forced: Vec<String> = match payload {
+        None => Vec::new(),
         Some(delivery_id) => {
-            let forced = sqlx::query!(
+            let mut forced = sqlx::query_scalar!(
                 "UPDATE dispatches SET state = 'queued', forwarder = 'workers',
                      state_changed_at = now(), next_attempt_at = now(), attempt_count = 0,
                      completed_at = NULL, last_error = NULL,
                      forced_by = $2, forced_at = now(), forced_reason = $3
                  WHERE event_id = $1 AND state = 'completed'
-                   AND ($4::text IS NULL OR destination = $4)",
+                   AND ($4::text IS NULL OR destination = $4)
+                 RETURNING destination",
                 event_id,
                 by,
                 reason,
                 destination
             )
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
-            if forced > 0 {
+            .fetch_all(&mut *tx)
+            .await?;
+            if !forced.is_empty() {
                 sqlx::query!(
                     "UPDATE events SET first_delivery_id = $2 WHERE id = $1",
                     event_id,
@@ -84,6 +86,7 @@ pub async fn force(
                 .execute(&mut *tx)
                 .await?;
             }
+            forced.sort();
             forced
         }
     };
@@ -101,8 +104,11 @@ pub async fn force(
     .fetch_one(&mut *tx)
     .await?;
     tx.commit().await?;
-    if let (Some(delivery_id), true) = (payload, forced > 0) {
-        return Ok(Forced::Queued { delivery_id });
+    if let (Some(delivery_id), false) = (payload, forced.is_empty()) {
+        return Ok(Forced::Queued {
+            delivery_id,
+            destinations: forced,
+        });
     }
     Ok(if found.dispatches == 0 {
         Forced::NotFound

@@ -219,19 +219,21 @@ impl Workers {
         }
     }
 
-    /// Leases, every `PACE`, for each destination whose attempts are limited
-    /// or ordered (and whose source is not paused, nor it resting), as many due
-    /// dispatches as its gate lets start, and forwards each batch by
-    /// itself. The workers' leases leave these destinations to it.
-    async fn pace(self, process: String, shutdown: CancellationToken) {
-        let gated: Vec<(&crate::config::SourceConfig, &crate::config::Destination)> = self
-            .config
+    /// The destinations whose attempts are limited or ordered: `pace`
+    /// leases them, through their gates; the workers' leases leave them out.
+    fn gated(&self) -> Vec<(&crate::config::SourceConfig, &crate::config::Destination)> {
+        self.config
             .sources
             .iter()
             .flat_map(|s| s.destinations.iter().map(move |d| (s, d)))
             .filter(|(_, d)| d.is_gated())
-            .collect();
-        if gated.is_empty() {
+            .collect()
+    }
+
+    /// Leases, every `PACE`, for each gated destination, as many due
+    /// dispatches as its gate lets start, and forwards each batch by itself.
+    async fn pace(self, process: String, shutdown: CancellationToken) {
+        if self.gated().is_empty() {
             return;
         }
         let mut running = JoinSet::new();
@@ -243,54 +245,91 @@ impl Workers {
                 _ = tick.tick() => {}
             }
             while running.try_join_next().is_some() {}
-            for (s, d) in &gated {
-                if self.wake.is_paused(&s.slug)
-                    || !self.breakers.is_closed(&s.slug, &d.name)
-                    || self.rests.resting(&rests::key(&s.slug, &d.name))
-                {
-                    continue;
-                }
-                let timeout = Duration::from_secs(d.timeout_secs);
-                let gate = events::Gate {
-                    source: s.slug.clone(),
-                    destination: d.name.clone(),
-                    rate: d.rate_per_sec,
-                    burst: d
-                        .rate_per_sec
-                        .map_or(0.0, |r| (r * PACE.as_secs_f64()).max(1.0)),
-                    max_in_flight: d.max_in_flight.map(i64::from),
-                };
-                let one = Runnable::new(
-                    [(s.slug.as_str(), d.name.as_str(), timeout)],
-                    self.lease_margin,
-                )
-                .with_request_grace(self.request_grace)
-                .with_takeover_grace(self.takeover_grace());
-                // Each batch its own holder: a late record of one never
-                // matches a lease another batch took over.
-                let holder = format!("{process}:paced:{:08x}", rand::random::<u32>());
-                let leased =
-                    events::lease_gated(&self.pool, &holder, LEASE_BATCH, &gate, &one).await;
-                self.note(leased.as_ref().err().map(crate::db::is_transient));
-                match leased {
-                    Ok(leased) if !leased.is_empty() => {
-                        self.rests
-                            .probing(std::iter::once(rests::key(&s.slug, &d.name).as_str()));
-                        let workers = self.clone();
-                        running.spawn(async move {
-                            if let Err(e) = workers.forward_batch(&holder, leased).await {
-                                tracing::warn!(error = %e, "paced forwarding: database error; retrying");
-                            }
-                        });
+            let mut batches = Vec::new();
+            if let Err(e) = self.lease_paced(&process, &mut batches).await {
+                tracing::warn!(error = %e, "leasing a limited destination failed; retrying");
+            }
+            for (holder, leased) in batches {
+                let workers = self.clone();
+                running.spawn(async move {
+                    if let Err(e) = workers.forward_batch(&holder, leased).await {
+                        tracing::warn!(error = %e, "paced forwarding: database error; retrying");
                     }
-                    Ok(_) => {}
-                    Err(e) => {
-                        tracing::warn!(error = %e, "leasing a limited destination failed; retrying")
-                    }
-                }
+                });
             }
         }
         while running.join_next().await.is_some() {}
+    }
+
+    /// One round of `pace`, its forwards awaited (tests drive the gated
+    /// destinations with it): how many dispatches it leased.
+    pub async fn pace_once(&self, process: &str) -> Result<usize, sqlx::Error> {
+        let mut batches = Vec::new();
+        let leased = self.lease_paced(process, &mut batches).await;
+        let count = batches.iter().map(|(_, b)| b.len()).sum();
+        let forwarded = futures_util::future::join_all(
+            batches
+                .into_iter()
+                .map(|(holder, leased)| async move { self.forward_batch(&holder, leased).await }),
+        )
+        .await;
+        leased?;
+        forwarded.into_iter().collect::<Result<Vec<()>, _>>()?;
+        Ok(count)
+    }
+
+    /// For each gated destination that may run now (its source not paused,
+    /// its breaker closed, it not resting), leases as many due dispatches as
+    /// its gate lets start, each batch under its own holder, into `batches`.
+    /// A failed lease leaves the other destinations' batches in; the first
+    /// failure is returned.
+    async fn lease_paced(
+        &self,
+        process: &str,
+        batches: &mut Vec<(String, Vec<Leased>)>,
+    ) -> Result<(), sqlx::Error> {
+        let mut failed = None;
+        for (s, d) in self.gated() {
+            if self.wake.is_paused(&s.slug)
+                || !self.breakers.is_closed(&s.slug, &d.name)
+                || self.rests.resting(&rests::key(&s.slug, &d.name))
+            {
+                continue;
+            }
+            let timeout = Duration::from_secs(d.timeout_secs);
+            let gate = events::Gate {
+                source: s.slug.clone(),
+                destination: d.name.clone(),
+                rate: d.rate_per_sec,
+                burst: d
+                    .rate_per_sec
+                    .map_or(0.0, |r| (r * PACE.as_secs_f64()).max(1.0)),
+                max_in_flight: d.max_in_flight.map(i64::from),
+            };
+            let one = Runnable::new(
+                [(s.slug.as_str(), d.name.as_str(), timeout)],
+                self.lease_margin,
+            )
+            .with_request_grace(self.request_grace)
+            .with_takeover_grace(self.takeover_grace());
+            // Each batch its own holder: a late record of one never
+            // matches a lease another batch took over.
+            let holder = format!("{process}:paced:{:08x}", rand::random::<u32>());
+            let leased = events::lease_gated(&self.pool, &holder, LEASE_BATCH, &gate, &one).await;
+            self.note(leased.as_ref().err().map(crate::db::is_transient));
+            match leased {
+                Ok(leased) if !leased.is_empty() => {
+                    self.rests
+                        .probing(std::iter::once(rests::key(&s.slug, &d.name).as_str()));
+                    batches.push((holder, leased));
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    failed.get_or_insert(e);
+                }
+            }
+        }
+        failed.map_or(Ok(()), Err)
     }
 
     /// A pool whose lease statements do not wait for this one's, as

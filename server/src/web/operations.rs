@@ -362,13 +362,13 @@ impl Operations for ServerOperations {
         reason: String,
         by: Caller,
         destination: Option<String>,
-    ) -> BoxFuture<'_, Result<(), AppError>> {
+    ) -> BoxFuture<'_, Result<Vec<String>, AppError>> {
         Box::pin(async move {
             let pool = &self.services.pool;
             match crate::events::force(pool, event_id, destination.as_deref(), by.user_id(), &reason).await {
-                Ok(Forced::Queued { .. }) => {
+                Ok(Forced::Queued { destinations, .. }) => {
                     self.services.wake.work();
-                    Ok(())
+                    Ok(destinations)
                 }
                 Ok(Forced::NotCompleted(state)) => Err(AppError::Conflict(match &destination {
                     Some(name) => format!("only a completed dispatch can be forced; the one to {name} is {}", state.as_str()),

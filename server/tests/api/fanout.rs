@@ -354,6 +354,30 @@ async fn redeliveries_and_forces_act_on_one_destination_or_on_all(pool: PgPool) 
     assert_eq!(app.drain().await, 1);
     assert_eq!((three.billing.count(), three.crm.count()), (3, 4));
     assert!(three.crm.received.lock().unwrap()[3].headers["x-replaysafe-forced"] == "true");
+
+    // A force of every destination names the ones it queued: both completed
+    // ones, not the filtered one.
+    let (status, all) = app
+        .server_fn(
+            "force",
+            &format!("event_id={event}&confirm_key=e-1&reason=replay+all"),
+        )
+        .await;
+    assert_eq!(status, 200, "{all}");
+    assert!(
+        all.as_str().unwrap().contains("again to billing, crm with"),
+        "{all}"
+    );
+    assert_eq!(app.drain().await, 2);
+    assert_eq!((three.billing.count(), three.crm.count()), (4, 5));
+    let queued: serde_json::Value = sqlx::query_scalar(
+        "SELECT detail->'forced' FROM audit_log WHERE action = 'force'
+         AND detail->>'reason' = 'replay all'",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(queued, serde_json::json!(["billing", "crm"]));
     let (status, unwanted) = app
         .server_fn(
             "force",

@@ -3,19 +3,26 @@
 //! destination over HTTP, then everything is let settle and the invariant is
 //! checked:
 //!
-//! - every event got exactly one successful forward per run: its first run
-//!   plus one per successful force (`2xx seen = forces + 1` when it ended
-//!   completed, `= forces` when it ended dead);
-//! - every event ends completed or dead (none stuck), and no attempt is left
-//!   open;
+//! - every dispatch (an event at one destination) got exactly one
+//!   successful forward per run: its first run plus one per successful force
+//!   (`2xx seen = forces + 1` when it ended completed, `= forces` when it
+//!   ended dead), and none for a destination whose filter does not take it;
+//! - every dispatch ends completed, dead or filtered (none stuck), and no
+//!   attempt is left open;
+//! - an ordered destination never has two requests of one ordering key in
+//!   flight at once (among those answered within the timeout, which the
+//!   forwarder waits for);
 //! - a process never leases an event of a source it does not have.
 //!
 //! Actors: the provider (first deliveries and duplicates, ack and sync
-//! sources), three workers (one a process without the slow source), a
-//! worker that leases and dies, an operator re-delivering stored
-//! deliveries, an admin forcing completed events, pause and resume, and
-//! retention with zero-day windows. The destination answers 2xx, 4xx, 5xx,
-//! 429, slowly within the timeout, or only after it.
+//! sources, and a fan-out source with a plain, a rate-limited and filtering,
+//! and an ordered destination), three workers (one a process without the
+//! slow source), each also pacing the gated destinations, a worker that
+//! leases and dies, an operator re-delivering stored deliveries (to one
+//! destination or all), an admin forcing completed dispatches (one or all of
+//! an event's), pause and resume, and retention with zero-day windows. The
+//! destination answers 2xx, 4xx, 5xx, 429, slowly within the timeout, or only
+//! after it.
 //!
 //! `MODEL_SEEDS=N` (default 6) seeds from `MODEL_SEED` (default 1); a
 //! failing seed prints the command that replays it. A longer run:
@@ -54,30 +61,46 @@ struct Seen {
     requests: u32,
 }
 
-/// The destination: answers by a hash of (seed, message, nth request), so a
-/// seed replays the same answers; counts what it answered per event.
+/// The destination: answers by a hash of (seed, message, destination, nth
+/// request), so a seed replays the same answers; counts what it answered
+/// per (message, destination).
 struct Behaviour {
     seed: u64,
     settle: AtomicBool,
-    seen: Mutex<HashMap<String, Seen>>,
+    seen: Mutex<HashMap<(String, String), Seen>>,
+    /// The ordered destination's requests in flight that answer within the
+    /// timeout, per ordering key.
+    ordered_in_flight: Mutex<HashMap<String, u32>>,
+    /// Requests to the ordered destination that arrived while one of the
+    /// same key was in flight.
+    overlaps: Mutex<Vec<String>>,
 }
+
+/// The ordered destination's name in the fan-out source.
+const ORDERED: &str = "ordered";
 
 async fn start_destination(behaviour: Arc<Behaviour>) -> String {
     let app = axum::Router::new().route(
-        "/{source}",
+        "/{*path}",
         axum::routing::post(
-            move |axum::extract::Path(source): axum::extract::Path<String>,
-                  headers: axum::http::HeaderMap| {
+            move |axum::extract::Path(path): axum::extract::Path<String>,
+                  headers: axum::http::HeaderMap,
+                  body: axum::body::Bytes| {
                 let behaviour = behaviour.clone();
                 async move {
+                    let (source, destination) = match path.split_once('/') {
+                        Some((source, destination)) => (source.to_owned(), destination.to_owned()),
+                        None => (path.clone(), "default".to_owned()),
+                    };
                     let msg = headers
                         .get("webhook-id")
                         .and_then(|v| v.to_str().ok())
                         .unwrap_or("none")
                         .to_owned();
+                    let seen_key = (msg.clone(), destination.clone());
                     let nth = {
                         let mut seen = behaviour.seen.lock().unwrap();
-                        let entry = seen.entry(msg.clone()).or_default();
+                        let entry = seen.entry(seen_key.clone()).or_default();
                         entry.requests += 1;
                         entry.requests
                     };
@@ -85,11 +108,12 @@ async fn start_destination(behaviour: Arc<Behaviour>) -> String {
                     let roll = if behaviour.settle.load(Ordering::SeqCst) {
                         0
                     } else {
-                        let mut h = StdRng::seed_from_u64(
-                            behaviour.seed
-                                ^ (nth as u64) << 32
-                                ^ msg.bytes().fold(7u64, |a, b| a.wrapping_mul(31) ^ b as u64),
-                        );
+                        let hash = msg
+                            .bytes()
+                            .chain(destination.bytes())
+                            .fold(7u64, |a, b| a.wrapping_mul(31) ^ b as u64);
+                        let mut h =
+                            StdRng::seed_from_u64(behaviour.seed ^ (nth as u64) << 32 ^ hash);
                         h.gen_range(0..100)
                     };
                     // The slow source often answers only after its timeout, so
@@ -108,12 +132,43 @@ async fn start_destination(behaviour: Arc<Behaviour>) -> String {
                         82..=89 => (200, timeout + 1.5, false),
                         _ => (503, timeout * 0.1, false),
                     };
+                    let in_time = delay <= timeout;
+                    // The forwarder waits for an answer within its timeout:
+                    // no other event of the key may start meanwhile.
+                    let ordering_key = (destination == ORDERED).then(|| {
+                        serde_json::from_slice::<serde_json::Value>(&body)
+                            .ok()
+                            .and_then(|v| v["key"].as_str().map(str::to_owned))
+                            .unwrap_or_default()
+                    });
+                    if let Some(key) = &ordering_key {
+                        let mut in_flight = behaviour.ordered_in_flight.lock().unwrap();
+                        let running = in_flight.entry(key.clone()).or_default();
+                        if *running > 0 {
+                            behaviour
+                                .overlaps
+                                .lock()
+                                .unwrap()
+                                .push(format!("{msg} with key {key:?}"));
+                        }
+                        if in_time {
+                            *running += 1;
+                        }
+                    }
                     if delay > 0.0 {
                         tokio::time::sleep(Duration::from_secs_f64(delay)).await;
                     }
+                    if let (Some(key), true) = (&ordering_key, in_time) {
+                        *behaviour
+                            .ordered_in_flight
+                            .lock()
+                            .unwrap()
+                            .get_mut(key)
+                            .unwrap() -= 1;
+                    }
                     if status == 200 {
                         let mut seen = behaviour.seen.lock().unwrap();
-                        let entry = seen.entry(msg).or_default();
+                        let entry = seen.entry(seen_key).or_default();
                         if sure {
                             entry.sure += 1;
                         } else {
@@ -134,11 +189,12 @@ async fn start_destination(behaviour: Arc<Behaviour>) -> String {
 struct World {
     seed: u64,
     app: TestApp,
-    slugs: [String; 3],
+    /// quick, sync, slow, fan.
+    slugs: [String; 4],
     ops: Arc<replaysafe::web::operations::ServerOperations>,
     admin: app::auth::Caller,
-    /// Successful forces per event id.
-    forces: Mutex<HashMap<i64, u32>>,
+    /// Successful forces per (event id, destination).
+    forces: Mutex<HashMap<(i64, String), u32>>,
     stop: AtomicBool,
 }
 
@@ -161,6 +217,34 @@ mode = "sync"
 destination = "{destination}/sync{seed}"
 attempt_timeout_secs = 1
 max_attempts = 4
+
+[[source]]
+slug = "fan{seed}"
+provider = "github"
+secrets = ["gh-secret"]
+
+[[source.destination]]
+name = "plain"
+url = "{destination}/fan{seed}/plain"
+timeout_secs = 1
+max_attempts = 4
+
+[[source.destination]]
+name = "limited"
+url = "{destination}/fan{seed}/limited"
+timeout_secs = 1
+max_attempts = 4
+rate_per_sec = 40
+max_in_flight = 2
+filter = {{ body = {{ "/kind" = "a" }} }}
+
+[[source.destination]]
+name = "{ORDERED}"
+url = "{destination}/fan{seed}/{ORDERED}"
+timeout_secs = 1
+max_attempts = 4
+ordering = "per_key"
+ordering_key = "/key"
 "#
     );
     if with_slow {
@@ -199,13 +283,15 @@ impl World {
         let n = rng.gen_range(0..KEYS);
         match rng.gen_range(0..3) {
             0 | 1 => {
-                let slug = if rng.gen_bool(0.5) {
-                    &self.slugs[0]
-                } else {
-                    &self.slugs[2]
-                };
+                let slug = &self.slugs[[0, 2, 3][rng.gen_range(0..3)]];
                 let id = format!("{slug}-{n}");
-                let body = format!(r#"{{"delivery":"{id}"}}"#);
+                // Two ordering keys; a third of the events filtered out by
+                // the fan-out source's limited destination.
+                let kind = if n % 3 == 0 { "b" } else { "a" };
+                let body = format!(
+                    r#"{{"delivery":"{id}","key":"k{}","kind":"{kind}"}}"#,
+                    n % 2
+                );
                 self.app
                     .github_delivery(slug, &id, &body, b"gh-secret")
                     .await;
@@ -219,46 +305,74 @@ impl World {
         self.app.slack_interaction(&self.slugs[1], &body).await;
     }
 
-    async fn redeliver(&self) {
-        let picked: Option<i64> = sqlx::query_scalar(
-            "SELECT id FROM deliveries WHERE source = ANY($1) AND body IS NOT NULL
+    /// A stored delivery, to all its event's destinations or (sometimes, for
+    /// the fan-out source) one.
+    async fn redeliver(&self, rng: &mut StdRng) {
+        let picked: Option<(i64, String)> = sqlx::query_as(
+            "SELECT id, source FROM deliveries WHERE source = ANY($1) AND body IS NOT NULL
              ORDER BY random() LIMIT 1",
         )
         .bind(&self.slugs[..])
         .fetch_optional(&self.app.pool)
         .await
         .unwrap();
-        if let Some(id) = picked {
+        if let Some((id, source)) = picked {
+            let destination = (source == self.slugs[3] && rng.gen_bool(0.5))
+                .then(|| ["plain", "limited", ORDERED][rng.gen_range(0..3)].to_owned());
             let _ = self
                 .ops
-                .redeliver(id, self.admin.clone(), None, None, None)
+                .redeliver(id, self.admin.clone(), None, None, destination)
                 .await;
         }
     }
 
-    async fn force(&self) {
-        let picked: Option<i64> = sqlx::query_scalar(
-            "SELECT id FROM event_summaries WHERE source = ANY($1) AND state = 'completed'
+    /// A completed dispatch, forced alone or with its event's others.
+    async fn force(&self, rng: &mut StdRng) {
+        let picked: Option<(i64, String)> = sqlx::query_as(
+            "SELECT event_id, destination FROM dispatches
+             WHERE source = ANY($1) AND state = 'completed'
              ORDER BY random() LIMIT 1",
         )
         .bind(&self.slugs[..])
         .fetch_optional(&self.app.pool)
         .await
         .unwrap();
-        if let Some(event) = picked {
-            if self
-                .ops
-                .force(event, "model".into(), self.admin.clone(), None)
-                .await
-                .is_ok()
-            {
-                *self.forces.lock().unwrap().entry(event).or_default() += 1;
+        let Some((event, destination)) = picked else {
+            return;
+        };
+        let alone = rng.gen_bool(0.5);
+        let forced = self
+            .ops
+            .force(
+                event,
+                "model".into(),
+                self.admin.clone(),
+                alone.then(|| destination.clone()),
+            )
+            .await;
+        if let Ok(queued) = forced {
+            // Only this actor forces: the dispatch picked is still completed
+            // (or retention forgot the event, and the force found nothing).
+            if alone {
+                assert_eq!(
+                    queued,
+                    std::slice::from_ref(&destination),
+                    "a force of one destination"
+                );
+            }
+            assert!(
+                queued.contains(&destination),
+                "{queued:?} lacks {destination}"
+            );
+            let mut forces = self.forces.lock().unwrap();
+            for queued in queued {
+                *forces.entry((event, queued)).or_default() += 1;
             }
         }
     }
 
     async fn toggle_pause(&self, rng: &mut StdRng) {
-        let slug = &self.slugs[rng.gen_range(0..3)];
+        let slug = &self.slugs[rng.gen_range(0..self.slugs.len())];
         let paused = rng.gen_bool(0.5);
         replaysafe::db::sources::set_paused(
             &self.app.pool,
@@ -293,6 +407,8 @@ async fn run_seed(pool: &PgPool, seed: u64) -> Result<String, String> {
         seed,
         settle: AtomicBool::new(false),
         seen: Default::default(),
+        ordered_in_flight: Default::default(),
+        overlaps: Default::default(),
     });
     let destination = start_destination(behaviour.clone()).await;
     let config = test_config(&config_text(seed, &destination, true), &[]);
@@ -301,6 +417,7 @@ async fn run_seed(pool: &PgPool, seed: u64) -> Result<String, String> {
         format!("quick{seed}"),
         format!("sync{seed}"),
         format!("slow{seed}"),
+        format!("fan{seed}"),
     ];
     let ops = Arc::new(replaysafe::web::operations::ServerOperations {
         services: app.services.clone(),
@@ -363,6 +480,7 @@ async fn run_seed(pool: &PgPool, seed: u64) -> Result<String, String> {
             let (workers, id) = (workers.clone(), id.clone());
             async move {
                 workers.run_once(&id).await.unwrap();
+                workers.pace_once(&id).await.unwrap();
                 rng
             }
         }));
@@ -383,8 +501,8 @@ async fn run_seed(pool: &PgPool, seed: u64) -> Result<String, String> {
         world.clone(),
         7,
         (60, 250),
-        |w, rng| async move {
-            w.redeliver().await;
+        |w, mut rng| async move {
+            w.redeliver(&mut rng).await;
             rng
         },
     ));
@@ -392,8 +510,8 @@ async fn run_seed(pool: &PgPool, seed: u64) -> Result<String, String> {
         world.clone(),
         8,
         (100, 400),
-        |w, rng| async move {
-            w.force().await;
+        |w, mut rng| async move {
+            w.force(&mut rng).await;
             rng
         },
     ));
@@ -436,12 +554,18 @@ async fn run_seed(pool: &PgPool, seed: u64) -> Result<String, String> {
         // Two workers, so that a lapsed lease would be taken over here too.
         let (settler_a, settler_b) = (format!("settler-a-{seed}"), format!("settler-b-{seed}"));
         let other = full.apart();
-        let (a, b) = tokio::join!(full.run_once(&settler_a), other.run_once(&settler_b));
-        a.unwrap();
-        b.unwrap();
+        let (a, b, c, d) = tokio::join!(
+            full.run_once(&settler_a),
+            other.run_once(&settler_b),
+            full.pace_once(&settler_a),
+            other.pace_once(&settler_b)
+        );
+        for ran in [a, b, c, d] {
+            ran.unwrap();
+        }
         let waiting: Vec<(String, String)> = sqlx::query_as(
             "SELECT state, forwarder FROM dispatches WHERE source = ANY($1)
-               AND state NOT IN ('completed', 'dead')",
+               AND state NOT IN ('completed', 'dead', 'filtered')",
         )
         .bind(&world.slugs[..])
         .fetch_all(pool)
@@ -494,42 +618,78 @@ async fn run_seed(pool: &PgPool, seed: u64) -> Result<String, String> {
             world.slugs[2]
         ));
     }
+    let overlaps = behaviour.overlaps.lock().unwrap().clone();
+    if !overlaps.is_empty() {
+        return Err(format!(
+            "the ordered destination had two of a key in flight: {overlaps:?}"
+        ));
+    }
+    let dispatches: Vec<(i64, String, String)> = sqlx::query_as(
+        "SELECT event_id, destination, state FROM dispatches WHERE source = ANY($1)",
+    )
+    .bind(&world.slugs[..])
+    .fetch_all(pool)
+    .await
+    .unwrap();
     let seen = behaviour.seen.lock().unwrap();
     let forces = world.forces.lock().unwrap();
-    let present: HashMap<i64, &str> = events.iter().map(|(id, s)| (*id, s.as_str())).collect();
-    let mut summary = HashMap::<&str, u32>::new();
-    for (msg, s) in seen.iter() {
+    let mut checked = std::collections::HashSet::new();
+    for (event, destination, state) in &dispatches {
+        let key = (format!("msg_{event}"), destination.clone());
+        checked.insert(key.clone());
+        let s = seen.get(&key);
+        let (sure, requests) = s.map_or((0, 0), |s| (s.sure, s.requests));
+        let f = forces
+            .get(&(*event, destination.clone()))
+            .copied()
+            .unwrap_or(0);
+        let ok = match state.as_str() {
+            "completed" => sure == f + 1,
+            "filtered" => requests == 0,
+            _ => sure == f,
+        };
+        if !ok {
+            return Err(format!(
+                "event {event} at {destination} ({state}): {sure} sure 2xx, {} late, \
+                 {requests} requests, {f} forces",
+                s.map_or(0, |s| s.late)
+            ));
+        }
+    }
+    for ((msg, destination), s) in seen.iter() {
+        if checked.contains(&(msg.clone(), destination.clone())) {
+            continue;
+        }
         let Some(id) = msg
             .strip_prefix("msg_")
             .and_then(|id| id.parse::<i64>().ok())
         else {
             return Err(format!("a forward without our webhook-id: {msg}"));
         };
-        let f = forces.get(&id).copied().unwrap_or(0);
-        let ok = match present.get(&id) {
-            Some(&"completed") => s.sure == f + 1,
-            Some(_) => s.sure == f,
-            // Pruned once settled: it ended completed or dead.
-            None => s.sure == f + 1 || s.sure == f,
-        };
-        if !ok {
+        // Pruned once settled: it ended completed or dead.
+        let f = forces.get(&(id, destination.clone())).copied().unwrap_or(0);
+        if s.sure != f + 1 && s.sure != f {
             return Err(format!(
-                "event {id} ({:?}): {} sure 2xx, {} late, {} requests, {f} forces",
-                present.get(&id),
-                s.sure,
-                s.late,
-                s.requests
+                "pruned event {id} at {destination}: {} sure 2xx, {} late, {} requests, {f} forces",
+                s.sure, s.late, s.requests
             ));
         }
     }
+    let mut summary = HashMap::<&str, u32>::new();
     for (_, state) in &events {
         *summary.entry(state.as_str()).or_default() += 1;
+    }
+    let mut by_state = HashMap::<&str, u32>::new();
+    for (_, _, state) in &dispatches {
+        *by_state.entry(state.as_str()).or_default() += 1;
     }
     let forwarded: u32 = seen.values().map(|s| s.requests).sum();
     let forced: u32 = forces.values().sum();
     Ok(format!(
-        "{} events {summary:?}, {forwarded} forwards, {forced} forces, settled in {:.1} s",
+        "{} events {summary:?}, {} dispatches {by_state:?}, {forwarded} forwards, \
+         {forced} forces, settled in {:.1} s",
         events.len(),
+        dispatches.len(),
         started.elapsed().as_secs_f64()
     ))
 }
