@@ -5,6 +5,7 @@ pub mod audit;
 pub mod embedded;
 pub mod failover;
 pub mod history;
+pub mod own;
 pub mod replica;
 pub mod sources;
 pub mod users;
@@ -159,10 +160,10 @@ pub fn is_transient(e: &sqlx::Error) -> bool {
 }
 
 /// A transaction whose statements run on their generic plans. The workers'
-/// lease and recorder join partitioned history: planned anew for each call
+/// statements join partitioned history: planned anew for each call
 /// (PostgreSQL keeps custom plans when a generic one's estimate is higher),
 /// their planning cost three times their execution (bench/README, "Planned
-/// anew for each call").
+/// anew for each call"). The busiest run on an `own::OwnConnection`.
 pub async fn begin_generic(
     pool: &PgPool,
 ) -> Result<sqlx::Transaction<'static, sqlx::Postgres>, sqlx::Error> {

@@ -150,9 +150,10 @@ impl Runnable {
 /// dispatch is adopted from its provider's requests when its holder vanished
 /// (the lease expired: a crash, or the provider hung up) or its provider
 /// has not retried a failed attempt within `REQUEST_GRACE`. Only `runnable`
-/// destinations, and none of a paused source.
+/// destinations, and none of a paused source. One statement: its own
+/// transaction on `conn` outside one (the workers' `OwnConnection`).
 pub async fn lease(
-    pool: &PgPool,
+    conn: &mut PgConnection,
     worker: &str,
     limit: i64,
     runnable: &Runnable,
@@ -160,10 +161,7 @@ pub async fn lease(
     if runnable.is_empty() {
         return Ok(Vec::new());
     }
-    let mut tx = crate::db::begin_generic(pool).await?;
-    let leased = lease_on(&mut tx, worker, limit, runnable, false).await?;
-    tx.commit().await?;
-    Ok(leased)
+    lease_on(conn, worker, limit, runnable, false).await
 }
 
 /// A half-open breaker's probe (`breaker::take_probes`): one due dispatch
@@ -533,15 +531,19 @@ pub async fn release_unbegun(
 /// lease (one that lost it must not overwrite its successor). Returns
 /// whether the event moved.
 pub async fn finish(pool: &PgPool, holder: &str, done: &Done) -> Result<bool, sqlx::Error> {
-    Ok(finish_each(pool, &[(holder, done)]).await?.len() == 1)
+    let mut tx = crate::db::begin_generic(pool).await?;
+    let moved = finish_each(&mut tx, &[(holder, done)]).await?;
+    tx.commit().await?;
+    Ok(moved.len() == 1)
 }
 
 /// `finish` for several attempts in one statement, each with its holder:
 /// each attempt is recorded, and each dispatch moves on if its holder still
 /// holds its lease. Returns the (event id, destination) of each dispatch
-/// that moved.
+/// that moved. One statement: its own transaction on `conn` outside one
+/// (the recorder's `OwnConnection`).
 pub async fn finish_each(
-    pool: &PgPool,
+    conn: &mut PgConnection,
     done: &[(&str, &Done)],
 ) -> Result<Vec<(i64, String)>, sqlx::Error> {
     if done.is_empty() {
@@ -569,7 +571,6 @@ pub async fn finish_each(
     fn kept<'a>(d: &&'a Done) -> Option<&'a StoredResponse> {
         d.response.as_ref().filter(|_| d.next == Next::Completed)
     }
-    let mut tx = crate::db::begin_generic(pool).await?;
     let moved = sqlx::query!(
 "WITH input AS MATERIALIZED (
              -- `leaving`: the state each dispatch must be in to move on, a
@@ -658,9 +659,8 @@ done.iter().map(|d| kept(d).map(|r| r.body.as_slice())).collect::<Vec<_>>() as _
 &done.iter().map(|d| d.leased.destination.as_str()).collect::<Vec<_>>() as _,
 &done.iter().filter_map(|d| d.leased.attempt_id).collect::<Vec<_>>(),
 )
-    .fetch_all(&mut *tx)
+    .fetch_all(conn)
     .await?;
-    tx.commit().await?;
     Ok(moved
         .into_iter()
         .map(|r| (r.event_id, r.destination))

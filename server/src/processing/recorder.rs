@@ -9,6 +9,7 @@ use std::sync::Arc;
 use sqlx::PgPool;
 use tokio::sync::{mpsc, oneshot};
 
+use crate::db::own::OwnConnection;
 use crate::events::{self, Done};
 
 /// Most attempts one statement records.
@@ -79,6 +80,7 @@ impl Recorder {
 }
 
 async fn run(pool: PgPool, mut waiting: mpsc::UnboundedReceiver<Request>) {
+    let mut db = OwnConnection::new(&pool);
     while let Some(first) = waiting.recv().await {
         let mut rows = first.done.len();
         let mut batch = vec![first];
@@ -91,7 +93,7 @@ async fn run(pool: PgPool, mut waiting: mpsc::UnboundedReceiver<Request>) {
                 Err(_) => break,
             }
         }
-        let result = finish(&pool, &batch).await;
+        let result = finish(&mut db, &batch).await;
         match result {
             Ok(moved) => answer(batch, &moved),
             // A statement the database refuses for what one request holds
@@ -100,7 +102,7 @@ async fn run(pool: PgPool, mut waiting: mpsc::UnboundedReceiver<Request>) {
             Err(e) if batch.len() > 1 && !crate::db::is_transient(&e) => {
                 for request in batch {
                     let alone = [request];
-                    match finish(&pool, &alone).await {
+                    match finish(&mut db, &alone).await {
                         Ok(moved) => answer(alone, &moved),
                         Err(e) => {
                             let [request] = alone;
@@ -121,12 +123,20 @@ async fn run(pool: PgPool, mut waiting: mpsc::UnboundedReceiver<Request>) {
 
 /// Records every attempt of `batch` in one statement; the ids of the events
 /// that moved.
-async fn finish(pool: &PgPool, batch: &[Request]) -> Result<Vec<(i64, String)>, sqlx::Error> {
+async fn finish(
+    db: &mut OwnConnection,
+    batch: &[Request],
+) -> Result<Vec<(i64, String)>, sqlx::Error> {
     let all: Vec<(&str, &Done)> = batch
         .iter()
         .flat_map(|r| r.done.iter().map(move |d| (r.holder.as_str(), d)))
         .collect();
-    events::finish_each(pool, &all).await
+    let moved = match db.ready(false).await {
+        Ok(conn) => events::finish_each(conn, &all).await,
+        Err(e) => Err(e),
+    };
+    db.settle(moved.as_ref().err());
+    moved
 }
 
 /// Tells each request of `batch` how many of its dispatches moved.

@@ -22,6 +22,7 @@ use super::retry::{classify, RetryPolicy, Verdict};
 use super::wake::Wake;
 use super::{forward, Services};
 use crate::config::{Config, Mode};
+use crate::db::own::OwnConnection;
 use crate::events::{
     self, AttemptRecord, Done, Leased, Next, Runnable, StoredResponse, LEASE_MARGIN,
 };
@@ -55,8 +56,8 @@ pub struct Workers {
     pub wake: Arc<Wake>,
     /// One lease statement at a time in this pool (its clones share it): a
     /// second one at once would only find what the first leaves, and both
-    /// cost the database.
-    leasing: Arc<tokio::sync::Mutex<()>>,
+    /// cost the database. It runs on a connection of its own (`db::own`).
+    leasing: Arc<tokio::sync::Mutex<OwnConnection>>,
     /// Workers waiting for `leasing`: a lease takes a batch for each of
     /// them too (one statement, not one each, while a backlog lasts).
     behind: Arc<AtomicUsize>,
@@ -120,7 +121,7 @@ impl Workers {
             client: services.client.clone(),
             policy: services.policy.clone(),
             wake: services.wake.clone(),
-            leasing: Default::default(),
+            leasing: Arc::new(tokio::sync::Mutex::new(OwnConnection::new(&services.pool))),
             behind: Default::default(),
             spare: Default::default(),
             poll: POLL_INTERVAL,
@@ -336,7 +337,7 @@ impl Workers {
     /// another process's would not (tests race two of them).
     pub fn apart(&self) -> Self {
         Self {
-            leasing: Default::default(),
+            leasing: Arc::new(tokio::sync::Mutex::new(OwnConnection::new(&self.pool))),
             behind: Default::default(),
             spare: Default::default(),
             ..self.clone()
@@ -622,7 +623,7 @@ impl Workers {
                 None => Some(self.leasing.lock().await),
             };
             self.behind.fetch_sub(1, Ordering::SeqCst);
-            let Some(_one_at_a_time) = gate else {
+            let Some(mut one_at_a_time) = gate else {
                 return Ok(0);
             };
             if shutdown.is_some_and(CancellationToken::is_cancelled) {
@@ -637,7 +638,16 @@ impl Workers {
                 self.wake.take();
                 let shares = 1 + self.behind.load(Ordering::SeqCst) as i64;
                 let limit = LEASE_BATCH * shares;
-                let leased = events::lease(&self.pool, worker, limit, &self.runnable()).await;
+                let runnable = self.runnable();
+                let leased = if runnable.is_empty() {
+                    Ok(Vec::new())
+                } else {
+                    match one_at_a_time.ready(false).await {
+                        Ok(conn) => events::lease(conn, worker, limit, &runnable).await,
+                        Err(e) => Err(e),
+                    }
+                };
+                one_at_a_time.settle(leased.as_ref().err());
                 self.note(leased.as_ref().err().map(crate::db::is_transient));
                 match &leased {
                     // A full batch may have left more: another worker leases them

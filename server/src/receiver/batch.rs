@@ -10,11 +10,12 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sqlx::postgres::{PgConnectOptions, PgConnection};
+use sqlx::postgres::PgConnection;
 use sqlx::{Connection, PgPool};
 use tokio::sync::{mpsc, oneshot, Mutex, Notify};
 
 use super::claim::{Claimed, Outcome};
+use crate::db::own::OwnConnection;
 use crate::events::{self, BatchClaim, Leased, State};
 
 /// Most claims in one transaction: bigger batches add latency, not throughput.
@@ -226,16 +227,12 @@ fn key_of(job: &Job) -> Key {
     (job.claim.source.clone(), job.claim.idem_key.clone())
 }
 
-/// A committer keeps its own connection rather than a pool's: a pool pings
-/// the server on every acquire and every release, two more round trips per
-/// batch than the statement itself. A connection that failed is replaced for
-/// the next batch, so the receiver heals when the database returns.
+/// A committer keeps its own connection rather than a pool's (`db::own`).
+/// A connection that failed is replaced for the next batch, so the receiver
+/// heals when the database returns.
 async fn commit_loop(pool: PgPool, shared: Arc<Shared>) {
     let mut connection = Committer {
-        open: None,
-        pool,
-        opened_with: None,
-        used: Instant::now(),
+        conn: OwnConnection::new(&pool),
         breakages: 0,
     };
     loop {
@@ -361,72 +358,18 @@ async fn gather(shared: &Shared) -> Option<(Vec<Job>, HashSet<Key>)> {
 
 /// A committer's connection, with what tells whether it may have died.
 struct Committer {
-    open: Option<PgConnection>,
-    /// Whose connect options it opens with: the pool's, which follow the
-    /// primary after a failover (`db::failover`).
-    pool: PgPool,
-    /// The pool's options the open connection was made with: when the pool
-    /// has moved since, the connection is to the old primary.
-    opened_with: Option<Arc<PgConnectOptions>>,
-    /// When it last answered.
-    used: Instant,
+    conn: OwnConnection,
     /// `Shared::breakages` when it was last known good.
     breakages: u64,
 }
 
-/// Idle longer than this, a connection is pinged before it carries a batch:
-/// under load it never is, and a quiet receiver can afford the round trip.
-const IDLE_PING: Duration = Duration::from_millis(100);
-
 impl Committer {
-    /// The open connection, checked first if it sat idle or another
-    /// committer's broke, else (re)opened.
+    /// The open connection, checked first if another committer's broke.
     async fn ready(&mut self, shared: &Shared) -> Result<&mut PgConnection, ClaimError> {
         let breakages = shared.breakages.load(Ordering::SeqCst);
-        let options = self.pool.connect_options();
-        if !self
-            .opened_with
-            .as_ref()
-            .is_some_and(|with| Arc::ptr_eq(with, &options))
-        {
-            self.open = None;
-        }
-        if let Some(conn) = self.open.as_mut() {
-            if self.breakages != breakages || self.used.elapsed() > IDLE_PING {
-                let alive = tokio::time::timeout(crate::db::ACQUIRE_TIMEOUT, conn.ping()).await;
-                if !matches!(alive, Ok(Ok(()))) {
-                    self.open = None;
-                }
-            }
-        }
-        if self.open.is_none() {
-            // The batch statement touches tables only through the
-            // events_claim arbiter and inserts: its plan does not depend on
-            // the arrays or on the tables' sizes, and planning it anew for
-            // each batch cost more than running a small one. Its generic
-            // plan joins only the batch's own rows.
-            let generic = (*options)
-                .clone()
-                .options([("plan_cache_mode", "force_generic_plan")]);
-            let mut opened = tokio::time::timeout(
-                crate::db::ACQUIRE_TIMEOUT,
-                PgConnection::connect_with(&generic),
-            )
-            .await
-            .map_err(|_| ClaimError::TimedOut(crate::db::ACQUIRE_TIMEOUT))??;
-            // A standby takes connections too (the pool's host just became
-            // one): it is no place for a claim.
-            if crate::db::failover::is_read_only(&mut opened).await? {
-                let _ = opened.close().await;
-                return Err(ClaimError::Database(sqlx::Error::Protocol(
-                    "the database host is a standby or read-only".into(),
-                )));
-            }
-            self.open = Some(opened);
-            self.opened_with = Some(options);
-        }
+        let suspect = self.breakages != breakages;
         self.breakages = breakages;
-        Ok(self.open.as_mut().expect("opened above"))
+        Ok(self.conn.ready(suspect).await?)
     }
 }
 
@@ -674,20 +617,15 @@ async fn commit_batch(connection: &mut Committer, shared: &Shared, batch: Vec<Jo
         }
         Err(e) => Err(e),
     };
-    // A statement error leaves the connection usable; anything else (a
-    // broken socket, a timeout mid-statement) may not have, nor may the
-    // other committers' connections. A read-only refusal (25006) means the
-    // server is read-only (a standby, or default_transaction_read_only):
-    // reconnect, to the primary the pool follows now.
-    let read_only = matches!(&answered,
-        Err(ClaimError::Database(sqlx::Error::Database(d))) if d.code().as_deref() == Some("25006"));
-    match &answered {
-        Err(e) if read_only || !matches!(e, ClaimError::Database(sqlx::Error::Database(_))) => {
-            if connection.open.take().is_some() {
-                shared.breakages.fetch_add(1, Ordering::SeqCst);
-            }
-        }
-        _ => connection.used = Instant::now(),
+    // A connection that broke (`OwnConnection::settle`) may not be alone:
+    // the other committers check theirs.
+    let broke = match &answered {
+        Ok(_) => connection.conn.settle(None),
+        Err(ClaimError::Database(e)) => connection.conn.settle(Some(e)),
+        Err(_) => connection.conn.close(),
+    };
+    if broke {
+        shared.breakages.fetch_add(1, Ordering::SeqCst);
     }
     metrics::histogram!("replaysafe_claim_commit_seconds").record(sent.elapsed());
     let mut failure = None;

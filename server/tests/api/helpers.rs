@@ -48,7 +48,8 @@ impl TestApp {
     /// Leases due events as worker `worker` would, without forwarding them
     /// (a worker about to die).
     pub async fn lease_as(&self, worker: &str, limit: i64) -> Vec<events::Leased> {
-        events::lease(&self.pool, worker, limit, &self.workers().runnable())
+        let mut conn = self.pool.acquire().await.unwrap();
+        events::lease(&mut conn, worker, limit, &self.workers().runnable())
             .await
             .unwrap()
     }

@@ -491,7 +491,8 @@ async fn run_seed(pool: &PgPool, seed: u64) -> Result<String, String> {
         async move {
             // Leases and dies before forwarding: its lease must lapse.
             let id = format!("crashed-{}-{}", w.seed, rand::random::<u32>());
-            replaysafe::events::lease(&w.app.pool, &id, 2, &crasher.runnable())
+            let mut conn = w.app.pool.acquire().await.unwrap();
+            replaysafe::events::lease(&mut conn, &id, 2, &crasher.runnable())
                 .await
                 .unwrap();
             rng

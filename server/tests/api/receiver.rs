@@ -660,7 +660,8 @@ async fn concurrent_batches_never_deadlock_and_count_every_copy(pool: PgPool) {
         [("std", "default", std::time::Duration::from_secs(5))],
         std::time::Duration::from_secs(25),
     );
-    let leased = replaysafe::events::lease(&pool, "settler", 20, &runnable)
+    let mut conn = pool.acquire().await.unwrap();
+    let leased = replaysafe::events::lease(&mut conn, "settler", 20, &runnable)
         .await
         .unwrap();
     for l in leased {
