@@ -642,12 +642,14 @@ impl Workers {
                 let leased = if runnable.is_empty() {
                     Ok(Vec::new())
                 } else {
-                    match one_at_a_time.ready(false).await {
+                    let leased = match one_at_a_time.ready(false).await {
                         Ok(conn) => events::lease(conn, worker, limit, &runnable).await,
                         Err(e) => Err(e),
-                    }
+                    };
+                    // Only a statement that ran says the connection answered.
+                    one_at_a_time.settle(leased.as_ref().err());
+                    leased
                 };
-                one_at_a_time.settle(leased.as_ref().err());
                 self.note(leased.as_ref().err().map(crate::db::is_transient));
                 match &leased {
                     // A full batch may have left more: another worker leases them
