@@ -18,8 +18,9 @@
 //!   redacted secrets.
 
 /// mimalloc rather than glibc's malloc: forwarding spent an eighth of both
-/// cores in glibc's allocator (bench/README, "The allocator"). Declared
-/// here, so that the server, its benchmarks and its tests run on one.
+/// cores in glibc's allocator (bench/README, "The allocator, and one round
+/// trip a statement"). Declared here, so that the server, its benchmarks
+/// and its tests run on one.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -151,16 +151,14 @@ impl Runnable {
 /// (the lease expired: a crash, or the provider hung up) or its provider
 /// has not retried a failed attempt within `REQUEST_GRACE`. Only `runnable`
 /// destinations, and none of a paused source. One statement: its own
-/// transaction on `conn` outside one (the workers' `OwnConnection`).
+/// transaction on `conn` outside one (the workers' `OwnConnection`, which
+/// skip it when nothing is runnable).
 pub async fn lease(
     conn: &mut PgConnection,
     worker: &str,
     limit: i64,
     runnable: &Runnable,
 ) -> Result<Vec<Leased>, sqlx::Error> {
-    if runnable.is_empty() {
-        return Ok(Vec::new());
-    }
     lease_on(conn, worker, limit, runnable, false).await
 }
 
