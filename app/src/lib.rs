@@ -6,8 +6,6 @@
 pub mod api;
 pub mod auth;
 pub mod components;
-#[cfg(feature = "ssr")]
-pub mod error;
 pub mod pages;
 
 use leptos::prelude::*;

@@ -9,10 +9,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use replaysafe::config::{self, Config};
-use replaysafe::processing::worker::Workers;
-use replaysafe::processing::Services;
 use replaysafe::web::{Application, Role};
+use replaysafe_core::config::{self, Config};
+use replaysafe_core::processing::worker::Workers;
+use replaysafe_core::processing::Services;
 use sqlx::{Connection, PgPool};
 use tokio_util::sync::CancellationToken;
 
@@ -37,17 +37,19 @@ async fn main() {
     let seconds: u64 = env_or("SECONDS", 20);
 
     let url = fresh_database(&admin, "replaysafe_forward_bench").await;
-    let pool = replaysafe::db::pool(&config::Secret::new(url), 64)
+    let pool = replaysafe_core::db::pool(&config::Secret::new(url), 64)
         .await
         .unwrap();
-    replaysafe::db::migrate(&pool).await.unwrap();
+    replaysafe_core::db::migrate(&pool).await.unwrap();
     let arrivals: Arrivals = Default::default();
     let destination = start_destination(arrivals.clone()).await;
 
     let mut rows = Vec::new();
     for &fan_out in &fan_outs {
         let config = Arc::new(bench_config(&destination, fan_out));
-        replaysafe::db::sources::sync(&pool, &config).await.unwrap();
+        replaysafe_core::db::sources::sync(&pool, &config)
+            .await
+            .unwrap();
         println!(
             "{fan_out} destination(s) per event, each answering at once: {events} queued events"
         );
@@ -118,7 +120,7 @@ async fn end_to_end(
     reset(pool).await;
     arrivals.lock().unwrap().clear();
     let shutdown = CancellationToken::new();
-    let wake = Arc::new(replaysafe::processing::wake::Wake::for_config(config));
+    let wake = Arc::new(replaysafe_core::processing::wake::Wake::for_config(config));
     let services = Services::new(pool.clone(), config.clone(), wake);
     let app = Application::bind(services.clone(), Role::Full)
         .await

@@ -10,7 +10,7 @@ fn main() -> std::process::ExitCode {
     // Dropped before the runtime: the last spans are exported on it.
     let _telemetry = {
         let _inside = runtime.enter();
-        replaysafe::telemetry::init(&replaysafe::config::telemetry_settings(
+        replaysafe_core::telemetry::init(&replaysafe_core::config::telemetry_settings(
             cli.config.as_deref(),
             cli.serves(),
         ))

@@ -1,8 +1,8 @@
 //! `replaysafe alert test --channel C`: a test message through a channel,
 //! as alerts are sent, so a new channel is known to work before it matters.
 
-use crate::alerts::channels::{self, AlertBody, Message};
-use crate::config::Config;
+use replaysafe_core::alerts::channels::{self, AlertBody, Message};
+use replaysafe_core::config::Config;
 
 #[derive(clap::Subcommand, Debug)]
 pub enum AlertAction {

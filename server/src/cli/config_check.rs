@@ -2,12 +2,12 @@
 //! `serve` would, and prints what is in force, secrets hidden; a mistake
 //! exits 1 naming the key.
 
-use crate::config::alerts::ChannelKind;
-use crate::config::Config;
+use replaysafe_core::config::alerts::ChannelKind;
+use replaysafe_core::config::Config;
 
 /// What `serve` would run with, secrets hidden.
 pub fn print(config: &Config) {
-    let shown = |s: &Option<crate::secret::Secret>| {
+    let shown = |s: &Option<replaysafe_core::secret::Secret>| {
         if s.is_some() {
             "(set, hidden)"
         } else {
@@ -101,7 +101,7 @@ pub fn print(config: &Config) {
             if let Some(n) = d.max_in_flight {
                 println!("    in flight     at most {n} at once");
             }
-            if let crate::config::destination::Ordering::PerKey { key } = &d.ordering {
+            if let replaysafe_core::config::destination::Ordering::PerKey { key } = &d.ordering {
                 println!(
                     "    ordering      one at a time per {}",
                     key.as_deref().unwrap_or("source (no ordering_key)")
@@ -112,7 +112,7 @@ pub fn print(config: &Config) {
             println!("  paused");
         }
         if let Some(rules) = config.alert_rules.per_source.get(&s.slug) {
-            let on: Vec<&str> = app::api::alerts::RULES
+            let on: Vec<&str> = replaysafe_types::alerts::RULES
                 .iter()
                 .copied()
                 .filter(|r| match *r {

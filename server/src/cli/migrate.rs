@@ -1,7 +1,7 @@
 //! `replaysafe migrate`: applies the migrations (idempotent) and exits.
 
 use super::{open_migrated, CliError};
-use crate::config::Config;
+use replaysafe_core::config::Config;
 
 pub async fn run(config: Config) -> Result<(), CliError> {
     let (_database, pool) = open_migrated(&config).await?;

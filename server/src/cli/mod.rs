@@ -17,15 +17,15 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 
-use crate::config::{self, Config, ConfigError};
-use crate::db::{self, DbError};
+use replaysafe_core::config::{self, Config, ConfigError};
+use replaysafe_core::db::{self, DbError};
 use serve::ServeArgs;
 use source::SourceAction;
 
 #[derive(Parser, Debug)]
 #[command(
     name = "replaysafe",
-    version = concat!(env!("CARGO_PKG_VERSION"), " (", env!("REPLAYSAFE_COMMIT"), ")"),
+    version = replaysafe_core::telemetry::VERSION_AND_COMMIT,
     about = "Inbound-webhook gateway with safe-replay semantics"
 )]
 pub struct Cli {
@@ -171,13 +171,13 @@ pub enum CliError {
     #[error(transparent)]
     Send(#[from] send::SendError),
     #[error(transparent)]
-    Source(#[from] crate::db::sources::SourceError),
+    Source(#[from] replaysafe_core::db::sources::SourceError),
     #[error(transparent)]
     Seed(#[from] seed::SeedError),
     #[error(transparent)]
-    User(#[from] crate::db::users::UserError),
+    User(#[from] replaysafe_core::db::users::UserError),
     #[error(transparent)]
-    Token(#[from] app::api::tokens::ssr::TokenError),
+    Token(#[from] replaysafe_core::accounts::tokens::TokenError),
     #[error(transparent)]
     Remote(#[from] remote::RemoteError),
     #[error(transparent)]

@@ -4,13 +4,13 @@
 use std::time::Instant;
 
 use super::{open_migrated, CliError};
-use crate::config::Config;
-use crate::db::DbError;
+use replaysafe_core::config::Config;
+use replaysafe_core::db::DbError;
 
 pub async fn run(config: Config) -> Result<(), CliError> {
     let (_database, pool) = open_migrated(&config).await?;
     let started = Instant::now();
-    let pruned = crate::jobs::retention::prune(
+    let pruned = replaysafe_core::jobs::retention::prune(
         &pool,
         config.retention_days,
         config.dedup_ttl_days,

@@ -16,12 +16,12 @@ use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
 use super::CliError;
-use crate::config::{Config, SourceConfig};
-use crate::db::{self, DbError};
-use crate::processing::retry::RetryPolicy;
-use crate::processing::worker::Workers;
-use crate::processing::{intake, Services};
-use crate::receiver::{Inbound, Receipt};
+use replaysafe_core::config::{Config, SourceConfig};
+use replaysafe_core::db::{self, DbError};
+use replaysafe_core::processing::retry::RetryPolicy;
+use replaysafe_core::processing::worker::Workers;
+use replaysafe_core::processing::{intake, Services};
+use replaysafe_core::receiver::{Inbound, Receipt};
 
 #[derive(Debug, clap::Args)]
 pub struct SeedArgs {
@@ -109,13 +109,12 @@ pub async fn run(config: &Config, pool: &PgPool, args: SeedArgs) -> Result<(), S
         }
     });
     let mut source: SourceConfig = source.clone();
-    let mut destination = source
-        .destination()
-        .cloned()
-        .unwrap_or_else(|| crate::config::Destination::default_to(destination_url.clone()));
+    let mut destination = source.destination().cloned().unwrap_or_else(|| {
+        replaysafe_core::config::Destination::default_to(destination_url.clone())
+    });
     destination.url = destination_url;
     source.destinations = vec![destination];
-    source.mode = crate::config::Mode::Ack;
+    source.mode = replaysafe_core::config::Mode::Ack;
     let mut seeded_config = config.clone();
     seeded_config.sources = vec![source.clone()];
     let seeded_config = Arc::new(seeded_config);
@@ -166,7 +165,7 @@ pub async fn run(config: &Config, pool: &PgPool, args: SeedArgs) -> Result<(), S
     sqlx::query!("UPDATE rollup_progress SET last_id = 0")
         .execute(pool)
         .await?;
-    crate::jobs::rollup::fold_all(pool).await?;
+    replaysafe_core::jobs::rollup::fold_all(pool).await?;
     println!(
         "spread over {} days and rollups rebuilt; {:.1} s in all",
         args.days,

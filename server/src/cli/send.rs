@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 
 use futures_util::stream::{self, StreamExt};
 
-use crate::config::{Config, SourceConfig};
-use crate::providers::Signed;
+use replaysafe_core::config::{Config, SourceConfig};
+use replaysafe_core::providers::Signed;
 
 #[derive(Debug, clap::Args)]
 pub struct SendArgs {

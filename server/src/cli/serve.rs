@@ -6,11 +6,11 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 use super::CliError;
-use crate::config::Config;
-use crate::db;
-use crate::processing::worker::Workers;
-use crate::processing::Services;
 use crate::web::{Application, Role};
+use replaysafe_core::config::Config;
+use replaysafe_core::db;
+use replaysafe_core::processing::worker::Workers;
+use replaysafe_core::processing::Services;
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct ServeArgs {
@@ -66,7 +66,7 @@ pub async fn run(config: Config, args: ServeArgs) -> Result<(), CliError> {
     let database = db::locate(&config).await?;
     let pool = db::pool(&database.url, 32).await?;
     let shutdown = CancellationToken::new();
-    let wake = Arc::new(crate::processing::wake::Wake::for_config(&config));
+    let wake = Arc::new(replaysafe_core::processing::wake::Wake::for_config(&config));
     let role = if args.worker_only {
         Role::WorkerOnly
     } else {
@@ -74,7 +74,10 @@ pub async fn run(config: Config, args: ServeArgs) -> Result<(), CliError> {
     };
     let mut services = Services::new(pool.clone(), config.clone(), wake);
     if let Some(url) = &config.read_database_url {
-        services.reads = app::api::ssr::Reads::with_replica(pool.clone(), db::replica::pool(url)?);
+        services.reads = replaysafe_core::db::replica::Reads::with_replica(
+            pool.clone(),
+            db::replica::pool(url)?,
+        );
     }
 
     let app = Application::bind(services.clone(), role)
@@ -93,7 +96,7 @@ pub async fn run(config: Config, args: ServeArgs) -> Result<(), CliError> {
     }
     let server = tokio::spawn(app.run(shutdown.clone()));
     let replica = tokio::spawn(db::replica::watch(services.reads.clone(), shutdown.clone()));
-    let pruner = tokio::spawn(crate::jobs::retention::run(
+    let pruner = tokio::spawn(replaysafe_core::jobs::retention::run(
         pool.clone(),
         config.retention_days,
         config.dedup_ttl_days,
@@ -108,14 +111,20 @@ pub async fn run(config: Config, args: ServeArgs) -> Result<(), CliError> {
             if shutdown.is_cancelled() {
                 return;
             }
-            let rollup = tokio::spawn(crate::jobs::rollup::run(pool.clone(), shutdown.clone()));
-            let alerts = tokio::spawn(crate::alerts::run(
+            let rollup = tokio::spawn(replaysafe_core::jobs::rollup::run(
+                pool.clone(),
+                shutdown.clone(),
+            ));
+            let alerts = tokio::spawn(replaysafe_core::alerts::run(
                 pool.clone(),
                 config.clone(),
                 shutdown.clone(),
             ));
-            let sessions = tokio::spawn(crate::jobs::sessions::run(pool.clone(), shutdown.clone()));
-            let unrecorded = tokio::spawn(crate::jobs::unrecorded::run(
+            let sessions = tokio::spawn(replaysafe_core::jobs::sessions::run(
+                pool.clone(),
+                shutdown.clone(),
+            ));
+            let unrecorded = tokio::spawn(replaysafe_core::jobs::unrecorded::run(
                 pool,
                 services.rejections.clone(),
                 shutdown.clone(),

@@ -4,8 +4,8 @@
 use clap::Subcommand;
 
 use super::{open_migrated, CliError};
-use crate::config::Config;
-use crate::db::audit::{cli_actor, Who};
+use replaysafe_core::config::Config;
+use replaysafe_core::db::audit::{cli_actor, Who};
 
 #[derive(Subcommand, Debug)]
 pub enum SourceAction {
@@ -22,7 +22,7 @@ pub async fn run(config: Config, action: SourceAction) -> Result<(), CliError> {
         SourceAction::Resume { slug } => (slug, false),
     };
     let actor = cli_actor();
-    crate::db::sources::set_paused(&pool, slug, paused, Who::named(&actor)).await?;
+    replaysafe_core::db::sources::set_paused(&pool, slug, paused, Who::named(&actor)).await?;
     pool.close().await;
     println!(
         "source {slug} {}",

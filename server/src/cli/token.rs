@@ -4,11 +4,11 @@
 
 use std::time::Duration;
 
-use app::api::tokens::ssr::{self as tokens, Target, TokenError};
-use app::auth::{Role, Who};
+use replaysafe_core::accounts::tokens::{self as tokens, Target, TokenError};
+use replaysafe_types::auth::{Role, Who};
 use sqlx::PgPool;
 
-use crate::db::audit::cli_actor;
+use replaysafe_core::db::audit::cli_actor;
 
 #[derive(Debug, clap::Subcommand)]
 pub enum TokenAction {

@@ -3,10 +3,10 @@
 
 use std::io::BufRead;
 
-use app::auth::Role;
+use replaysafe_types::auth::Role;
 use sqlx::PgPool;
 
-use crate::db::users::{add, list, set_disabled, unlock, UserError};
+use replaysafe_core::db::users::{add, list, set_disabled, unlock, UserError};
 
 #[derive(Debug, clap::Subcommand)]
 pub enum UserAction {
@@ -87,7 +87,7 @@ pub async fn run(pool: &PgPool, action: UserAction) -> Result<(), UserError> {
         }
         UserAction::Unlock { username, address } => {
             // Sign-ins are counted by the address's bucket (IPv6: its /64).
-            let address = address.map(|a| crate::config::address::bucket(a).to_string());
+            let address = address.map(|a| replaysafe_core::config::address::bucket(a).to_string());
             unlock(pool, username.as_deref(), address.as_deref()).await?;
             if let Some(username) = username {
                 println!("earlier failed sign-ins of {username} no longer count (an address that is locked out stays so until --address lifts it)");
@@ -97,7 +97,7 @@ pub async fn run(pool: &PgPool, action: UserAction) -> Result<(), UserError> {
             }
             println!(
                 "servers stop refusing from memory within {} s",
-                app::auth::ssr::REFUSED_FOR.as_secs()
+                replaysafe_core::accounts::REFUSED_FOR.as_secs()
             );
         }
     }

@@ -111,7 +111,7 @@ fn is_over_limit(e: &axum::Error) -> bool {
 
 /// The client a request came from, as the listener worked it out.
 pub fn client_of(request: &Request) -> IpAddr {
-    if let Some(app::auth::ssr::ClientAddr(ip)) = request.extensions().get() {
+    if let Some(replaysafe_core::accounts::ClientAddr(ip)) = request.extensions().get() {
         return *ip;
     }
     request
@@ -138,7 +138,7 @@ pub async fn bounded(State(state): State<AppState>, request: Request, next: Next
         match state.body_budget.reserve(room, client_of(&request)) {
             Some(reserved) => Some(reserved),
             None => {
-                crate::telemetry::metrics::shed("body_memory");
+                replaysafe_core::telemetry::metrics::shed("body_memory");
                 return (
                     StatusCode::SERVICE_UNAVAILABLE,
                     [(header::RETRY_AFTER, "5")],

@@ -1,7 +1,7 @@
 //! The dashboard's front door: sessions (tower-sessions, stored in
 //! PostgreSQL), the sign-in requirement for every page and server function,
 //! and the cross-site request check for every state-changing request. Each
-//! server function still checks its role itself (`app::api::ssr::Cx::require`).
+//! server function still checks its role itself (`replaysafe_core::ops::Cx::require`).
 
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, Method, StatusCode};
@@ -12,7 +12,7 @@ use tower_sessions::{Expiry, Session, SessionManagerLayer};
 use tower_sessions_sqlx_store::PostgresStore;
 
 use super::AppState;
-use crate::config::Config;
+use replaysafe_core::config::Config;
 
 pub const COOKIE: &str = "replaysafe_session";
 
@@ -94,7 +94,14 @@ pub async fn gate(
     if is_public(&path) {
         return next.run(request).await;
     }
-    match app::auth::ssr::user_of(&state.services.pool, &session).await {
+    let user = match session
+        .get::<i64>(replaysafe_core::accounts::USER_KEY)
+        .await
+    {
+        Ok(Some(id)) => replaysafe_core::accounts::user_of(&state.services.pool, id).await,
+        _ => Ok(None),
+    };
+    match user {
         Ok(Some(user)) => {
             // Server functions read it from here instead of asking again.
             request.extensions_mut().insert(user);

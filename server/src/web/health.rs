@@ -12,7 +12,7 @@ pub async fn healthz() -> &'static str {
 
 /// The database answers and every migration is applied.
 pub async fn readyz(State(state): State<AppState>) -> (StatusCode, &'static str) {
-    match crate::db::is_migrated(&state.services.pool).await {
+    match replaysafe_core::db::is_migrated(&state.services.pool).await {
         Ok(true) => (StatusCode::OK, "ready"),
         Ok(false) => (StatusCode::SERVICE_UNAVAILABLE, "migrations pending"),
         Err(e) => {

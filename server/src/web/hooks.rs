@@ -3,17 +3,17 @@
 
 use std::net::SocketAddr;
 
-use app::auth::ssr::ClientAddr;
 use axum::body::Body;
 use axum::extract::{ConnectInfo, Path, State};
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::Extension;
+use replaysafe_core::accounts::ClientAddr;
 
 use super::body::{self, BodyError};
 use super::AppState;
-use crate::processing::intake;
-use crate::receiver::{Inbound, Receipt, Reply};
+use replaysafe_core::processing::intake;
+use replaysafe_core::receiver::{Inbound, Receipt, Reply};
 
 pub async fn hook(
     State(state): State<AppState>,

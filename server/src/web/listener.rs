@@ -22,10 +22,10 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tower::Service;
 
-use app::auth::ssr::ClientAddr;
+use replaysafe_core::accounts::ClientAddr;
 
 use super::shares::AddressShares;
-use crate::config::{address, Config};
+use replaysafe_core::config::{address, Config};
 
 /// A connection told to close (idle, or shutting down) gets this long to
 /// finish what it is writing before it is dropped.
@@ -194,7 +194,7 @@ fn builder(config: &Config) -> auto::Builder<TokioExecutor> {
 }
 
 /// Often enough that a timeout is kept within a few seconds of its length.
-fn check_every(limits: &crate::config::HttpLimits) -> Duration {
+fn check_every(limits: &replaysafe_core::config::HttpLimits) -> Duration {
     (limits.header_timeout.min(limits.idle_timeout) / 4)
         .clamp(Duration::from_millis(100), Duration::from_secs(5))
 }
@@ -240,7 +240,7 @@ impl Activity {
 
     /// A connection that never sent a whole request gets the header timeout
     /// from its opening; after a request, the idle timeout from its end.
-    fn idle_beyond(&self, limits: &crate::config::HttpLimits) -> bool {
+    fn idle_beyond(&self, limits: &replaysafe_core::config::HttpLimits) -> bool {
         if self.in_flight.load(Ordering::SeqCst) > 0 {
             return false;
         }

@@ -10,14 +10,12 @@ pub mod health;
 pub mod hooks;
 pub mod listener;
 pub mod metrics;
-pub mod operations;
 pub mod shares;
 mod trace;
 
 use std::net::SocketAddr;
 use std::sync::{Arc, LazyLock};
 
-use app::api::actions::ssr::Operations;
 use axum::extract::FromRef;
 use axum::routing::{get, post};
 use axum::Router;
@@ -28,7 +26,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tower_sessions_sqlx_store::PostgresStore;
 
-use crate::processing::Services;
+use replaysafe_core::processing::Services;
 
 /// The name cargo-leptos gives the wasm, JS and CSS bundle (`output-name`).
 pub const SITE_OUTPUT_NAME: &str = "replaysafe";
@@ -39,7 +37,7 @@ pub struct AppState {
     pub leptos_options: LeptosOptions,
     pub services: Services,
     /// When `/metrics` last read its database gauges.
-    pub gauges_read: crate::telemetry::metrics::GaugesRead,
+    pub gauges_read: replaysafe_core::telemetry::metrics::GaugesRead,
     /// The memory the receiver's bodies being read may take.
     pub body_budget: body::BodyBudget,
 }
@@ -84,9 +82,9 @@ fn leptos_options(addr: SocketAddr) -> LeptosOptions {
 static DASHBOARD_ROUTES: LazyLock<Vec<AxumRouteListing>> =
     LazyLock::new(|| generate_route_list(app::App));
 
-/// `operations`: None for a worker-only process, which serves no dashboard.
-fn router(state: AppState, operations: Option<Arc<dyn Operations>>) -> Router {
-    let Some(operations) = operations else {
+/// A worker-only process serves no dashboard.
+fn router(state: AppState, role: Role) -> Router {
+    if role == Role::WorkerOnly {
         let mut router = Router::new()
             .route("/healthz", get(health::healthz))
             .route("/readyz", get(health::readyz));
@@ -98,16 +96,15 @@ fn router(state: AppState, operations: Option<Arc<dyn Operations>>) -> Router {
                 .with_state(state)
                 .layer(axum::middleware::map_response(security_headers)),
         );
-    };
+    }
     let routes = DASHBOARD_ROUTES.clone();
-    let pool = state.services.pool.clone();
-    let reads = state.services.reads.clone();
+    let services = state.services.clone();
     // Checked at start: public_url is an http(s) URL.
-    let public_url = app::auth::ssr::PublicUrl(
+    let public_url = replaysafe_core::accounts::PublicUrl(
         url::Url::parse(&state.services.config.public_url).expect("config checked public_url"),
     );
-    let sign_in = app::auth::ssr::SignInLimits::default();
-    let api = api::router(&state, operations.clone());
+    let sign_in = replaysafe_core::accounts::SignInLimits::default();
+    let api = api::router(&state);
     let options = state.leptos_options.clone();
     let config = state.services.config.clone();
     // The dashboard: pages and server functions, behind sessions and the gate.
@@ -116,9 +113,7 @@ fn router(state: AppState, operations: Option<Arc<dyn Operations>>) -> Router {
             &state,
             routes,
             move || {
-                provide_context(pool.clone());
-                provide_context(reads.clone());
-                provide_context(operations.clone());
+                provide_context(services.clone());
                 provide_context(public_url.clone());
                 provide_context(sign_in.clone());
             },
@@ -202,9 +197,9 @@ pub struct Application {
     listener: TcpListener,
     router: Router,
     metrics: Option<(TcpListener, Router)>,
-    config: Arc<crate::config::Config>,
+    config: Arc<replaysafe_core::config::Config>,
     /// A dashboard's: it runs the bulk re-delivery jobs too.
-    bulk_jobs: Option<(sqlx::PgPool, Arc<dyn Operations>)>,
+    bulk_jobs: Option<Services>,
 }
 
 impl Application {
@@ -216,7 +211,7 @@ impl Application {
     /// On a listener bound already (tests bind port 0 first, to know the
     /// public URL the origin check compares with).
     pub fn on(listener: TcpListener, services: Services, role: Role) -> std::io::Result<Self> {
-        crate::telemetry::metrics::install();
+        replaysafe_core::telemetry::metrics::install();
         let addr = listener.local_addr()?;
         let config = services.config.clone();
         let state = AppState {
@@ -225,14 +220,7 @@ impl Application {
             services,
             gauges_read: Default::default(),
         };
-        let operations = (role == Role::Full).then(|| {
-            Arc::new(operations::ServerOperations {
-                services: state.services.clone(),
-            }) as Arc<dyn Operations>
-        });
-        let bulk_jobs = operations
-            .clone()
-            .map(|ops| (state.services.pool.clone(), ops));
+        let bulk_jobs = (role == Role::Full).then(|| state.services.clone());
         let metrics = match config.metrics_listen {
             Some(at) => {
                 let bound = std::net::TcpListener::bind(at)?;
@@ -245,7 +233,7 @@ impl Application {
             addr,
             metrics_addr: metrics.as_ref().map(|(l, _)| l.local_addr()).transpose()?,
             listener,
-            router: router(state, operations),
+            router: router(state, role),
             metrics,
             config,
             bulk_jobs,
@@ -269,8 +257,8 @@ impl Application {
             shutdown.clone(),
         );
         let bulk_jobs = async {
-            if let Some((pool, operations)) = self.bulk_jobs {
-                crate::jobs::bulk::run(pool, operations, shutdown.clone()).await;
+            if let Some(services) = self.bulk_jobs {
+                replaysafe_core::jobs::bulk::run(services, shutdown.clone()).await;
             }
             Ok(())
         };

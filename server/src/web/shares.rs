@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 
-use crate::config::address;
+use replaysafe_core::config::address;
 
 #[derive(Clone)]
 pub struct AddressShares {

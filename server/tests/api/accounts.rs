@@ -2,12 +2,12 @@
 //! what, sign-in and its limits, cross-site refusal, and the dedup layer's
 //! verdict on re-deliveries and forced re-executions.
 
-use replaysafe::db::MIGRATOR;
+use replaysafe_core::db::MIGRATOR;
 use sqlx::PgPool;
 
 use crate::helpers::{spawn_app, test_config, Destination, Scripted, TestApp, PASSWORD};
 
-fn config(destination: &str, secrets: &str) -> replaysafe::config::Config {
+fn config(destination: &str, secrets: &str) -> replaysafe_core::config::Config {
     test_config(
         &format!(
             r#"
@@ -52,12 +52,12 @@ async fn every_page_and_server_function_checks_session_and_role(pool: PgPool) {
     deliver(&app, "m-1", b"gh-secret").await;
     app.drain().await;
     let (event, delivery) = first_delivery(&pool, "m-1").await;
-    let (_, victim) = app::api::tokens::ssr::create(
+    let (_, victim) = replaysafe_core::accounts::tokens::create(
         &pool,
         "victim",
-        app::auth::Role::Viewer,
+        replaysafe_types::auth::Role::Viewer,
         None,
-        app::auth::Who::named("test"),
+        replaysafe_types::auth::Who::named("test"),
     )
     .await
     .unwrap();
@@ -313,9 +313,15 @@ async fn sign_in_renews_the_session_id_and_sign_out_ends_it(pool: PgPool) {
     )
     .await;
     let first = app.session("viewer").await;
-    replaysafe::db::users::add(&pool, "admin-user", PASSWORD, app::auth::Role::Admin, true)
-        .await
-        .unwrap();
+    replaysafe_core::db::users::add(
+        &pool,
+        "admin-user",
+        PASSWORD,
+        replaysafe_types::auth::Role::Admin,
+        true,
+    )
+    .await
+    .unwrap();
     // Signing in again while holding a session: the id changes.
     let (status, second) = app.login("admin-user", PASSWORD, Some(&first)).await;
     assert_eq!(status, 200);
@@ -340,7 +346,7 @@ async fn sign_in_renews_the_session_id_and_sign_out_ends_it(pool: PgPool) {
 
     // Disabling a user ends their sessions at once.
     let viewer = app.session("viewer").await;
-    replaysafe::db::users::set_disabled(&pool, "viewer-user", true)
+    replaysafe_core::db::users::set_disabled(&pool, "viewer-user", true)
         .await
         .unwrap();
     assert_eq!(app.page(Some(&viewer), "/overview").await.status(), 303);
@@ -361,12 +367,24 @@ async fn failed_sign_ins_are_rate_limited_per_user_and_address(pool: PgPool) {
         config("http://127.0.0.1:9/x", r#""gh-secret""#),
     )
     .await;
-    replaysafe::db::users::add(&pool, "alice", PASSWORD, app::auth::Role::Viewer, false)
-        .await
-        .unwrap();
-    replaysafe::db::users::add(&pool, "bob", PASSWORD, app::auth::Role::Viewer, false)
-        .await
-        .unwrap();
+    replaysafe_core::db::users::add(
+        &pool,
+        "alice",
+        PASSWORD,
+        replaysafe_types::auth::Role::Viewer,
+        false,
+    )
+    .await
+    .unwrap();
+    replaysafe_core::db::users::add(
+        &pool,
+        "bob",
+        PASSWORD,
+        replaysafe_types::auth::Role::Viewer,
+        false,
+    )
+    .await
+    .unwrap();
     for _ in 0..5 {
         assert_eq!(app.login("alice", "guess", None).await.0, 401);
     }
@@ -389,16 +407,16 @@ async fn failed_sign_ins_are_rate_limited_per_user_and_address(pool: PgPool) {
     .unwrap();
     assert_eq!(limited, [serde_json::json!({"refused": 2})]);
     // An operator lifts the lockouts: the username's alone leaves the address locked...
-    replaysafe::db::users::unlock(&pool, Some("Alice"), None)
+    replaysafe_core::db::users::unlock(&pool, Some("Alice"), None)
         .await
         .unwrap();
     assert_eq!(app.login("alice", PASSWORD, None).await.0, 429);
     // ...the address's lifts both, once the server's memory of the refusal
     // has passed (REFUSED_FOR); tries meanwhile are refused from memory.
-    replaysafe::db::users::unlock(&pool, None, Some("127.0.0.1"))
+    replaysafe_core::db::users::unlock(&pool, None, Some("127.0.0.1"))
         .await
         .unwrap();
-    let deadline = std::time::Instant::now() + app::auth::ssr::REFUSED_FOR * 3;
+    let deadline = std::time::Instant::now() + replaysafe_core::accounts::REFUSED_FOR * 3;
     while app.login("bob", PASSWORD, None).await.0 != 200 {
         assert!(std::time::Instant::now() < deadline, "still locked out");
         tokio::time::sleep(std::time::Duration::from_millis(250)).await;
@@ -418,9 +436,15 @@ async fn a_parallel_burst_of_guesses_gets_no_more_tries_than_a_serial_one(pool: 
         config("http://127.0.0.1:9/x", r#""gh-secret""#),
     )
     .await;
-    replaysafe::db::users::add(&pool, "carol", PASSWORD, app::auth::Role::Viewer, false)
-        .await
-        .unwrap();
+    replaysafe_core::db::users::add(
+        &pool,
+        "carol",
+        PASSWORD,
+        replaysafe_types::auth::Role::Viewer,
+        false,
+    )
+    .await
+    .unwrap();
     let failed = || async {
         sqlx::query_scalar::<_, i64>(
             "SELECT count(*) FROM audit_log WHERE action = 'login' AND outcome = 'failed'",
@@ -447,7 +471,7 @@ async fn a_parallel_burst_of_guesses_gets_no_more_tries_than_a_serial_one(pool: 
             break;
         }
         // Refusals are remembered for a moment: the next burst after it.
-        tokio::time::sleep(app::auth::ssr::REFUSED_FOR).await;
+        tokio::time::sleep(replaysafe_core::accounts::REFUSED_FOR).await;
     }
     assert_eq!(failed().await, 5);
     assert_eq!(app.login("carol", PASSWORD, None).await.0, 429);

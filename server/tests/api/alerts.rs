@@ -7,8 +7,8 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use replaysafe::alerts::evaluate_once;
-use replaysafe::db::MIGRATOR;
+use replaysafe_core::alerts::evaluate_once;
+use replaysafe_core::db::MIGRATOR;
 use serde_json::Value;
 use sqlx::PgPool;
 
@@ -52,7 +52,7 @@ oldest_due_minutes = 1
 "#;
     let app = spawn_app(pool.clone(), gh_config(&destination.url, top)).await;
     let config = app.config.clone();
-    let fold = || replaysafe::jobs::rollup::fold_all(&pool);
+    let fold = || replaysafe_core::jobs::rollup::fold_all(&pool);
     assert_eq!(
         evaluate_once(&pool, &config).await.unwrap(),
         Default::default(),
@@ -227,7 +227,7 @@ async fn a_sender_killed_mid_send_leaves_the_notification_to_another(pool: PgPoo
     let app = spawn_app(pool.clone(), gh_config(&destination.url, &top)).await;
     let http = reqwest::Client::new();
     assert_eq!(
-        replaysafe::alerts::send_due(&pool, &app.config, &http)
+        replaysafe_core::alerts::send_due(&pool, &app.config, &http)
             .await
             .unwrap(),
         1
@@ -248,7 +248,7 @@ async fn a_sender_killed_mid_send_leaves_the_notification_to_another(pool: PgPoo
             .unwrap();
     assert_eq!((sent, attempts), (true, 2));
     assert_eq!(
-        replaysafe::alerts::send_due(&pool, &app.config, &http)
+        replaysafe_core::alerts::send_due(&pool, &app.config, &http)
             .await
             .unwrap(),
         0,
@@ -683,9 +683,9 @@ async fn an_admins_silence_keeps_an_alert_shown_but_unsent(pool: PgPool) {
         names(&evaluate_once(&pool, &app.config).await.unwrap().resolved),
         ["dead_letters"]
     );
-    let http = replaysafe::alerts::channels::client();
+    let http = replaysafe_core::alerts::channels::client();
     assert_eq!(
-        replaysafe::alerts::send_due(&pool, &app.config, &http)
+        replaysafe_core::alerts::send_due(&pool, &app.config, &http)
             .await
             .unwrap(),
         0
@@ -702,7 +702,7 @@ async fn an_admins_silence_keeps_an_alert_shown_but_unsent(pool: PgPool) {
         ["dead_letters"]
     );
     assert_eq!(
-        replaysafe::alerts::send_due(&pool, &app.config, &http)
+        replaysafe_core::alerts::send_due(&pool, &app.config, &http)
             .await
             .unwrap(),
         2

@@ -4,16 +4,14 @@
 //! record, and take over from each other, and an operator who cancels.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use app::api::actions::ssr::Operations;
-use app::api::actions::DeadFilter;
-use app::api::jobs::ssr::{self as jobs, Next, Owned};
-use app::api::ssr::Cx;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use replaysafe::db::MIGRATOR;
+use replaysafe_core::db::MIGRATOR;
+use replaysafe_core::jobs::queue::{self as jobs, Next, Owned};
+use replaysafe_core::ops::Cx;
+use replaysafe_types::actions::DeadFilter;
 use serde_json::{json, Value};
 use sqlx::PgPool;
 
@@ -219,7 +217,7 @@ async fn a_job_is_bounded_and_fails_when_its_token_is_revoked(pool: PgPool) {
     dead_events(&app).await;
     let cx = by_hand(&app, "temp").await;
     let all = DeadFilter::default();
-    for _ in 0..app::api::jobs::UNFINISHED_JOBS_MAX {
+    for _ in 0..replaysafe_types::jobs::UNFINISHED_JOBS_MAX {
         jobs::start(&cx, &all).await.unwrap();
     }
     let busy = jobs::start(&cx, &all).await.unwrap_err();
@@ -240,10 +238,10 @@ async fn a_job_is_bounded_and_fails_when_its_token_is_revoked(pool: PgPool) {
         .await
         .unwrap()
         .unwrap();
-    app::api::tokens::ssr::revoke_where(
+    replaysafe_core::accounts::tokens::revoke_where(
         &pool,
-        app::api::tokens::ssr::Target::Name("temp"),
-        app::auth::Who::named("test"),
+        replaysafe_core::accounts::tokens::Target::Name("temp"),
+        replaysafe_types::auth::Who::named("test"),
         None,
     )
     .await
@@ -261,15 +259,10 @@ async fn a_job_is_bounded_and_fails_when_its_token_is_revoked(pool: PgPool) {
 async fn by_hand(app: &TestApp, name: &str) -> Cx {
     app.stop_serving();
     let operator = token(app, name, "operator", None).await;
-    let operations: Arc<dyn Operations> = Arc::new(replaysafe::web::operations::ServerOperations {
-        services: app.services.clone(),
-    });
     Cx {
-        pool: app.pool.clone(),
-        reads: app::api::ssr::Reads::primary_only(app.pool.clone()),
-        operations,
+        services: app.services.clone(),
         caller: Some(
-            app::api::tokens::ssr::caller(&app.pool, &operator)
+            replaysafe_core::accounts::tokens::caller(&app.pool, &operator)
                 .await
                 .unwrap(),
         ),
@@ -285,7 +278,7 @@ enum Phase {
     /// Its events chosen and marked pending, none re-delivered yet.
     Chosen(jobs::Step),
     /// Re-delivered, answers not yet recorded.
-    Answered(jobs::Step, Vec<app::api::actions::RedeliveryResult>),
+    Answered(jobs::Step, Vec<replaysafe_types::actions::RedeliveryResult>),
 }
 
 struct Runner {
@@ -407,7 +400,7 @@ async fn jobs_survive_stalled_and_dead_runners_and_cancels_for_many_seeds(pool: 
                         caller: Some(caller),
                         ..cx.clone()
                     };
-                    let results = app::api::actions::ssr::redeliver_each(
+                    let results = replaysafe_core::ops::actions::redeliver_each(
                         &as_caller,
                         owned.id,
                         &step.chosen,

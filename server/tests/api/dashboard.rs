@@ -1,12 +1,12 @@
 //! The dashboard's data: rollups that count every row once, the server
 //! functions behind each page, and `/metrics`.
 
-use replaysafe::db::MIGRATOR;
+use replaysafe_core::db::MIGRATOR;
 use sqlx::PgPool;
 
 use crate::helpers::{spawn_app, test_config, Destination, Scripted, TestApp};
 
-fn config(slug: &str, destination: &str) -> replaysafe::config::Config {
+fn config(slug: &str, destination: &str) -> replaysafe_core::config::Config {
     test_config(
         &format!(
             r#"
@@ -112,12 +112,18 @@ async fn rollups_count_every_delivery_and_attempt_exactly_once(pool: PgPool) {
     }
     // Folding while nothing was forwarded yet, then again after: the
     // attempts arrive in a later fold without counting deliveries twice.
-    replaysafe::jobs::rollup::fold_all(&pool).await.unwrap();
+    replaysafe_core::jobs::rollup::fold_all(&pool)
+        .await
+        .unwrap();
     app.drain().await;
     // Several processes fold at once: the progress lock keeps counts exact.
     let folds = (0..4).map(|_| {
         let pool = pool.clone();
-        tokio::spawn(async move { replaysafe::jobs::rollup::fold_all(&pool).await.unwrap() })
+        tokio::spawn(async move {
+            replaysafe_core::jobs::rollup::fold_all(&pool)
+                .await
+                .unwrap()
+        })
     });
     for fold in folds {
         fold.await.unwrap();
@@ -140,13 +146,15 @@ async fn an_attempt_in_flight_holds_the_fold_back_until_it_finishes(pool: PgPool
     // A worker leases the event (its attempt is open) but has not finished.
     let leased = app.lease_as("stuck-worker", 10).await;
     assert_eq!(leased.len(), 1);
-    replaysafe::jobs::rollup::fold_all(&pool).await.unwrap();
+    replaysafe_core::jobs::rollup::fold_all(&pool)
+        .await
+        .unwrap();
     assert_eq!(
         rolled_up(&pool).await.attempts,
         0,
         "an open attempt is not counted yet"
     );
-    let record = replaysafe::events::AttemptRecord {
+    let record = replaysafe_core::events::AttemptRecord {
         status: Some(200),
         latency_ms: 5,
         ..Default::default()
@@ -156,11 +164,13 @@ async fn an_attempt_in_flight_holds_the_fold_back_until_it_finishes(pool: PgPool
             "stuck-worker",
             &leased[0],
             record,
-            replaysafe::events::Next::Completed
+            replaysafe_core::events::Next::Completed
         )
         .await
     );
-    replaysafe::jobs::rollup::fold_all(&pool).await.unwrap();
+    replaysafe_core::jobs::rollup::fold_all(&pool)
+        .await
+        .unwrap();
     let sums = rolled_up(&pool).await;
     assert_eq!(
         (sums.attempts, sums.events_completed, sums.e2e_counted),
@@ -174,7 +184,9 @@ async fn the_overview_reports_figures_backlog_and_a_duplicate_storm(pool: PgPool
     for i in 0..10 {
         deliver_event(&app, "gh", &format!("e-{i}"), b"gh-secret").await;
     }
-    replaysafe::jobs::rollup::fold_all(&pool).await.unwrap();
+    replaysafe_core::jobs::rollup::fold_all(&pool)
+        .await
+        .unwrap();
     let (status, o) = app.server_fn("overview", "window=hour").await;
     assert_eq!(status, 200, "{o}");
     assert_eq!(o["totals"]["deliveries"], 10);
@@ -193,9 +205,11 @@ async fn the_overview_reports_figures_backlog_and_a_duplicate_storm(pool: PgPool
             deliver_event(&app, "gh", &format!("e-{i}"), b"gh-secret").await;
         }
     }
-    replaysafe::jobs::rollup::fold_all(&pool).await.unwrap();
+    replaysafe_core::jobs::rollup::fold_all(&pool)
+        .await
+        .unwrap();
     // The banner shows the alerts the evaluator fired.
-    replaysafe::alerts::evaluate_once(&pool, &app.config)
+    replaysafe_core::alerts::evaluate_once(&pool, &app.config)
         .await
         .unwrap();
     let (_, o) = app.server_fn("overview", "window=day&source=gh").await;
@@ -221,7 +235,9 @@ async fn deliveries_filter_by_outcome_status_key_and_time(pool: PgPool) {
     .execute(&pool)
     .await
     .unwrap();
-    replaysafe::jobs::rollup::fold_all(&pool).await.unwrap();
+    replaysafe_core::jobs::rollup::fold_all(&pool)
+        .await
+        .unwrap();
     let keys = |page: &serde_json::Value| -> Vec<String> {
         page["rows"]
             .as_array()
@@ -389,7 +405,7 @@ async fn metrics_are_prometheus_text_with_outcomes_latency_and_backlog(pool: PgP
         &format!(
             r#"replaysafe_build_info{{version="{}",commit="{}"}} 1"#,
             env!("CARGO_PKG_VERSION"),
-            replaysafe::telemetry::COMMIT
+            replaysafe_core::telemetry::COMMIT
         ),
     ] {
         assert!(
@@ -404,7 +420,7 @@ async fn metrics_take_the_configured_token_and_read_the_database_at_most_every_f
     pool: PgPool,
 ) {
     let mut config = config("metrics-tok", "http://127.0.0.1:9/closed");
-    config.metrics_token = Some(replaysafe::config::Secret::new("scrape-me"));
+    config.metrics_token = Some(replaysafe_core::config::Secret::new("scrape-me"));
     let app = spawn_app(pool.clone(), config).await;
     let scrape = |auth: Option<&'static str>| {
         let mut request = app.client.get(app.url("/metrics"));
@@ -440,7 +456,7 @@ async fn metrics_take_the_configured_token_and_read_the_database_at_most_every_f
     deliver_event(&app, "metrics-tok", "t-1", b"gh-secret").await;
     let soon = scrape(Some("Bearer scrape-me")).await.text().await.unwrap();
     assert_eq!(backlog(&soon), backlog(&first));
-    tokio::time::sleep(replaysafe::telemetry::metrics::GAUGES_FRESH_FOR).await;
+    tokio::time::sleep(replaysafe_core::telemetry::metrics::GAUGES_FRESH_FOR).await;
     let later = scrape(Some("Bearer scrape-me")).await.text().await.unwrap();
     assert_eq!(
         backlog(&later).as_deref(),
@@ -458,18 +474,20 @@ async fn a_backlog_is_folded_in_bounded_steps_and_only_once_settled(pool: PgPool
     .execute(&pool)
     .await
     .unwrap();
-    let mut rollup = replaysafe::jobs::rollup::Rollup::default();
+    let mut rollup = replaysafe_core::jobs::rollup::Rollup::default();
     let first = rollup
-        .step(&pool, replaysafe::jobs::rollup::SETTLE)
+        .step(&pool, replaysafe_core::jobs::rollup::SETTLE)
         .await
         .unwrap();
     assert_eq!(first.deliveries, 0, "nothing is folded before it settled");
-    let one_step = replaysafe::jobs::rollup::Rollup::default()
+    let one_step = replaysafe_core::jobs::rollup::Rollup::default()
         .step(&pool, std::time::Duration::ZERO)
         .await
         .unwrap();
     assert_eq!(one_step.deliveries, 20000, "one fold is bounded");
-    let rest = replaysafe::jobs::rollup::fold_all(&pool).await.unwrap();
+    let rest = replaysafe_core::jobs::rollup::fold_all(&pool)
+        .await
+        .unwrap();
     assert_eq!(rest.deliveries, 25000);
     let (deliveries, bad_signature, last_id, max_id): (i64, i64, i64, i64) = sqlx::query_as(
         "SELECT (SELECT sum(deliveries)::bigint FROM minute_stats),

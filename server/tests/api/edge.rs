@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use replaysafe::db::MIGRATOR;
+use replaysafe_core::db::MIGRATOR;
 use sqlx::PgPool;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -47,7 +47,7 @@ const SIGNATURE_HEADERS: [&str; 16] = [
     "x-signature-timestamp",
 ];
 
-fn config(destination: &str) -> replaysafe::config::Config {
+fn config(destination: &str) -> replaysafe_core::config::Config {
     use rsa::pkcs8::{EncodePublicKey, LineEnding};
     let mut rng = StdRng::seed_from_u64(7);
     let key = rsa::RsaPrivateKey::new(&mut rng, 2048).unwrap();

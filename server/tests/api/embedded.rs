@@ -4,7 +4,7 @@
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
-use replaysafe::db::embedded::EmbeddedPostgres;
+use replaysafe_core::db::embedded::EmbeddedPostgres;
 use sqlx::Connection;
 
 /// Whether a postgres process serves this cluster directory.

@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hmac::{Hmac, Mac};
-use replaysafe::db::MIGRATOR;
-use replaysafe::processing::worker::Workers;
+use replaysafe_core::db::MIGRATOR;
+use replaysafe_core::processing::worker::Workers;
 use sha2::Sha256;
 use sqlx::PgPool;
 
@@ -75,7 +75,7 @@ async fn prune_delivery(pool: &PgPool, delivery_id: i64) {
         .execute(pool)
         .await
         .unwrap();
-    replaysafe::jobs::retention::prune(pool, 30, 30, 365)
+    replaysafe_core::jobs::retention::prune(pool, 30, 30, 365)
         .await
         .unwrap();
     let left: i64 = sqlx::query_scalar("SELECT count(*) FROM deliveries WHERE id = $1")
@@ -420,7 +420,7 @@ async fn a_revived_event_is_timed_from_its_revival(pool: PgPool) {
     assert_eq!(status, 200, "{result}");
     let leased = app.lease_as("w", 10).await;
     assert_eq!(leased.len(), 1);
-    let waited = replaysafe::telemetry::metrics::unix_now() - leased[0].received;
+    let waited = replaysafe_core::telemetry::metrics::unix_now() - leased[0].received;
     assert!(
         (0.0..60.0).contains(&waited),
         "timed from {waited} s ago, not from the revive"
@@ -437,8 +437,8 @@ async fn workers_lease_only_the_sources_their_process_has(pool: PgPool) {
         &github_source("other", &destination.url, 2, 8),
         &[],
     ));
-    replaysafe::db::prepare(pool.clone(), other_config.clone(), Default::default()).await;
-    let other = Workers::new(&replaysafe::processing::Services::new(
+    replaysafe_core::db::prepare(pool.clone(), other_config.clone(), Default::default()).await;
+    let other = Workers::new(&replaysafe_core::processing::Services::new(
         pool.clone(),
         other_config,
         Default::default(),
@@ -465,7 +465,7 @@ async fn workers_lease_only_the_sources_their_process_has(pool: PgPool) {
 
     // A process started later syncs the sources table to its own config:
     // the first still forwards its own sources.
-    replaysafe::db::prepare(
+    replaysafe_core::db::prepare(
         pool.clone(),
         Arc::new(test_config(
             &github_source("other", &destination.url, 2, 8),
@@ -517,7 +517,7 @@ fn held_claims_are_answered_without_further_traffic() {
         let (server, _) = url.rsplit_once('/').unwrap();
         let pool = PgPool::connect(&format!("{server}/{name}")).await.unwrap();
         MIGRATOR.run(&pool).await.unwrap();
-        let claims = replaysafe::receiver::batch::ClaimBatcher::start(pool.clone(), 2);
+        let claims = replaysafe_core::receiver::batch::ClaimBatcher::start(pool.clone(), 2);
         for round in 0..150 {
             let copies = (0..6).map(|_| {
                 let claims = claims.clone();
@@ -828,15 +828,15 @@ async fn a_replay_racing_the_original_claim_is_its_duplicate(pool: PgPool) {
     let digest = <Sha256 as sha2::Digest>::digest(body.as_bytes()).to_vec();
     // The original's claim, held open.
     let mut original = pool.begin().await.unwrap();
-    replaysafe::events::guard(&mut original, &["gh"], &[&digest], &["orig"])
+    replaysafe_core::events::guard(&mut original, &["gh"], &[&digest], &["orig"])
         .await
         .unwrap();
-    let plan = [replaysafe::events::Planned {
+    let plan = [replaysafe_core::events::Planned {
         destination: "default",
         wanted: true,
         ordering_key: None,
     }];
-    replaysafe::events::claim(&mut original, "gh", "orig", &plan, None, None)
+    replaysafe_core::events::claim(&mut original, "gh", "orig", &plan, None, None)
         .await
         .unwrap()
         .expect("claimed");
@@ -886,25 +886,26 @@ async fn sync_events_their_provider_abandoned_are_adopted_by_the_workers(pool: P
     assert_eq!(destination.count(), 2);
 
     // A holder that died mid-attempt: once its lease lapses, a worker takes over.
-    let holder = replaysafe::events::InlineLease {
+    let holder = replaysafe_core::events::InlineLease {
         owner: "sync:crashed",
         secs: 0.0,
     };
     let mut tx = pool.begin().await.unwrap();
-    let plan = [replaysafe::events::Planned {
+    let plan = [replaysafe_core::events::Planned {
         destination: "default",
         wanted: true,
         ordering_key: None,
     }];
     let (event, _) =
-        replaysafe::events::claim(&mut tx, "slack", "orphan", &plan, None, Some(holder))
+        replaysafe_core::events::claim(&mut tx, "slack", "orphan", &plan, None, Some(holder))
             .await
             .unwrap()
             .expect("claimed");
     tx.commit().await.unwrap();
     assert!(matches!(
-        replaysafe::events::start_inline(&pool, event, "sync:crashed").await,
-        Ok(replaysafe::events::Inline::Started { .. }) | Ok(replaysafe::events::Inline::LeaseLost)
+        replaysafe_core::events::start_inline(&pool, event, "sync:crashed").await,
+        Ok(replaysafe_core::events::Inline::Started { .. })
+            | Ok(replaysafe_core::events::Inline::LeaseLost)
     ));
     tokio::time::sleep(Duration::from_millis(50)).await;
     // No payload was recorded for this hand-made claim: it goes dead, not stuck.

@@ -2,7 +2,7 @@
 //! dispatch of each event it wants; filters route by the provider's event
 //! type and the verified body; the dedup promise holds per destination.
 
-use replaysafe::db::MIGRATOR;
+use replaysafe_core::db::MIGRATOR;
 use sqlx::PgPool;
 
 use crate::helpers::{hmac_hex, spawn_app, test_config, Destination, Outage, Scripted, TestApp};
@@ -15,7 +15,7 @@ struct Three {
 
 /// Source `gh` (GitHub) with three destinations: `billing` wants issue
 /// events, `crm` every event, `analytics` pushes to main only.
-fn config(d: &Three, max_attempts: u32) -> replaysafe::config::Config {
+fn config(d: &Three, max_attempts: u32) -> replaysafe_core::config::Config {
     test_config(
         &format!(
             r#"
@@ -447,7 +447,7 @@ fn destinations_are_checked_as_the_config_is_read() {
     ] {
         let text = format!("{base}{extra}");
         let env = |_: &str| None;
-        let e = replaysafe::config::parse_and_validate(None, &text, &env)
+        let e = replaysafe_core::config::parse_and_validate(None, &text, &env)
             .unwrap_err()
             .to_string();
         assert!(e.contains(&format!("`{key}`")), "{extra:?} gave {e}");
@@ -477,7 +477,7 @@ async fn handed_over_claims_reach_every_destination_that_wants_them(pool: PgPool
         analytics: Destination::start(vec![]).await,
     };
     let app = spawn_app(pool.clone(), config(&three, 3)).await;
-    let mut workers = replaysafe::processing::worker::Workers::new(&app.services);
+    let mut workers = replaysafe_core::processing::worker::Workers::new(&app.services);
     workers.poll = std::time::Duration::from_secs(3600);
     let shutdown = tokio_util::sync::CancellationToken::new();
     let _running = workers.spawn(4, shutdown.clone());
@@ -583,7 +583,7 @@ async fn events_kept_without_a_destination_go_to_the_ones_configured_later(pool:
 }
 
 /// Source `gh` with destination `limited` (its own limits) and `free`.
-fn limited_config(limited: &str, free: &str, limits: &str) -> replaysafe::config::Config {
+fn limited_config(limited: &str, free: &str, limits: &str) -> replaysafe_core::config::Config {
     test_config(
         &format!(
             r#"
@@ -610,11 +610,11 @@ url = "{free}"
 /// the join sets are dropped).
 async fn two_processes(
     pool: &PgPool,
-    config: replaysafe::config::Config,
+    config: replaysafe_core::config::Config,
     shutdown: &tokio_util::sync::CancellationToken,
 ) -> (TestApp, TestApp, Vec<tokio::task::JoinSet<()>>) {
     two_processes_with(pool, config, shutdown, |app| {
-        replaysafe::processing::worker::Workers::new(&app.services)
+        replaysafe_core::processing::worker::Workers::new(&app.services)
     })
     .await
 }
@@ -622,9 +622,9 @@ async fn two_processes(
 /// `two_processes`, each with the workers `workers` makes.
 async fn two_processes_with(
     pool: &PgPool,
-    config: replaysafe::config::Config,
+    config: replaysafe_core::config::Config,
     shutdown: &tokio_util::sync::CancellationToken,
-    workers: fn(&TestApp) -> replaysafe::processing::worker::Workers,
+    workers: fn(&TestApp) -> replaysafe_core::processing::worker::Workers,
 ) -> (TestApp, TestApp, Vec<tokio::task::JoinSet<()>>) {
     let one = spawn_app(pool.clone(), config.clone()).await;
     let other_pool = PgPool::connect(&crate::helpers::database_url(pool).await)
@@ -942,10 +942,13 @@ async fn an_operator_opens_and_closes_a_breaker_by_hand(pool: PgPool) {
     deliver(&app, "m-1", "push", "{}").await;
     assert_eq!(app.drain().await, 0, "held while the breaker is open");
     // The alerts see it: the source's destination is failing.
-    let holding =
-        app::api::alerts::ssr::evaluate(&pool, &app.config.alert_rules, &Default::default())
-            .await
-            .unwrap();
+    let holding = replaysafe_core::alerts::rules::evaluate(
+        &pool,
+        &app.config.alert_rules,
+        &Default::default(),
+    )
+    .await
+    .unwrap();
     let failing = holding
         .iter()
         .find(|c| c.rule == "destination_failing" && c.source == "gh")
@@ -1112,7 +1115,7 @@ url = "{}"
         // A retry waits a moment: time for a later event to overtake it if
         // the order did not hold.
         let mut workers = app.workers();
-        workers.policy = std::sync::Arc::new(replaysafe::processing::retry::RetryPolicy {
+        workers.policy = std::sync::Arc::new(replaysafe_core::processing::retry::RetryPolicy {
             schedule: vec![std::time::Duration::from_millis(150)],
             jitter: 0.0,
             min_retry_after: std::time::Duration::ZERO,

@@ -7,14 +7,14 @@
 
 use std::time::{Duration, Instant};
 
-use replaysafe::db::MIGRATOR;
-use replaysafe::processing::worker::Workers;
+use replaysafe_core::db::MIGRATOR;
+use replaysafe_core::processing::worker::Workers;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
 use crate::helpers::{lease_statements, spawn_app, test_config, Destination, TestApp};
 
-fn config(destination: &str) -> replaysafe::config::Config {
+fn config(destination: &str) -> replaysafe_core::config::Config {
     test_config(
         &format!(
             r#"
@@ -293,7 +293,7 @@ async fn copies_in_one_batch_and_a_full_inbox_still_forward_each_event_once(pool
     let app = spawn_app(pool.clone(), config(&destination.url)).await;
     // Open, no worker yet: the inbox fills, later claims are queued.
     app.services.inbox.open(Duration::from_secs(25));
-    let room = replaysafe::processing::handoff::ROOM;
+    let room = replaysafe_core::processing::handoff::ROOM;
     let n = room + 44;
     for chunk in 0..n / 50 + 1 {
         let (from, count) = (chunk * 50, 50.min(n - chunk * 50));
@@ -383,7 +383,7 @@ async fn a_lease_takes_for_the_workers_behind_it_and_gives_back_what_they_did_no
     .await
     .unwrap();
     assert!(
-        most > replaysafe::processing::worker::LEASE_BATCH,
+        most > replaysafe_core::processing::worker::LEASE_BATCH,
         "one lease's holder forwarded more than a worker's batch: {most}"
     );
 

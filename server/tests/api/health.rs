@@ -1,4 +1,4 @@
-use replaysafe::db::MIGRATOR;
+use replaysafe_core::db::MIGRATOR;
 use sqlx::PgPool;
 
 use crate::helpers::{spawn_app, test_config};
@@ -19,7 +19,7 @@ async fn healthz_and_readyz_answer_ok_on_a_migrated_database(pool: PgPool) {
 async fn readyz_is_503_until_migrations_are_applied(pool: PgPool) {
     let config = std::sync::Arc::new(test_config("", &[]));
     let app = replaysafe::web::Application::bind(
-        replaysafe::processing::Services::new(pool.clone(), config, Default::default()),
+        replaysafe_core::processing::Services::new(pool.clone(), config, Default::default()),
         replaysafe::web::Role::Full,
     )
     .await
@@ -39,9 +39,9 @@ async fn readyz_is_503_until_migrations_are_applied(pool: PgPool) {
 
 #[sqlx::test(migrations = false)]
 async fn migrations_are_idempotent(pool: PgPool) {
-    replaysafe::db::migrate(&pool).await.unwrap();
-    replaysafe::db::migrate(&pool).await.unwrap();
-    assert!(replaysafe::db::is_migrated(&pool).await.unwrap());
+    replaysafe_core::db::migrate(&pool).await.unwrap();
+    replaysafe_core::db::migrate(&pool).await.unwrap();
+    assert!(replaysafe_core::db::is_migrated(&pool).await.unwrap());
 }
 
 #[tokio::test]
@@ -50,11 +50,12 @@ async fn readyz_is_503_when_the_database_is_unreachable() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let dead_port = listener.local_addr().unwrap().port();
     drop(listener);
-    let url = replaysafe::config::Secret::new(format!("postgres://nobody@127.0.0.1:{dead_port}/x"));
-    let pool = replaysafe::db::pool(&url, 2).await.unwrap();
+    let url =
+        replaysafe_core::config::Secret::new(format!("postgres://nobody@127.0.0.1:{dead_port}/x"));
+    let pool = replaysafe_core::db::pool(&url, 2).await.unwrap();
     let config = std::sync::Arc::new(test_config("", &[]));
     let app = replaysafe::web::Application::bind(
-        replaysafe::processing::Services::new(pool, config, Default::default()),
+        replaysafe_core::processing::Services::new(pool, config, Default::default()),
         replaysafe::web::Role::Full,
     )
     .await

@@ -4,13 +4,13 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use replaysafe::processing::retry::RetryPolicy;
-use replaysafe::processing::worker::Workers;
-use replaysafe::processing::Services;
+use replaysafe_core::processing::retry::RetryPolicy;
+use replaysafe_core::processing::worker::Workers;
+use replaysafe_core::processing::Services;
 
-use replaysafe::config::{self, Config};
-use replaysafe::events;
 use replaysafe::web::Application;
+use replaysafe_core::config::{self, Config};
+use replaysafe_core::events;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
@@ -252,7 +252,7 @@ const UNBOUND_PUBLIC_URL: &str = "http://127.0.0.1:0";
 /// Starts the real server on the test's database, migrated and with the
 /// config's sources synced, as `serve` does.
 pub async fn spawn_app(pool: PgPool, config: Config) -> TestApp {
-    replaysafe::db::prepare(
+    replaysafe_core::db::prepare(
         pool.clone(),
         Arc::new(config.clone()),
         CancellationToken::new(),
@@ -416,11 +416,11 @@ impl TestApp {
     /// session cookie (`replaysafe_session=...`).
     pub async fn session(&self, role: &str) -> String {
         let username = format!("{role}-user");
-        let _ = replaysafe::db::users::add(
+        let _ = replaysafe_core::db::users::add(
             &self.pool,
             &username,
             PASSWORD,
-            app::auth::Role::parse(role).unwrap(),
+            replaysafe_types::auth::Role::parse(role).unwrap(),
             true,
         )
         .await;
@@ -588,12 +588,12 @@ pub async fn make_token(
     role: &str,
     expires_in_secs: Option<i64>,
 ) -> String {
-    app::api::tokens::ssr::create(
+    replaysafe_core::accounts::tokens::create(
         pool,
         name,
-        app::auth::Role::parse(role).unwrap(),
+        replaysafe_types::auth::Role::parse(role).unwrap(),
         expires_in_secs,
-        app::auth::Who::named("test"),
+        replaysafe_types::auth::Who::named("test"),
     )
     .await
     .unwrap()

@@ -3,7 +3,7 @@
 //! the converted tables, and retention drops a whole day's partition, but
 //! never one holding the payload of an event still waiting to be forwarded.
 
-use replaysafe::db::MIGRATOR;
+use replaysafe_core::db::MIGRATOR;
 use sqlx::migrate::Migrate;
 use sqlx::PgPool;
 
@@ -22,7 +22,7 @@ async fn fingerprint(pool: &PgPool, table: &str) -> (i64, String) {
     .unwrap()
 }
 
-fn config(destination: &str) -> replaysafe::config::Config {
+fn config(destination: &str) -> replaysafe_core::config::Config {
     test_config(
         &format!(
             "[[source]]\nslug = \"gh\"\nprovider = \"github\"\nsecrets = [\"gh-secret\"]\ndestination = \"{destination}\"\n"
@@ -126,7 +126,10 @@ async fn the_upgrade_partitions_a_seeded_database_without_losing_a_row(pool: PgP
     .await
     .unwrap();
     // The legacy one covers today: the daily ones begin tomorrow.
-    assert_eq!(ahead, 1 + i64::from(replaysafe::db::history::DAYS_AHEAD));
+    assert_eq!(
+        ahead,
+        1 + i64::from(replaysafe_core::db::history::DAYS_AHEAD)
+    );
 
     // Claims go on through the converted tables, ids after the old ones.
     let destination = Destination::start(vec![Scripted::status(200)]).await;
@@ -159,7 +162,7 @@ async fn the_upgrade_partitions_a_seeded_database_without_losing_a_row(pool: PgP
 
     // Retention deletes the legacy partition's old rows as before, keeping
     // the payloads of the events still queued (none here: all forwarded).
-    let pruned = replaysafe::jobs::retention::prune(&pool, 30, 30, 365)
+    let pruned = replaysafe_core::jobs::retention::prune(&pool, 30, 30, 365)
         .await
         .unwrap();
     let expected: i64 = sqlx::query_scalar(
@@ -197,7 +200,7 @@ async fn retention_drops_a_day_but_never_the_payload_of_an_event_in_flight(pool:
         .await
         .unwrap();
     assert_eq!(
-        replaysafe::db::history::ensure_from(&pool, 45)
+        replaysafe_core::db::history::ensure_from(&pool, 45)
             .await
             .unwrap(),
         2 * 46,
@@ -271,7 +274,7 @@ async fn retention_drops_a_day_but_never_the_payload_of_an_event_in_flight(pool:
             .unwrap();
     }
 
-    let pruned = replaysafe::jobs::retention::prune(&pool, 30, 30, 365)
+    let pruned = replaysafe_core::jobs::retention::prune(&pool, 30, 30, 365)
         .await
         .unwrap();
     let dropped = &pruned.partitions.dropped;
@@ -303,7 +306,7 @@ async fn retention_drops_a_day_but_never_the_payload_of_an_event_in_flight(pool:
         ["gh:done", "gh:waiting"],
         "each forwarded once, with its payload"
     );
-    let pruned = replaysafe::jobs::retention::prune(&pool, 30, 30, 365)
+    let pruned = replaysafe_core::jobs::retention::prune(&pool, 30, 30, 365)
         .await
         .unwrap();
     assert_eq!(pruned.partitions.dropped, [waiting_day]);
@@ -329,7 +332,7 @@ async fn retention_drops_a_day_but_never_the_payload_of_an_event_in_flight(pool:
     .unwrap();
     assert_eq!(
         partitions,
-        45 - 15 + 1 + i64::from(replaysafe::db::history::DAYS_AHEAD),
+        45 - 15 + 1 + i64::from(replaysafe_core::db::history::DAYS_AHEAD),
         "days -30 to today, and the days ahead"
     );
 }
@@ -339,7 +342,7 @@ async fn retention_drops_a_day_but_never_the_payload_of_an_event_in_flight(pool:
 #[sqlx::test(migrator = "MIGRATOR")]
 async fn connections_run_without_jit(pool: PgPool) {
     let url = crate::helpers::database_url(&pool).await;
-    let ours = replaysafe::db::pool(&replaysafe::config::Secret::new(url), 1)
+    let ours = replaysafe_core::db::pool(&replaysafe_core::config::Secret::new(url), 1)
         .await
         .unwrap();
     let jit: String = sqlx::query_scalar("SHOW jit")

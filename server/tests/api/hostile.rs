@@ -7,7 +7,7 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use replaysafe::db::MIGRATOR;
+use replaysafe_core::db::MIGRATOR;
 use sqlx::PgPool;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
@@ -16,7 +16,7 @@ use crate::helpers::{spawn_app, test_config, TestApp};
 
 const SECRET: &[u8] = b"gh-secret";
 
-fn config(limits: &str) -> replaysafe::config::Config {
+fn config(limits: &str) -> replaysafe_core::config::Config {
     test_config(
         &format!(
             r#"
@@ -498,7 +498,7 @@ async fn a_flood_of_unsigned_megabytes_grows_the_database_by_a_bounded_amount(po
             .unwrap();
         assert_eq!(response.status(), 401, "request {n}");
     }
-    replaysafe::jobs::unrecorded::flush(&pool, &app.services.rejections)
+    replaysafe_core::jobs::unrecorded::flush(&pool, &app.services.rejections)
         .await
         .unwrap();
     let growth = size(pool.clone()).await - before;

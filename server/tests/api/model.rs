@@ -33,12 +33,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use app::api::actions::ssr::Operations;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use replaysafe::db::MIGRATOR;
-use replaysafe::processing::retry::RetryPolicy;
-use replaysafe::processing::worker::Workers;
+use replaysafe_core::db::MIGRATOR;
+use replaysafe_core::ops::redeliver as server_ops;
+use replaysafe_core::processing::retry::RetryPolicy;
+use replaysafe_core::processing::worker::Workers;
 use sqlx::PgPool;
 
 use crate::helpers::{spawn_app, test_config, TestApp};
@@ -191,8 +191,7 @@ struct World {
     app: TestApp,
     /// quick, sync, slow, fan.
     slugs: [String; 4],
-    ops: Arc<replaysafe::web::operations::ServerOperations>,
-    admin: app::auth::Caller,
+    admin: replaysafe_types::auth::Caller,
     /// Successful forces per (event id, destination).
     forces: Mutex<HashMap<(i64, String), u32>>,
     stop: AtomicBool,
@@ -263,7 +262,7 @@ max_attempts = 4
     text
 }
 
-fn model_workers(app: &TestApp, config: Arc<replaysafe::config::Config>) -> Workers {
+fn model_workers(app: &TestApp, config: Arc<replaysafe_core::config::Config>) -> Workers {
     let mut workers = Workers::new(&app.services);
     workers.config = config;
     workers.policy = Arc::new(RetryPolicy {
@@ -319,10 +318,15 @@ impl World {
         if let Some((id, source)) = picked {
             let destination = (source == self.slugs[3] && rng.gen_bool(0.5))
                 .then(|| ["plain", "limited", ORDERED][rng.gen_range(0..3)].to_owned());
-            let _ = self
-                .ops
-                .redeliver(id, self.admin.clone(), None, None, destination)
-                .await;
+            let _ = server_ops::redeliver(
+                &self.app.services,
+                id,
+                self.admin.clone(),
+                None,
+                None,
+                destination,
+            )
+            .await;
         }
     }
 
@@ -341,15 +345,14 @@ impl World {
             return;
         };
         let alone = rng.gen_bool(0.5);
-        let forced = self
-            .ops
-            .force(
-                event,
-                "model".into(),
-                self.admin.clone(),
-                alone.then(|| destination.clone()),
-            )
-            .await;
+        let forced = server_ops::force(
+            &self.app.services,
+            event,
+            "model".into(),
+            self.admin.clone(),
+            alone.then(|| destination.clone()),
+        )
+        .await;
         if let Ok(queued) = forced {
             // Only this actor forces: the dispatch picked is still completed
             // (or retention forgot the event, and the force found nothing).
@@ -374,11 +377,11 @@ impl World {
     async fn toggle_pause(&self, rng: &mut StdRng) {
         let slug = &self.slugs[rng.gen_range(0..self.slugs.len())];
         let paused = rng.gen_bool(0.5);
-        replaysafe::db::sources::set_paused(
+        replaysafe_core::db::sources::set_paused(
             &self.app.pool,
             slug,
             paused,
-            app::auth::Who::named("model"),
+            replaysafe_types::auth::Who::named("model"),
         )
         .await
         .unwrap();
@@ -419,9 +422,6 @@ async fn run_seed(pool: &PgPool, seed: u64) -> Result<String, String> {
         format!("slow{seed}"),
         format!("fan{seed}"),
     ];
-    let ops = Arc::new(replaysafe::web::operations::ServerOperations {
-        services: app.services.clone(),
-    });
     let admin_id: i64 = sqlx::query_scalar(
         "INSERT INTO users (username, password_hash, role) VALUES ($1, 'x', 'admin')
          ON CONFLICT (username) DO UPDATE SET role = 'admin' RETURNING id",
@@ -433,12 +433,11 @@ async fn run_seed(pool: &PgPool, seed: u64) -> Result<String, String> {
     let world = Arc::new(World {
         seed,
         slugs,
-        ops,
-        admin: app::auth::Caller {
+        admin: replaysafe_types::auth::Caller {
             id: admin_id,
             username: "model-admin".into(),
-            role: app::auth::Role::Admin,
-            via: app::auth::Via::Session,
+            role: replaysafe_types::auth::Role::Admin,
+            via: replaysafe_types::auth::Via::Session,
         },
         forces: Default::default(),
         stop: AtomicBool::new(false),
@@ -492,7 +491,7 @@ async fn run_seed(pool: &PgPool, seed: u64) -> Result<String, String> {
             // Leases and dies before forwarding: its lease must lapse.
             let id = format!("crashed-{}-{}", w.seed, rand::random::<u32>());
             let mut conn = w.app.pool.acquire().await.unwrap();
-            replaysafe::events::lease(&mut conn, &id, 2, &crasher.runnable())
+            replaysafe_core::events::lease(&mut conn, &id, 2, &crasher.runnable())
                 .await
                 .unwrap();
             rng
@@ -530,7 +529,7 @@ async fn run_seed(pool: &PgPool, seed: u64) -> Result<String, String> {
         10,
         (600, 1200),
         |w, rng| async move {
-            replaysafe::jobs::retention::prune(&w.app.pool, 0, 0, 0)
+            replaysafe_core::jobs::retention::prune(&w.app.pool, 0, 0, 0)
                 .await
                 .unwrap();
             rng
@@ -546,9 +545,14 @@ async fn run_seed(pool: &PgPool, seed: u64) -> Result<String, String> {
     // the provider retries what its own sync requests still hold.
     behaviour.settle.store(true, Ordering::SeqCst);
     for slug in &world.slugs {
-        replaysafe::db::sources::set_paused(pool, slug, false, app::auth::Who::named("model"))
-            .await
-            .unwrap();
+        replaysafe_core::db::sources::set_paused(
+            pool,
+            slug,
+            false,
+            replaysafe_types::auth::Who::named("model"),
+        )
+        .await
+        .unwrap();
     }
     let started = Instant::now();
     loop {

@@ -274,7 +274,7 @@ fn series_named(text: &str) -> std::collections::BTreeSet<&str> {
 /// dashboard is valid PromQL (checked by promtool as a recording rule, its
 /// Grafana variables filled in); and every series either names is one a
 /// live replaysafe serves on `/metrics`.
-#[sqlx::test(migrator = "replaysafe::db::MIGRATOR")]
+#[sqlx::test(migrator = "replaysafe_core::db::MIGRATOR")]
 async fn the_prometheus_rules_and_grafana_dashboard_pass_promtool_and_name_only_series_replaysafe_serves(
     pool: sqlx::PgPool,
 ) {
@@ -467,7 +467,7 @@ fn text_attribute<'a>(
 /// method and path under the service `replaysafe`, the attempt's span with
 /// its source; and no secret, signature, query or body is in any of it, nor
 /// in any line it logs at `RUST_LOG=debug`.
-#[sqlx::test(migrator = "replaysafe::db::MIGRATOR")]
+#[sqlx::test(migrator = "replaysafe_core::db::MIGRATOR")]
 async fn spans_are_exported_over_otlp_and_carry_no_secret(pool: sqlx::PgPool) {
     use prost::Message as _;
 

@@ -6,8 +6,8 @@
 use std::time::Duration;
 
 use hmac::{Hmac, Mac};
-use replaysafe::config::Secret;
-use replaysafe::db::MIGRATOR;
+use replaysafe_core::config::Secret;
+use replaysafe_core::db::MIGRATOR;
 use sha2::Sha256;
 use sqlx::PgPool;
 
@@ -55,8 +55,10 @@ async fn an_outage_loses_nothing_and_heals_without_a_restart(pool: PgPool) {
         ),
         &[],
     );
-    replaysafe::db::sources::sync(&pool, &config).await.unwrap();
-    let through_proxy = replaysafe::db::pool(&Secret::new(proxy.url(&direct)), 8)
+    replaysafe_core::db::sources::sync(&pool, &config)
+        .await
+        .unwrap();
+    let through_proxy = replaysafe_core::db::pool(&Secret::new(proxy.url(&direct)), 8)
         .await
         .unwrap();
     let app = spawn_app_with(through_proxy, config).await;

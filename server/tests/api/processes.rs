@@ -5,7 +5,7 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use hmac::{Hmac, Mac};
-use replaysafe::db::MIGRATOR;
+use replaysafe_core::db::MIGRATOR;
 use sha2::Sha256;
 use sqlx::PgPool;
 

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use base64::Engine;
 use hmac::{Hmac, Mac};
-use replaysafe::db::MIGRATOR;
+use replaysafe_core::db::MIGRATOR;
 use sha2::Sha256;
 use sqlx::PgPool;
 
@@ -13,7 +13,7 @@ use crate::helpers::{hmac_hex, spawn_app, test_config, Destination, Scripted, Te
 
 const DESTINATION_SECRET: &str = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
 
-fn config(destination: &str, max_attempts: u32) -> replaysafe::config::Config {
+fn config(destination: &str, max_attempts: u32) -> replaysafe_core::config::Config {
     test_config(
         &format!(
             r#"
@@ -285,7 +285,7 @@ async fn a_dead_workers_lease_is_taken_over(pool: PgPool) {
             "doomed",
             &leased[0],
             Default::default(),
-            replaysafe::events::Next::Dead("late".into()),
+            replaysafe_core::events::Next::Dead("late".into()),
         )
         .await;
     assert!(!moved);
@@ -296,9 +296,14 @@ async fn a_dead_workers_lease_is_taken_over(pool: PgPool) {
 async fn pause_holds_and_resume_drains(pool: PgPool) {
     let destination = Destination::start(vec![]).await;
     let app = spawn_app(pool.clone(), config(&destination.url, 8)).await;
-    replaysafe::db::sources::set_paused(&pool, "gh", true, app::auth::Who::named("test"))
-        .await
-        .unwrap();
+    replaysafe_core::db::sources::set_paused(
+        &pool,
+        "gh",
+        true,
+        replaysafe_types::auth::Who::named("test"),
+    )
+    .await
+    .unwrap();
 
     // Still received, verified and claimed while paused...
     let response = deliver(&app, "d-paused", "{}").await;
@@ -308,9 +313,14 @@ async fn pause_holds_and_resume_drains(pool: PgPool) {
     assert_eq!(destination.count(), 0);
     assert_eq!(event_state(&pool, "d-paused").await.0, "queued");
 
-    replaysafe::db::sources::set_paused(&pool, "gh", false, app::auth::Who::named("test"))
-        .await
-        .unwrap();
+    replaysafe_core::db::sources::set_paused(
+        &pool,
+        "gh",
+        false,
+        replaysafe_types::auth::Who::named("test"),
+    )
+    .await
+    .unwrap();
     assert_eq!(app.drain().await, 1);
     assert_eq!(destination.count(), 1);
     let audit: Vec<String> = sqlx::query_scalar("SELECT action FROM audit_log ORDER BY id")
@@ -318,11 +328,11 @@ async fn pause_holds_and_resume_drains(pool: PgPool) {
         .await
         .unwrap();
     assert_eq!(audit, ["source.pause", "source.resume"]);
-    assert!(replaysafe::db::sources::set_paused(
+    assert!(replaysafe_core::db::sources::set_paused(
         &pool,
         "nope",
         true,
-        app::auth::Who::named("test")
+        replaysafe_types::auth::Who::named("test")
     )
     .await
     .is_err());
@@ -391,12 +401,12 @@ async fn retention_prunes_only_what_is_due(pool: PgPool) {
         .execute(&pool)
         .await
         .unwrap();
-    let pruned = replaysafe::jobs::retention::prune(&pool, 30, 30, 365)
+    let pruned = replaysafe_core::jobs::retention::prune(&pool, 30, 30, 365)
         .await
         .unwrap();
     assert_eq!(
         pruned,
-        replaysafe::jobs::retention::Pruned {
+        replaysafe_core::jobs::retention::Pruned {
             deliveries: 2,
             events: 2,
             audit: 3,
@@ -438,7 +448,7 @@ async fn retention_prunes_only_what_is_due(pool: PgPool) {
     assert_eq!(payloads, ["fresh", "old-waiting"], "and its payload");
     // A second run finds nothing more.
     assert_eq!(
-        replaysafe::jobs::retention::prune(&pool, 30, 30, 365)
+        replaysafe_core::jobs::retention::prune(&pool, 30, 30, 365)
             .await
             .unwrap(),
         Default::default()
@@ -466,7 +476,7 @@ async fn pruning_an_original_keeps_its_redelivery_marked(pool: PgPool) {
     .await
     .unwrap();
 
-    let pruned = replaysafe::jobs::retention::prune(&pool, 30, 30, 365)
+    let pruned = replaysafe_core::jobs::retention::prune(&pool, 30, 30, 365)
         .await
         .unwrap();
     assert_eq!(pruned.deliveries, 1);
@@ -532,7 +542,7 @@ async fn analyze_skips_the_payload_columns(pool: PgPool) {
     assert_eq!(sampled, ["outcome", "source"]);
 }
 
-fn sync_config(destination: &str) -> replaysafe::config::Config {
+fn sync_config(destination: &str) -> replaysafe_core::config::Config {
     test_config(
         &format!(
             r#"
@@ -627,7 +637,7 @@ async fn sync_mode_retry_takes_over_after_a_failure_or_a_crash(pool: PgPool) {
     // A process claims and dies before answering: once its lease expires, a
     // later delivery takes over.
     let orphan = "payload=four";
-    let dead_holder = replaysafe::receiver::claim::SyncLease {
+    let dead_holder = replaysafe_core::receiver::claim::SyncLease {
         owner: "sync:crashed".into(),
         secs: 60.0,
     };
@@ -636,7 +646,7 @@ async fn sync_mode_retry_takes_over_after_a_failure_or_a_crash(pool: PgPool) {
         "sha256:{}",
         hex::encode(<sha2::Sha256 as sha2::Digest>::digest(orphan.as_bytes()))
     );
-    let delivery = replaysafe::receiver::claim::NewDelivery {
+    let delivery = replaysafe_core::receiver::claim::NewDelivery {
         source: "slack",
         idem_key: Some(&key),
         verified: true,
@@ -654,7 +664,7 @@ async fn sync_mode_retry_takes_over_after_a_failure_or_a_crash(pool: PgPool) {
         replay_digest: None,
         truncated: false,
         body_sha256: None,
-        plan: vec![replaysafe::receiver::claim::Route {
+        plan: vec![replaysafe_core::receiver::claim::Route {
             destination: "default".into(),
             wanted: true,
             ordering_key: None,
@@ -662,7 +672,7 @@ async fn sync_mode_retry_takes_over_after_a_failure_or_a_crash(pool: PgPool) {
         event_type: None,
         revives: None,
     };
-    let held = replaysafe::receiver::claim::claim(
+    let held = replaysafe_core::receiver::claim::claim(
         &pool,
         config.sources[0].mode,
         &delivery,
@@ -670,7 +680,10 @@ async fn sync_mode_retry_takes_over_after_a_failure_or_a_crash(pool: PgPool) {
     )
     .await
     .unwrap();
-    assert_eq!(held.outcome, replaysafe::receiver::claim::Outcome::Claimed);
+    assert_eq!(
+        held.outcome,
+        replaysafe_core::receiver::claim::Outcome::Claimed
+    );
     assert_eq!(
         interact(&app, orphan).await.status(),
         409,

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 
 use base64::Engine;
 use hmac::{Hmac, Mac};
-use replaysafe::db::MIGRATOR;
+use replaysafe_core::db::MIGRATOR;
 use sha2::Sha256;
 use sqlx::PgPool;
 
@@ -13,7 +13,7 @@ use crate::helpers::{spawn_app, spawn_app_with, test_config, TestApp};
 const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 const ROTATED_IN: &str = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
 
-fn config() -> replaysafe::config::Config {
+fn config() -> replaysafe_core::config::Config {
     test_config(
         &format!(
             r#"
@@ -181,9 +181,9 @@ async fn twenty_at_once_claim_exactly_once(pool: PgPool) {
 
 #[sqlx::test(migrator = "MIGRATOR")]
 async fn two_servers_on_one_database_claim_once(pool: PgPool) {
-    let url = replaysafe::config::Secret::new(crate::helpers::database_url(&pool).await);
+    let url = replaysafe_core::config::Secret::new(crate::helpers::database_url(&pool).await);
     let first = spawn_app(pool.clone(), config()).await;
-    let second = spawn_app_with(replaysafe::db::pool(&url, 8).await.unwrap(), config()).await;
+    let second = spawn_app_with(replaysafe_core::db::pool(&url, 8).await.unwrap(), config()).await;
     let body = r#"{"n":3}"#;
     let headers = standard_headers(SECRET, "msg_two_servers", now(), body);
     let sends = (0..20).map(|i| {
@@ -320,8 +320,9 @@ async fn an_unreachable_database_answers_503_within_5_seconds() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let dead_port = listener.local_addr().unwrap().port();
     drop(listener);
-    let url = replaysafe::config::Secret::new(format!("postgres://nobody@127.0.0.1:{dead_port}/x"));
-    let app = spawn_app_with(replaysafe::db::pool(&url, 2).await.unwrap(), config()).await;
+    let url =
+        replaysafe_core::config::Secret::new(format!("postgres://nobody@127.0.0.1:{dead_port}/x"));
+    let app = spawn_app_with(replaysafe_core::db::pool(&url, 2).await.unwrap(), config()).await;
     let body = "{}";
     let started = std::time::Instant::now();
     let response = post(
@@ -546,8 +547,8 @@ platform_keys = {{ "5157F09EFDC096DE15EBE81A47057A7232F1B8E1" = """{}""" }}
 }
 
 /// A verified delivery of source `std` for the batcher, its key in its body.
-pub fn pending_claim(idem_key: String) -> replaysafe::receiver::batch::PendingClaim {
-    replaysafe::receiver::batch::PendingClaim {
+pub fn pending_claim(idem_key: String) -> replaysafe_core::receiver::batch::PendingClaim {
+    replaysafe_core::receiver::batch::PendingClaim {
         source: "std".into(),
         verification: "test".into(),
         query: None,
@@ -558,7 +559,7 @@ pub fn pending_claim(idem_key: String) -> replaysafe::receiver::batch::PendingCl
         remote_addr: None,
         started: std::time::Instant::now(),
         replay_digest: None,
-        plan: vec![replaysafe::receiver::claim::Route {
+        plan: vec![replaysafe_core::receiver::claim::Route {
             destination: "default".into(),
             wanted: true,
             ordering_key: None,
@@ -571,8 +572,8 @@ pub fn pending_claim(idem_key: String) -> replaysafe::receiver::batch::PendingCl
 /// of stored events, and one claim per key whatever the interleaving.
 #[sqlx::test(migrator = "MIGRATOR")]
 async fn batched_claims_claim_each_key_once(pool: PgPool) {
-    use replaysafe::receiver::batch::ClaimBatcher;
-    replaysafe::db::sources::sync(&pool, &config())
+    use replaysafe_core::receiver::batch::ClaimBatcher;
+    replaysafe_core::db::sources::sync(&pool, &config())
         .await
         .unwrap();
     let batcher = ClaimBatcher::start(pool.clone(), 1);
@@ -583,7 +584,7 @@ async fn batched_claims_claim_each_key_once(pool: PgPool) {
         let claimed = results
             .iter()
             .filter(|r| {
-                r.as_ref().unwrap().outcome == replaysafe::receiver::claim::Outcome::Claimed
+                r.as_ref().unwrap().outcome == replaysafe_core::receiver::claim::Outcome::Claimed
             })
             .count();
         assert_eq!(claimed, if round == 0 { 10 } else { 0 }, "round {round}");
@@ -619,9 +620,9 @@ async fn batched_claims_claim_each_key_once(pool: PgPool) {
 /// state, whether the copy came in the same batch as the claim or later.
 #[sqlx::test(migrator = "MIGRATOR")]
 async fn concurrent_batches_never_deadlock_and_count_every_copy(pool: PgPool) {
-    use replaysafe::receiver::batch::ClaimBatcher;
-    use replaysafe::receiver::claim::Outcome;
-    replaysafe::db::sources::sync(&pool, &config())
+    use replaysafe_core::receiver::batch::ClaimBatcher;
+    use replaysafe_core::receiver::claim::Outcome;
+    replaysafe_core::db::sources::sync(&pool, &config())
         .await
         .unwrap();
     let pending = |key: usize| pending_claim(format!("key-{key:02}"));
@@ -656,27 +657,27 @@ async fn concurrent_batches_never_deadlock_and_count_every_copy(pool: PgPool) {
     assert_eq!(count(&pool, "SELECT count(*) FROM deliveries").await, 400);
 
     // Settled events (by the real transitions): a later copy reports the event's state.
-    let runnable = replaysafe::events::Runnable::new(
+    let runnable = replaysafe_core::events::Runnable::new(
         [("std", "default", std::time::Duration::from_secs(5))],
         std::time::Duration::from_secs(25),
     );
     let mut conn = pool.acquire().await.unwrap();
-    let leased = replaysafe::events::lease(&mut conn, "settler", 20, &runnable)
+    let leased = replaysafe_core::events::lease(&mut conn, "settler", 20, &runnable)
         .await
         .unwrap();
     for l in leased {
         let next = match l.idem_key.as_str() {
-            "key-00" => replaysafe::events::Next::Completed,
-            "key-01" => replaysafe::events::Next::Dead("refused".into()),
+            "key-00" => replaysafe_core::events::Next::Completed,
+            "key-01" => replaysafe_core::events::Next::Dead("refused".into()),
             _ => continue,
         };
-        let done = replaysafe::events::Done {
+        let done = replaysafe_core::events::Done {
             leased: l,
             record: Default::default(),
             next,
             response: None,
         };
-        assert!(replaysafe::events::finish(&pool, "settler", &done)
+        assert!(replaysafe_core::events::finish(&pool, "settler", &done)
             .await
             .unwrap());
     }

@@ -7,7 +7,7 @@
 use std::process::Stdio;
 use std::time::Duration;
 
-use replaysafe::db::MIGRATOR;
+use replaysafe_core::db::MIGRATOR;
 use serde_json::Value;
 use sqlx::PgPool;
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -15,12 +15,12 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use crate::helpers::{gh_config, spawn_app, Destination, Scripted, TestApp};
 
 async fn operator_token(app: &TestApp) -> String {
-    app::api::tokens::ssr::create(
+    replaysafe_core::accounts::tokens::create(
         &app.pool,
         "cli",
-        app::auth::Role::Operator,
+        replaysafe_types::auth::Role::Operator,
         None,
-        app::auth::Who::named("test"),
+        replaysafe_types::auth::Who::named("test"),
     )
     .await
     .unwrap()
@@ -290,7 +290,9 @@ async fn the_dashboards_figures_audit_and_deliveries_from_a_shell(pool: PgPool) 
     let token = operator_token(&app).await;
     deliver(&app, "figured").await;
     app.drain().await;
-    replaysafe::jobs::rollup::fold_all(&pool).await.unwrap();
+    replaysafe_core::jobs::rollup::fold_all(&pool)
+        .await
+        .unwrap();
 
     let (code, stdout, stderr) = run(&app, &token, &["overview"]).await;
     assert_eq!(code, 0, "{stderr}");
@@ -311,7 +313,7 @@ async fn the_dashboards_figures_audit_and_deliveries_from_a_shell(pool: PgPool) 
 
     // Alerts: listed (the evaluator fired one for the dead letter);
     // silencing is an admin's, refused to this operator token.
-    replaysafe::alerts::evaluate_once(&pool, &app.config)
+    replaysafe_core::alerts::evaluate_once(&pool, &app.config)
         .await
         .unwrap();
     let (code, stdout, stderr) = run(&app, &token, &["alerts", "list"]).await;

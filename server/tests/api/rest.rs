@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use replaysafe::db::MIGRATOR;
+use replaysafe_core::db::MIGRATOR;
 use serde_json::{json, Value};
 use sqlx::PgPool;
 
@@ -23,10 +23,10 @@ pub(crate) async fn token(
 
 /// Revokes as `replaysafe token revoke --name` does.
 async fn revoke(pool: &PgPool, name: &str) {
-    app::api::tokens::ssr::revoke_where(
+    replaysafe_core::accounts::tokens::revoke_where(
         pool,
-        app::api::tokens::ssr::Target::Name(name),
-        app::auth::Who::named("test"),
+        replaysafe_core::accounts::tokens::Target::Name(name),
+        replaysafe_types::auth::Who::named("test"),
         None,
     )
     .await

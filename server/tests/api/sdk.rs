@@ -2,7 +2,7 @@
 //! (tests/sdk: npm and PyPI packages that scripts/test installs), sent over
 //! real HTTP: a signer and a verifier written together would share their bugs.
 
-use replaysafe::db::MIGRATOR;
+use replaysafe_core::db::MIGRATOR;
 use serde_json::{json, Value};
 use sqlx::PgPool;
 
@@ -25,7 +25,7 @@ async fn send(app: &TestApp, slug: &str, signed: &Value) -> reqwest::Response {
 
 const STANDARD_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 
-fn config() -> replaysafe::config::Config {
+fn config() -> replaysafe_core::config::Config {
     test_config(
         &format!(
             r#"

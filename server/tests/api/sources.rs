@@ -1,4 +1,4 @@
-use replaysafe::db::MIGRATOR;
+use replaysafe_core::db::MIGRATOR;
 use sqlx::PgPool;
 
 use crate::helpers::{spawn_app, test_config};
@@ -65,7 +65,9 @@ async fn the_sources_page_is_rendered_on_the_server(pool: PgPool) {
 #[sqlx::test(migrator = "MIGRATOR")]
 async fn sync_keeps_an_operators_pause_and_marks_removed_sources(pool: PgPool) {
     let config = test_config(TWO_SOURCES, &[("STRIPE_SECRET", "s")]);
-    replaysafe::db::sources::sync(&pool, &config).await.unwrap();
+    replaysafe_core::db::sources::sync(&pool, &config)
+        .await
+        .unwrap();
     sqlx::query("UPDATE sources SET paused_override = true WHERE slug = 'stripe'")
         .execute(&pool)
         .await

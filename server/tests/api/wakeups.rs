@@ -4,8 +4,8 @@
 
 use std::time::{Duration, Instant};
 
-use replaysafe::db::MIGRATOR;
-use replaysafe::processing::worker::{Workers, POLL_INTERVAL};
+use replaysafe_core::db::MIGRATOR;
+use replaysafe_core::processing::worker::{Workers, POLL_INTERVAL};
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 

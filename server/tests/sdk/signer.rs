@@ -11,7 +11,8 @@ use serde_json::Value;
 
 /// Signs requests with an SDK script; one answer per request, in order.
 pub fn sdk_sign(script: &str, requests: Value) -> Vec<Value> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/sdk");
+    // Included by the server's tests and by the core's provider contract.
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../server/tests/sdk");
     assert!(
         dir.join("node_modules").exists() && dir.join(".venv").exists(),
         "the provider SDKs are not installed: run server/tests/sdk/setup.sh (scripts/test does)"

@@ -1,6 +1,6 @@
 //! `replaysafe alerts list|silence|unsilence` over the API.
 
-use app::api::alerts::{AlertsPage, SilenceRow};
+use replaysafe_types::alerts::{AlertsPage, SilenceRow};
 use serde_json::json;
 
 use super::client::{Remote, RemoteError};

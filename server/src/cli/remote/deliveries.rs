@@ -3,7 +3,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use app::api::deliveries::{DeliveryPage, DeliveryRow};
+use replaysafe_types::deliveries::{DeliveryPage, DeliveryRow};
 use serde_json::Value;
 
 use super::client::{Remote, RemoteError};

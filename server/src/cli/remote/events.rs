@@ -1,8 +1,8 @@
 //! `replaysafe events list|show|redeliver|force` over the API.
 
-use app::api::actions::RedeliveryResult;
-use app::api::events::{EventDetail, EventPage, EventSummary, TimelineEntry};
-use app::api::jobs::BulkJob;
+use replaysafe_types::actions::RedeliveryResult;
+use replaysafe_types::events::{EventDetail, EventPage, EventSummary, TimelineEntry};
+use replaysafe_types::jobs::BulkJob;
 use serde_json::{json, Value};
 
 use super::client::{Remote, RemoteError};

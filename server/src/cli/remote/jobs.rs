@@ -4,8 +4,8 @@
 use std::io::IsTerminal;
 use std::time::Duration;
 
-use app::api::actions::RedeliveryResult;
-use app::api::jobs::{BulkJob, JobResults, RESULTS_PAGE};
+use replaysafe_types::actions::RedeliveryResult;
+use replaysafe_types::jobs::{BulkJob, JobResults, RESULTS_PAGE};
 use serde_json::json;
 
 use super::client::{Remote, RemoteError};

@@ -1,10 +1,10 @@
 //! `replaysafe overview`, `sources show` and `audit` over the API: the
 //! dashboard's figures and audit log, as text.
 
-use app::api::actions::{AuditEntry, AuditPage};
-use app::api::alerts::Condition;
-use app::api::overview::{Backlog, Figures, Overview};
 use app::components::{fmt_count, fmt_ms, fmt_rate};
+use replaysafe_types::actions::{AuditEntry, AuditPage};
+use replaysafe_types::alerts::Condition;
+use replaysafe_types::overview::{Backlog, Figures, Overview};
 
 use super::client::{Remote, RemoteError};
 use super::output::{self, or_dash, table};

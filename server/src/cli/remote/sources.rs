@@ -1,6 +1,6 @@
 //! `replaysafe sources list|pause|resume` over the API.
 
-use app::api::SourceSummary;
+use replaysafe_types::SourceSummary;
 
 use super::client::{Remote, RemoteError};
 use super::output::{json, or_dash, table};
@@ -16,7 +16,7 @@ pub async fn run(remote: &Remote, action: SourcesAction, as_json: bool) -> Resul
             if as_json {
                 json(&detail);
             } else {
-                let figures: app::api::overview::Overview =
+                let figures: replaysafe_types::overview::Overview =
                     serde_json::from_value(detail["figures"].clone())
                         .map_err(|e| RemoteError::Decode(e.to_string()))?;
                 super::overview::print_summary(&format!("source {slug}"), &figures);

@@ -1,7 +1,7 @@
 //! `/api/v1` (issue 16, spec section 9): what the dashboard does, for
 //! scripts, bots and the CLI, with `Authorization: Bearer <token>`. Each
 //! handler calls the operation the dashboard's server function calls
-//! (`app::api::…`), handing it a `Cx` whose caller is the token, so roles
+//! (`replaysafe_types::…`), handing it a `Cx` whose caller is the token, so roles
 //! and rules are checked in one place. No session and no cross-site check:
 //! a browser never sends a bearer token by itself. Errors are
 //! `{"code", "detail"}`. The OpenAPI document is generated from these
@@ -24,20 +24,17 @@ use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 
-use app::api::actions::ssr::Operations;
-use app::api::ssr::Cx;
-use app::auth::ssr::ClientAddr;
-use app::auth::Caller;
-use app::error::AppError;
+use replaysafe_core::accounts::ClientAddr;
+use replaysafe_core::error::OpError;
+use replaysafe_core::ops::Cx;
+use replaysafe_types::auth::Caller;
 
 use super::AppState;
 
 /// What the API's handlers share.
 #[derive(Clone)]
 pub struct ApiState {
-    pool: sqlx::PgPool,
-    reads: app::api::ssr::Reads,
-    operations: Arc<dyn Operations>,
+    services: replaysafe_core::processing::Services,
     /// Requests per token. A stranger's made-up tokens are not limited
     /// here: a token cannot be guessed (238 bits), and refusing one costs a
     /// single index probe, less than the receiver's record of any unsigned
@@ -130,11 +127,9 @@ impl utoipa::Modify for Conventions {
 }
 
 /// The API, nested under `/api/v1` by the caller.
-pub fn router(state: &AppState, operations: Arc<dyn Operations>) -> Router {
+pub fn router(state: &AppState) -> Router {
     let api = ApiState {
-        pool: state.services.pool.clone(),
-        reads: state.services.reads.clone(),
-        operations,
+        services: state.services.clone(),
         limiter: Arc::new(limiter::Limiter::new(
             state.services.config.api_requests_per_second,
         )),
@@ -163,7 +158,7 @@ pub fn router(state: &AppState, operations: Arc<dyn Operations>) -> Router {
             }),
         )
         .fallback(|| async {
-            ApiError::from(AppError::NotFound(
+            ApiError::from(OpError::NotFound(
                 "no such API route: see /api/v1/openapi.json".into(),
             ))
         })
@@ -224,15 +219,16 @@ async fn authenticate(State(api): State<ApiState>, mut request: Request, next: N
         })
         .map(str::to_owned);
     let Some(presented) = presented else {
-        return ApiError::from(AppError::Unauthorized(
+        return ApiError::from(OpError::Unauthorized(
             "send Authorization: Bearer <token> (replaysafe token create)".into(),
         ))
         .into_response();
     };
-    let caller = match app::api::tokens::ssr::caller(&api.pool, &presented).await {
-        Ok(caller) => caller,
-        Err(refusal) => return ApiError::from(refusal).into_response(),
-    };
+    let caller =
+        match replaysafe_core::accounts::tokens::caller(&api.services.pool, &presented).await {
+            Ok(caller) => caller,
+            Err(refusal) => return ApiError::from(refusal).into_response(),
+        };
     if let Err(wait) = api.limiter.take(caller.id) {
         return too_many(
             format!(
@@ -248,7 +244,7 @@ async fn authenticate(State(api): State<ApiState>, mut request: Request, next: N
 
 /// 429 with the seconds to wait.
 fn too_many(detail: String, wait: std::time::Duration) -> Response {
-    let mut response = ApiError::from(AppError::TooManyRequests(detail)).into_response();
+    let mut response = ApiError::from(OpError::TooManyRequests(detail)).into_response();
     let secs = wait.as_secs_f64().ceil().max(1.0) as u64;
     response.headers_mut().insert(
         header::RETRY_AFTER,
@@ -268,19 +264,19 @@ pub struct ErrorBody {
     detail: String,
     /// A refused re-delivery: the dedup layer's whole answer.
     #[serde(skip_serializing_if = "Option::is_none")]
-    result: Option<app::api::actions::RedeliveryResult>,
+    result: Option<replaysafe_types::actions::RedeliveryResult>,
 }
 
 pub enum ApiError {
-    App(AppError),
+    App(OpError),
     /// Well-formed JSON whose values do not fit (422).
     Invalid(String),
     /// The dedup layer refused a re-delivery (409), with its answer.
-    Refused(app::api::actions::RedeliveryResult),
+    Refused(replaysafe_types::actions::RedeliveryResult),
 }
 
-impl From<AppError> for ApiError {
-    fn from(e: AppError) -> Self {
+impl From<OpError> for ApiError {
+    fn from(e: OpError) -> Self {
         ApiError::App(e)
     }
 }
@@ -338,7 +334,7 @@ impl IntoResponse for ApiError {
 pub type ApiResult<T> = Result<Json<T>, ApiError>;
 
 /// The operations' context for this request: the token's caller (set by
-/// `authenticate`), the pool, the server's operations, the client address.
+/// `authenticate`), the server's services, the client address.
 pub struct ApiCx(pub Cx);
 
 impl<S> FromRequestParts<S> for ApiCx
@@ -356,9 +352,7 @@ where
             .get::<ClientAddr>()
             .map(|ClientAddr(addr)| addr.to_string());
         Ok(ApiCx(Cx {
-            pool: api.pool,
-            reads: api.reads,
-            operations: api.operations,
+            services: api.services,
             caller,
             remote_addr,
         }))
@@ -379,7 +373,7 @@ where
         axum::extract::Query::<T>::from_request_parts(parts, state)
             .await
             .map(|q| ApiQuery(q.0))
-            .map_err(|e| AppError::BadRequest(e.body_text()).into())
+            .map_err(|e| OpError::BadRequest(e.body_text()).into())
     }
 }
 
@@ -397,7 +391,7 @@ where
         axum::extract::Path::<T>::from_request_parts(parts, state)
             .await
             .map(|p| ApiPath(p.0))
-            .map_err(|e| AppError::BadRequest(e.body_text()).into())
+            .map_err(|e| OpError::BadRequest(e.body_text()).into())
     }
 }
 
@@ -415,7 +409,7 @@ where
     async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
         let bytes = axum::body::Bytes::from_request(request, state)
             .await
-            .map_err(|e| ApiError::from(AppError::BadRequest(e.body_text())))?;
+            .map_err(|e| ApiError::from(OpError::BadRequest(e.body_text())))?;
         let bytes: &[u8] = if bytes.iter().all(u8::is_ascii_whitespace) {
             b"{}"
         } else {
@@ -430,7 +424,7 @@ where
                 if inner.is_data() {
                     ApiError::Invalid(format!("{path}: {inner}"))
                 } else {
-                    ApiError::from(AppError::BadRequest(format!(
+                    ApiError::from(OpError::BadRequest(format!(
                         "the body is not JSON: {inner}"
                     )))
                 }

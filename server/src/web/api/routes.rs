@@ -8,15 +8,20 @@ use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use app::api::actions::{self, AuditPage, DeadFilter, RedeliveryResult};
-use app::api::alerts::{self, AlertsPage, SilenceRow};
-use app::api::deliveries::{self, DeliveryFilter, DeliveryPage};
-use app::api::events::{self, DeadLetterPage, DeliveryDetail, EventDetail, EventFilter, EventPage};
-use app::api::jobs::{self, BulkJob, JobResults};
-use app::api::overview::{self, Overview, Window};
-use app::api::tokens::{self, TokenRow};
-use app::api::SourceSummary;
-use app::auth::{Caller, Role};
+use replaysafe_types::actions::{AuditPage, DeadFilter, RedeliveryResult};
+use replaysafe_types::alerts::{AlertsPage, SilenceRow};
+use replaysafe_types::auth::{Caller, Role};
+use replaysafe_types::deliveries::{DeliveryFilter, DeliveryPage};
+use replaysafe_types::events::{
+    DeadLetterPage, DeliveryDetail, EventDetail, EventFilter, EventPage,
+};
+use replaysafe_types::jobs::{BulkJob, JobResults};
+use replaysafe_types::overview::{Overview, Window};
+use replaysafe_types::tokens::TokenRow;
+use replaysafe_types::SourceSummary;
+
+use replaysafe_core::jobs::queue as bulk_jobs;
+use replaysafe_core::ops;
 
 use super::{ApiCx, ApiError, ApiJson, ApiPath, ApiQuery, ApiResult, ApiState};
 use axum::http::{header, StatusCode};
@@ -82,24 +87,24 @@ async fn show_overview(
     ApiQuery(params): ApiQuery<WindowParams>,
 ) -> ApiResult<Overview> {
     let window = Window::parse(params.window.as_deref().unwrap_or("hour"));
-    Ok(Json(overview::server::overview(&cx, None, window).await?))
+    Ok(Json(ops::overview::overview(&cx, None, window).await?))
 }
 
 /// Every source (removed ones with history too), without secrets.
 #[utoipa::path(get, path = "/sources", tag = "sources",
     responses((status = 200, body = Vec<SourceSummary>)))]
 async fn list_sources(ApiCx(cx): ApiCx) -> ApiResult<Vec<SourceSummary>> {
-    Ok(Json(app::api::ssr::sources(&cx).await?))
+    Ok(Json(replaysafe_core::ops::sources(&cx).await?))
 }
 
 async fn set_breaker(
-    cx: &app::api::ssr::Cx,
+    cx: &replaysafe_core::ops::Cx,
     slug: String,
     destination: String,
     open: bool,
 ) -> ApiResult<SourceSummary> {
-    actions::ssr::set_breaker(cx, slug.clone(), destination, open).await?;
-    Ok(Json(app::api::ssr::source(cx, &slug).await?))
+    ops::actions::set_breaker(cx, slug.clone(), destination, open).await?;
+    Ok(Json(replaysafe_core::ops::source(cx, &slug).await?))
 }
 
 /// Opens a destination's circuit breaker by hand: its dispatches wait, and
@@ -149,19 +154,19 @@ async fn show_source(
     ApiPath(slug): ApiPath<String>,
     ApiQuery(params): ApiQuery<WindowParams>,
 ) -> ApiResult<SourceDetail> {
-    let source = app::api::ssr::source(&cx, &slug).await?;
+    let source = replaysafe_core::ops::source(&cx, &slug).await?;
     let window = Window::parse(params.window.as_deref().unwrap_or("hour"));
-    let figures = overview::server::overview(&cx, Some(slug), window).await?;
+    let figures = ops::overview::overview(&cx, Some(slug), window).await?;
     Ok(Json(SourceDetail { source, figures }))
 }
 
 async fn set_paused(
-    cx: &app::api::ssr::Cx,
+    cx: &replaysafe_core::ops::Cx,
     slug: String,
     paused: bool,
 ) -> ApiResult<SourceSummary> {
-    actions::ssr::set_paused(cx, slug.clone(), paused).await?;
-    Ok(Json(app::api::ssr::source(cx, &slug).await?))
+    ops::actions::set_paused(cx, slug.clone(), paused).await?;
+    Ok(Json(replaysafe_core::ops::source(cx, &slug).await?))
 }
 
 /// Pauses a source: it keeps receiving, verifying and claiming, and
@@ -223,7 +228,7 @@ async fn list_deliveries(
         to: utc(p.until),
     };
     Ok(Json(
-        deliveries::server::deliveries(&cx, &filter, p.before, p.after).await?,
+        ops::deliveries::deliveries(&cx, &filter, p.before, p.after).await?,
     ))
 }
 
@@ -244,9 +249,7 @@ async fn show_delivery(
     ApiPath(id): ApiPath<i64>,
     ApiQuery(p): ApiQuery<RevealParams>,
 ) -> ApiResult<DeliveryDetail> {
-    Ok(Json(
-        events::server::delivery_detail(&cx, id, p.reveal).await?,
-    ))
+    Ok(Json(ops::events::delivery_detail(&cx, id, p.reveal).await?))
 }
 
 #[derive(Deserialize, ToSchema, Default)]
@@ -284,7 +287,7 @@ async fn redeliver_delivery(
     ApiPath(id): ApiPath<i64>,
     ApiJson(body): ApiJson<RedeliverBody>,
 ) -> ApiResult<RedeliveryResult> {
-    answered(actions::ssr::redeliver(&cx, id, body.past_window_reason, body.destination).await?)
+    answered(ops::actions::redeliver(&cx, id, body.past_window_reason, body.destination).await?)
 }
 
 #[derive(Deserialize, IntoParams)]
@@ -315,7 +318,7 @@ async fn list_events(
         since: utc(p.since),
         until: utc(p.until),
     };
-    Ok(Json(events::server::events(&cx, &filter, p.before).await?))
+    Ok(Json(ops::events::events(&cx, &filter, p.before).await?))
 }
 
 /// An event with its timeline of deliveries and attempts.
@@ -327,7 +330,7 @@ async fn show_event(
     ApiPath(id): ApiPath<i64>,
     ApiQuery(p): ApiQuery<RevealParams>,
 ) -> ApiResult<EventDetail> {
-    Ok(Json(events::server::event_detail(&cx, id, p.reveal).await?))
+    Ok(Json(ops::events::event_detail(&cx, id, p.reveal).await?))
 }
 
 /// Re-delivers an event (its stored delivery) through the dedup layer, as
@@ -343,7 +346,7 @@ async fn redeliver_event(
     ApiJson(body): ApiJson<RedeliverBody>,
 ) -> ApiResult<RedeliveryResult> {
     answered(
-        actions::ssr::redeliver_event(&cx, id, body.past_window_reason, body.destination).await?,
+        ops::actions::redeliver_event(&cx, id, body.past_window_reason, body.destination).await?,
     )
 }
 
@@ -376,7 +379,7 @@ async fn force_event(
     ApiPath(id): ApiPath<i64>,
     ApiJson(body): ApiJson<ForceBody>,
 ) -> ApiResult<Forced> {
-    let message = actions::ssr::force(&cx, id, body.key, body.reason, body.destination).await?;
+    let message = ops::actions::force(&cx, id, body.key, body.reason, body.destination).await?;
     Ok(Json(Forced { message }))
 }
 
@@ -413,7 +416,7 @@ async fn list_dead_letters(
         destination: p.destination.unwrap_or_default(),
     };
     Ok(Json(
-        events::server::dead_letters(&cx, &filter, p.before.zip(p.before_id)).await?,
+        ops::events::dead_letters(&cx, &filter, p.before.zip(p.before_id)).await?,
     ))
 }
 
@@ -456,7 +459,7 @@ async fn redeliver_dead_letters(
         reason: body.reason,
         destination: body.destination,
     };
-    let job = jobs::ssr::start(&cx, &filter).await?;
+    let job = bulk_jobs::start(&cx, &filter).await?;
     Ok((
         StatusCode::ACCEPTED,
         [(header::LOCATION, format!("/api/v1/jobs/{}", job.id))],
@@ -468,14 +471,14 @@ async fn redeliver_dead_letters(
 #[utoipa::path(get, path = "/jobs", tag = "dead letters",
     responses((status = 200, body = Vec<BulkJob>)))]
 async fn list_jobs(ApiCx(cx): ApiCx) -> ApiResult<Vec<BulkJob>> {
-    Ok(Json(jobs::ssr::recent(&cx).await?))
+    Ok(Json(bulk_jobs::recent(&cx).await?))
 }
 
 /// A bulk job: its state and counts.
 #[utoipa::path(get, path = "/jobs/{id}", tag = "dead letters", params(("id" = i64, Path)),
     responses((status = 200, body = BulkJob), (status = 404, body = super::ErrorBody)))]
 async fn show_job(ApiCx(cx): ApiCx, ApiPath(id): ApiPath<i64>) -> ApiResult<BulkJob> {
-    Ok(Json(jobs::ssr::show(&cx, id).await?))
+    Ok(Json(bulk_jobs::show(&cx, id).await?))
 }
 
 #[derive(Deserialize, IntoParams)]
@@ -495,7 +498,7 @@ async fn job_results(
     ApiQuery(p): ApiQuery<ResultsParams>,
 ) -> ApiResult<JobResults> {
     Ok(Json(
-        jobs::ssr::results(&cx, id, p.after.unwrap_or(0)).await?,
+        bulk_jobs::results(&cx, id, p.after.unwrap_or(0)).await?,
     ))
 }
 
@@ -505,14 +508,14 @@ async fn job_results(
     responses((status = 200, body = BulkJob), (status = 404, body = super::ErrorBody),
               (status = 409, body = super::ErrorBody)))]
 async fn cancel_job(ApiCx(cx): ApiCx, ApiPath(id): ApiPath<i64>) -> ApiResult<BulkJob> {
-    Ok(Json(jobs::ssr::cancel(&cx, id).await?))
+    Ok(Json(bulk_jobs::cancel(&cx, id).await?))
 }
 
 /// Firing and recently resolved alerts, and the silences in force.
 #[utoipa::path(get, path = "/alerts", tag = "alerts",
     responses((status = 200, body = AlertsPage)))]
 async fn list_alerts(ApiCx(cx): ApiCx) -> ApiResult<AlertsPage> {
-    Ok(Json(alerts::ssr::page(&cx).await?))
+    Ok(Json(ops::alerts::page(&cx).await?))
 }
 
 #[derive(Deserialize, ToSchema)]
@@ -538,7 +541,7 @@ async fn silence_alerts(
     ApiJson(body): ApiJson<SilenceBody>,
 ) -> ApiResult<SilenceRow> {
     Ok(Json(
-        alerts::ssr::silence(&cx, body.rule, body.source, body.minutes, body.reason).await?,
+        ops::alerts::silence(&cx, body.rule, body.source, body.minutes, body.reason).await?,
     ))
 }
 
@@ -546,7 +549,7 @@ async fn silence_alerts(
 #[utoipa::path(delete, path = "/alerts/silences/{id}", tag = "alerts", params(("id" = i64, Path)),
     responses((status = 200, description = "Ended"), (status = 404, body = super::ErrorBody)))]
 async fn end_silence(ApiCx(cx): ApiCx, ApiPath(id): ApiPath<i64>) -> ApiResult<serde_json::Value> {
-    alerts::ssr::unsilence(&cx, id).await?;
+    ops::alerts::unsilence(&cx, id).await?;
     Ok(Json(serde_json::json!({"ended": id})))
 }
 
@@ -561,19 +564,19 @@ struct AuditParams {
 #[utoipa::path(get, path = "/audit", tag = "audit", params(AuditParams),
     responses((status = 200, body = AuditPage)))]
 async fn list_audit(ApiCx(cx): ApiCx, ApiQuery(p): ApiQuery<AuditParams>) -> ApiResult<AuditPage> {
-    Ok(Json(actions::ssr::audit_log(&cx, p.before).await?))
+    Ok(Json(ops::actions::audit_log(&cx, p.before).await?))
 }
 
 /// Every API token (admin): names, roles, prefixes, never a token.
 #[utoipa::path(get, path = "/tokens", tag = "tokens",
     responses((status = 200, body = Vec<TokenRow>)))]
 async fn list_tokens(ApiCx(cx): ApiCx) -> ApiResult<Vec<TokenRow>> {
-    Ok(Json(tokens::ssr::tokens(&cx).await?))
+    Ok(Json(ops::tokens::tokens(&cx).await?))
 }
 
 /// Revokes a token (admin; audit-logged): refused from its next use on.
 #[utoipa::path(delete, path = "/tokens/{id}", tag = "tokens", params(("id" = i64, Path)),
     responses((status = 200, body = TokenRow), (status = 404, body = super::ErrorBody)))]
 async fn revoke_token(ApiCx(cx): ApiCx, ApiPath(id): ApiPath<i64>) -> ApiResult<TokenRow> {
-    Ok(Json(tokens::ssr::revoke(&cx, id).await?))
+    Ok(Json(ops::tokens::revoke(&cx, id).await?))
 }

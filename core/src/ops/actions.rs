@@ -1,0 +1,309 @@
+//! What operators and admins change (spec section 6): pause and resume,
+//! re-delivery through the dedup layer (single and bulk), forced
+//! re-execution, and the audit log that records all of it.
+
+use replaysafe_types::actions::*;
+use replaysafe_types::auth::Role;
+
+use crate::error::OpError;
+use crate::ops::{redeliver as server, Cx};
+
+fn time_bound(field: &str, value: &str) -> Result<Option<String>, OpError> {
+    match value.trim() {
+        "" => Ok(None),
+        value => crate::ops::utc_time(field, value)
+            .map(Some)
+            .map_err(OpError::BadRequest),
+    }
+}
+
+/// A dead-letter filter as the statements take it (None: any), its
+/// times checked.
+pub struct DeadBounds {
+    pub source: Option<String>,
+    pub from: Option<String>,
+    pub to: Option<String>,
+    pub reason: Option<String>,
+    pub destination: Option<String>,
+}
+
+impl DeadBounds {
+    /// `filter`'s bounds, its times checked.
+    pub fn of(filter: &DeadFilter) -> Result<Self, OpError> {
+        let text = |v: &str| Some(v.trim().to_owned()).filter(|v| !v.is_empty());
+        Ok(DeadBounds {
+            source: text(&filter.source),
+            from: time_bound("from", &filter.from)?,
+            to: time_bound("to", &filter.to)?,
+            reason: text(&filter.reason),
+            destination: text(&filter.destination),
+        })
+    }
+}
+
+/// Pauses or resumes a source (operator).
+pub async fn set_paused(cx: &Cx, slug: String, paused: bool) -> Result<(), OpError> {
+    let caller = cx.require(Role::Operator)?;
+    server::set_paused(&cx.services, slug, paused, caller.clone()).await
+}
+
+/// Opens or closes a destination's circuit breaker by hand (operator),
+/// audit-logged with the state it left.
+pub async fn set_breaker(
+    cx: &Cx,
+    slug: String,
+    destination: String,
+    open: bool,
+) -> Result<(), OpError> {
+    let caller = cx.require(Role::Operator)?;
+    let target = format!("destination {slug}/{destination}");
+    let was = server::set_breaker(&cx.services, slug, destination, open).await?;
+    let (action, now) = if open {
+        ("breaker.open", "open until an operator closes it")
+    } else {
+        ("breaker.close", "closed")
+    };
+    cx.audit(
+        caller,
+        action,
+        Some(&target),
+        &format!("{was}, now {now}"),
+        serde_json::json!({ "was": was }),
+    )
+    .await
+}
+
+/// Re-delivers one stored delivery through the dedup layer (operator;
+/// past its timestamp window, an admin with a reason), audit-logged
+/// with the dedup layer's answer.
+pub async fn redeliver(
+    cx: &Cx,
+    delivery_id: i64,
+    past_window_reason: String,
+    destination: String,
+) -> Result<RedeliveryResult, OpError> {
+    let caller = cx.require(Role::Operator)?;
+    let reason = Some(past_window_reason.trim().to_owned()).filter(|r| !r.is_empty());
+    let destination = Some(destination.trim().to_owned()).filter(|d| !d.is_empty());
+    let result = server::redeliver(
+        &cx.services,
+        delivery_id,
+        caller.clone(),
+        reason.clone(),
+        None,
+        destination.clone(),
+    )
+    .await;
+    let past_window = matches!(&result, Ok(r) if r.past_window);
+    let (outcome, detail) = match &result {
+        Ok(r) => (
+            r.message.clone(),
+            serde_json::json!({"event": r.event_id, "new_delivery": r.delivery_id, "outcome": r.outcome, "reason": reason, "destination": destination}),
+        ),
+        Err(refusal) => (
+            format!("refused: {}", refusal.message()),
+            serde_json::json!({ "reason": reason, "destination": destination }),
+        ),
+    };
+    let action = if past_window {
+        "redeliver.past_window"
+    } else {
+        "redeliver"
+    };
+    let target = format!("delivery {delivery_id}");
+    cx.audit(caller, action, Some(&target), &outcome, detail)
+        .await?;
+    result
+}
+
+/// The stored delivery a re-delivery of `event_id` feeds back: its first
+/// delivery, or its newest one still holding the payload. None: no such
+/// event; Some(None): retention removed every copy of its payload.
+async fn delivery_of(pool: &sqlx::PgPool, event_id: i64) -> Result<Option<Option<i64>>, OpError> {
+    sqlx::query_scalar!(
+        "SELECT coalesce((SELECT d.id FROM deliveries d
+                          WHERE d.id = e.first_delivery_id AND d.body IS NOT NULL),
+                         (SELECT d.id FROM deliveries d
+                          WHERE d.event_id = e.id AND d.body IS NOT NULL
+                            AND d.idem_key = e.idem_key
+                          ORDER BY d.id DESC LIMIT 1))
+         FROM events e WHERE e.id = $1",
+        event_id
+    )
+    .fetch_optional(pool)
+    .await
+    .map_err(OpError::database)
+}
+
+/// Re-delivers an event: its stored delivery (`delivery_of`) through
+/// the same guard and audit as `redeliver`.
+pub async fn redeliver_event(
+    cx: &Cx,
+    event_id: i64,
+    past_window_reason: String,
+    destination: String,
+) -> Result<RedeliveryResult, OpError> {
+    cx.require(Role::Operator)?;
+    match delivery_of(&cx.services.pool, event_id).await? {
+        None => Err(OpError::not_found("event")),
+        Some(None) => Err(OpError::Conflict(
+            "retention removed every stored copy of its payload: there is nothing to re-deliver"
+                .into(),
+        )),
+        Some(Some(delivery_id)) => {
+            redeliver(cx, delivery_id, past_window_reason, destination).await
+        }
+    }
+}
+
+/// The audit log, newest first; `before`: the next page's cursor.
+pub async fn audit_log(cx: &Cx, before: Option<i64>) -> Result<AuditPage, OpError> {
+    cx.require(Role::Viewer)?;
+    let rows = sqlx::query_as!(
+        AuditEntry,
+        r#"SELECT id, to_char(at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') AS "at!", username,
+                  action, target, outcome, detail::text AS detail, remote_addr,
+                  token_id IS NOT NULL AS "by_token!"
+           FROM audit_log WHERE ($1::bigint IS NULL OR id < $1)
+           ORDER BY id DESC LIMIT $2"#,
+        before,
+        AUDIT_PAGE + 1
+    )
+    .fetch_all(&cx.services.pool)
+    .await
+    .map_err(OpError::database)?;
+    let (rows, older) = crate::ops::page(rows, AUDIT_PAGE, |r| r.id);
+    Ok(AuditPage { rows, older })
+}
+
+/// Re-delivers each chosen dead event (id, key) of a bulk job's step
+/// through the same guard as a single one (operator); audit-logged as
+/// one entry with each event's outcome. `api::jobs` chooses them.
+pub async fn redeliver_each(
+    cx: &Cx,
+    job: i64,
+    chosen: &[(i64, String)],
+    destination: Option<&str>,
+) -> Result<Vec<RedeliveryResult>, OpError> {
+    let user = cx.require(Role::Operator)?;
+    let pool = &cx.services.pool;
+    let mut results = Vec::with_capacity(chosen.len());
+    for (event_id, key) in chosen {
+        let refused = |redelivered: i64, message: String| RedeliveryResult {
+            redelivered,
+            delivery_id: None,
+            event_id: Some(*event_id),
+            idem_key: Some(key.clone()),
+            outcome: "refused".into(),
+            requeued: false,
+            message,
+            past_window: false,
+        };
+        let result = match delivery_of(pool, *event_id).await?.flatten() {
+            None => refused(0, "its payload is no longer stored".into()),
+            Some(delivery_id) => {
+                match server::redeliver(
+                    &cx.services,
+                    delivery_id,
+                    user.clone(),
+                    None,
+                    Some(job),
+                    destination.map(str::to_owned),
+                )
+                .await
+                {
+                    // The answer is about the chosen event, whatever
+                    // the re-delivery was recorded under (a rejected
+                    // one holds none).
+                    Ok(result) => RedeliveryResult {
+                        event_id: Some(*event_id),
+                        idem_key: Some(key.clone()),
+                        ..result
+                    },
+                    // Nothing was decided: the step is tried again.
+                    Err(e @ OpError::Unavailable(_)) => return Err(e),
+                    Err(refusal) => refused(delivery_id, refusal.message().to_owned()),
+                }
+            }
+        };
+        results.push(result);
+    }
+    let requeued = results.iter().filter(|r| r.requeued).count();
+    cx.audit(
+        user,
+        "redeliver.bulk",
+        Some(&format!("bulk job {job}")),
+        &format!("{} dead events, {requeued} queued again", results.len()),
+        serde_json::json!({
+            "job": job,
+            "events": results.iter().map(|r| serde_json::json!({"event": r.event_id, "outcome": r.outcome})).collect::<Vec<_>>(),
+        }),
+    )
+    .await?;
+    Ok(results)
+}
+
+/// An admin's forced re-execution of a completed event, confirmed by
+/// typing its key, with a reason; audit-logged either way.
+pub async fn force(
+    cx: &Cx,
+    event_id: i64,
+    confirm_key: String,
+    reason: String,
+    destination: String,
+) -> Result<String, OpError> {
+    let user = cx.require(Role::Admin)?;
+    let reason = reason.trim();
+    if reason.is_empty() {
+        return Err(OpError::BadRequest(
+            "give a reason: it goes into the audit log".into(),
+        ));
+    }
+    let found = sqlx::query!(
+        "SELECT source, idem_key FROM events WHERE id = $1",
+        event_id
+    )
+    .fetch_optional(&cx.services.pool)
+    .await
+    .map_err(OpError::database)?
+    .map(|r| (r.source, r.idem_key));
+    let Some((source, key)) = found else {
+        return Err(OpError::not_found("event"));
+    };
+    if confirm_key.trim() != key {
+        return Err(OpError::BadRequest(
+            "to confirm, type the event's key exactly".into(),
+        ));
+    }
+    // The server's event owner forces only a completed event, once per completion.
+    let destination = Some(destination.trim().to_owned()).filter(|d| !d.is_empty());
+    let forced = server::force(
+        &cx.services,
+        event_id,
+        reason.to_owned(),
+        user.clone(),
+        destination.clone(),
+    )
+    .await;
+    let outcome = match &forced {
+        Ok(_) => "forced".to_owned(),
+        Err(refusal) => format!("refused: {}", refusal.message()),
+    };
+    let queued = forced.as_ref().ok();
+    cx.audit(
+        user,
+        "force",
+        Some(&format!("event {event_id} ({key})")),
+        &outcome,
+        serde_json::json!({ "reason": reason, "destination": destination, "forced": queued }),
+    )
+    .await?;
+    let queued = forced.map_err(|r| {
+        let message = format!("refused: {}", r.message());
+        r.with_message(message)
+    })?;
+    let to = format!(" to {}", queued.join(", "));
+    Ok(format!(
+        "forced: queued to be forwarded again{to} with Idempotency-Key {source}:{key} and x-replaysafe-forced: true"
+    ))
+}

@@ -1,0 +1,155 @@
+//! The operations the dashboard, `/api/v1` and the CLI share: a server
+//! function, an API handler and a command call the same function here for
+//! the same operation, handing it a `Cx`. Each checks the caller's role
+//! first (`Cx::require`).
+
+pub mod actions;
+pub mod alerts;
+pub mod deliveries;
+pub mod events;
+pub mod mask;
+pub mod overview;
+pub mod redeliver;
+pub mod tokens;
+
+pub use sqlx::PgPool;
+
+use replaysafe_types::auth::{Caller, Role};
+use replaysafe_types::{DestinationSummary, SourceSummary};
+
+pub use crate::error::OpError;
+use crate::processing::Services;
+
+/// What every operation is handed, whoever asks (a server function of
+/// the dashboard, the API, the CLI through the API): the server's
+/// services (the primary pool for actions and reads that must see them,
+/// `reads` for the pages' and the API's read-only queries, the workers'
+/// handles), the caller and where the call came from. Each operation
+/// starts with `require`, so the role is checked in one place.
+#[derive(Clone)]
+pub struct Cx {
+    pub services: Services,
+    /// None: no one signed in.
+    pub caller: Option<Caller>,
+    pub remote_addr: Option<String>,
+}
+
+impl Cx {
+    /// The caller if they hold `role`; else 401 or 403.
+    pub fn require(&self, role: Role) -> Result<&Caller, OpError> {
+        crate::accounts::authorize(self.caller.as_ref(), role)
+    }
+
+    /// Appends to the audit log as `caller`, from this call's address.
+    pub async fn audit(
+        &self,
+        caller: &Caller,
+        action: &str,
+        target: Option<&str>,
+        outcome: &str,
+        detail: serde_json::Value,
+    ) -> Result<(), OpError> {
+        crate::accounts::record(
+            &self.services.pool,
+            crate::accounts::Entry {
+                who: caller.who(),
+                action,
+                target,
+                outcome,
+                detail: Some(detail),
+                remote_addr: self.remote_addr.as_deref(),
+            },
+        )
+        .await
+        .map_err(OpError::database)
+    }
+}
+
+/// Every configured source (and removed ones with history), no secrets.
+pub async fn sources(cx: &Cx) -> Result<Vec<SourceSummary>, OpError> {
+    cx.require(Role::Viewer)?;
+    source_rows(&cx.services.reads.pool(), None).await
+}
+
+/// One source, or 404.
+pub async fn source(cx: &Cx, slug: &str) -> Result<SourceSummary, OpError> {
+    cx.require(Role::Viewer)?;
+    source_rows(&cx.services.pool, Some(slug))
+        .await?
+        .pop()
+        .ok_or_else(|| OpError::NotFound(format!("no source {slug:?}")))
+}
+
+async fn source_rows(pool: &PgPool, slug: Option<&str>) -> Result<Vec<SourceSummary>, OpError> {
+    let rows = sqlx::query!(
+        r#"SELECT slug, provider, mode, destination,
+                  coalesce(paused_override, config_paused) AS "paused!",
+                  paused_override IS NOT NULL AS "paused_by_operator!",
+                  in_config, attempt_timeout_secs,
+                  to_char(paused_changed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') AS paused_changed_at,
+                  destinations,
+                  (SELECT coalesce(jsonb_object_agg(g.destination,
+                                       jsonb_build_array(g.breaker, g.opened_by_hand)), '{}')
+                   FROM destination_gates g WHERE g.source = sources.slug) AS "breakers!"
+           FROM sources WHERE ($1::text IS NULL OR slug = $1)
+           ORDER BY in_config DESC, slug"#,
+        slug
+    )
+    .fetch_all(pool)
+    .await
+    .map_err(OpError::database)?;
+    Ok(rows
+        .into_iter()
+        .map(|r| SourceSummary {
+            slug: r.slug,
+            provider: r.provider,
+            mode: r.mode,
+            destination: r.destination,
+            paused: r.paused,
+            paused_by_operator: r.paused_by_operator,
+            in_config: r.in_config,
+            attempt_timeout_secs: r.attempt_timeout_secs,
+            paused_changed_at: r.paused_changed_at,
+            destinations: {
+                let mut listed: Vec<DestinationSummary> =
+                    serde_json::from_value(r.destinations).unwrap_or_default();
+                for d in &mut listed {
+                    if let Some((state, by_hand)) = r
+                        .breakers
+                        .get(&d.name)
+                        .and_then(|b| serde_json::from_value::<(String, bool)>(b.clone()).ok())
+                    {
+                        d.breaker = state;
+                        d.breaker_by_hand = by_hand;
+                    }
+                }
+                listed
+            },
+        })
+        .collect())
+}
+
+/// Cuts rows fetched with one row beyond `size` (`LIMIT size + 1`) to a
+/// page, and gives the next page's cursor: `cursor` of the last row kept,
+/// when there is a next page.
+pub fn page<T, C>(mut rows: Vec<T>, size: i64, cursor: impl Fn(&T) -> C) -> (Vec<T>, Option<C>) {
+    let size = usize::try_from(size).unwrap_or(0);
+    if rows.len() > size {
+        rows.truncate(size);
+        let next = rows.last().map(cursor);
+        (rows, next)
+    } else {
+        (rows, None)
+    }
+}
+
+/// A filter's time as a `datetime-local` input gives it
+/// (`2026-11-30T14:05`, seconds optional), read as UTC; RFC 3339 out.
+pub fn utc_time(field: &str, value: &str) -> Result<String, String> {
+    let value = value.trim().replacen(' ', "T", 1);
+    ["%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M"]
+        .iter()
+        .find_map(|format| chrono::NaiveDateTime::parse_from_str(&value, format).ok())
+        .map(|t| t.format("%Y-%m-%dT%H:%M:%SZ").to_string())
+        .ok_or_else(|| format!("{field}: expected a UTC time like 2026-11-30T14:05, got {value:?}"))
+}

@@ -1,0 +1,234 @@
+//! The overview's figures, read from the per-minute rollups (`minute_stats`)
+//! and a few capped live counts: no page view scans deliveries.
+
+use std::collections::BTreeMap;
+
+use sqlx::PgPool;
+
+use crate::error::OpError;
+use crate::ops::Cx;
+use replaysafe_types::auth::Role;
+use replaysafe_types::overview::*;
+
+/// The figures of `window`, for one source or (None) all of them.
+pub async fn overview(
+    cx: &Cx,
+    source: Option<String>,
+    window: Window,
+) -> Result<Overview, OpError> {
+    cx.require(Role::Viewer)?;
+    let source = source.filter(|s| !s.is_empty());
+    let reads = cx.services.reads.pool();
+    let mut overview = load(&reads, source.clone(), window)
+        .await
+        .map_err(OpError::database)?;
+    overview.replica_lag_secs = cx.services.reads.shown_lag_secs();
+    overview.alerts = crate::alerts::rules::firing(&reads)
+        .await
+        .map_err(OpError::database)?
+        .into_iter()
+        .filter(|c| source.as_ref().is_none_or(|s| *s == c.source))
+        .collect();
+    Ok(overview)
+}
+
+struct MinuteRow {
+    source: String,
+    minute_ms: i64,
+    deliveries: i32,
+    claimed: i32,
+    completed: i32,
+    in_progress: i32,
+    dead: i32,
+    rejected: i32,
+    bad_signature: i32,
+    redeliveries: i32,
+    attempts: i32,
+    attempts_failed: i32,
+    events_completed: i32,
+    events_dead: i32,
+    ack_hist: Vec<i32>,
+    e2e_hist: Vec<i32>,
+}
+
+fn add_hist(into: &mut Vec<i64>, from: &[i32]) {
+    if into.len() < from.len() {
+        into.resize(from.len(), 0);
+    }
+    for (a, b) in into.iter_mut().zip(from) {
+        *a += *b as i64;
+    }
+}
+
+/// Adds a minute's row to `figures`.
+fn add(figures: &mut Figures, r: &MinuteRow) {
+    figures.deliveries += r.deliveries as i64;
+    figures.claimed += r.claimed as i64;
+    figures.duplicates += (r.completed + r.in_progress + r.dead) as i64;
+    figures.rejected += r.rejected as i64;
+    figures.bad_signature += r.bad_signature as i64;
+    figures.redeliveries += r.redeliveries as i64;
+    figures.attempts += r.attempts as i64;
+    figures.attempts_failed += r.attempts_failed as i64;
+    figures.events_completed += r.events_completed as i64;
+    figures.events_dead += r.events_dead as i64;
+    add_hist(&mut figures.ack_hist, &r.ack_hist);
+    add_hist(&mut figures.e2e_hist, &r.e2e_hist);
+}
+
+struct SourceRow {
+    slug: String,
+    provider: String,
+    paused: bool,
+}
+
+struct BacklogRow {
+    source: String,
+    waiting: i64,
+    oldest_due_secs: Option<f64>,
+}
+
+async fn load(
+    pool: &PgPool,
+    source: Option<String>,
+    window: Window,
+) -> Result<Overview, sqlx::Error> {
+    let minutes = window.minutes();
+    let rows = sqlx::query_as!(
+        MinuteRow,
+        r#"SELECT source, (extract(epoch FROM minute) * 1000)::bigint AS "minute_ms!",
+                deliveries, claimed, completed, in_progress, dead, rejected, bad_signature,
+                redeliveries, attempts, attempts_failed, events_completed, events_dead,
+                ack_hist, e2e_hist
+         FROM minute_stats
+         WHERE minute >= date_trunc('minute', now()) - make_interval(mins => $1)"#,
+        minutes as i32 - 1
+    )
+    .fetch_all(pool)
+    .await?;
+    let sources = sqlx::query_as!(
+        SourceRow,
+        r#"SELECT slug, provider, coalesce(paused_override, config_paused) AS "paused!"
+         FROM sources ORDER BY in_config DESC, slug"#
+    )
+    .fetch_all(pool)
+    .await?;
+    // Capped: the most overdue first, so the oldest is always counted.
+    let backlog = sqlx::query_as!(
+        BacklogRow,
+        r#"SELECT source, count(*) AS "waiting!",
+                extract(epoch FROM now() - min(next_attempt_at))::float8 AS oldest_due_secs
+         FROM (SELECT source, next_attempt_at FROM dispatches
+               WHERE state IN ('queued', 'retrying')
+               ORDER BY next_attempt_at LIMIT $1) w
+         GROUP BY source"#,
+        COUNT_CAP
+    )
+    .fetch_all(pool)
+    .await?;
+    let dead: Vec<(String, i64, i64)> = sqlx::query!(
+        r#"SELECT source, count(*) AS "dead!",
+                  count(*) FILTER (WHERE state_changed_at > now() - interval '10 minutes')
+                      AS "recent!"
+           FROM (SELECT source, state_changed_at FROM dispatches WHERE state = 'dead'
+                 ORDER BY state_changed_at DESC LIMIT $1) d
+           GROUP BY source"#,
+        COUNT_CAP
+    )
+    .fetch_all(pool)
+    .await?
+    .into_iter()
+    .map(|r| (r.source, r.dead, r.recent))
+    .collect();
+    let generated_at: String = sqlx::query_scalar!(
+        r#"SELECT to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') || ' UTC' AS "at!""#
+    )
+    .fetch_one(pool)
+    .await?;
+    let now_minute_ms: i64 = sqlx::query_scalar!(
+        r#"SELECT (extract(epoch FROM date_trunc('minute', now())) * 1000)::bigint AS "ms!""#
+    )
+    .fetch_one(pool)
+    .await?;
+
+    let wanted = |slug: &str| source.as_deref().is_none_or(|s| s == slug);
+    let mut per_source: Vec<SourceFigures> = sources
+        .into_iter()
+        .map(|s| SourceFigures {
+            slug: s.slug,
+            provider: s.provider,
+            paused: s.paused,
+            figures: Figures::default(),
+            backlog: Backlog::default(),
+        })
+        .collect();
+    let mut totals = Figures::default();
+    let bucket_ms = window.bucket_minutes() * 60_000;
+    let first_bucket = now_minute_ms - (minutes - 1) * 60_000;
+    let first_bucket = first_bucket - first_bucket.rem_euclid(bucket_ms);
+    let mut bars: BTreeMap<i64, Figures> = BTreeMap::new();
+    let mut at = first_bucket;
+    while at <= now_minute_ms {
+        bars.insert(at, Figures::default());
+        at += bucket_ms;
+    }
+    for r in &rows {
+        if let Some(s) = per_source.iter_mut().find(|s| s.slug == r.source) {
+            add(&mut s.figures, r);
+        }
+        if !wanted(&r.source) {
+            continue;
+        }
+        add(&mut totals, r);
+        let bar = r.minute_ms - r.minute_ms.rem_euclid(bucket_ms);
+        add(bars.entry(bar).or_default(), r);
+    }
+    let mut backlog_total = Backlog::default();
+    for b in backlog {
+        if let Some(s) = per_source.iter_mut().find(|s| s.slug == b.source) {
+            s.backlog.waiting = b.waiting;
+            s.backlog.oldest_due_secs = b.oldest_due_secs;
+        }
+        if wanted(&b.source) {
+            backlog_total.waiting += b.waiting;
+            backlog_total.oldest_due_secs = match (backlog_total.oldest_due_secs, b.oldest_due_secs)
+            {
+                (Some(a), Some(b)) => Some(a.max(b)),
+                (a, b) => a.or(b),
+            };
+        }
+    }
+    for (slug, count, recent) in dead {
+        if let Some(s) = per_source.iter_mut().find(|s| s.slug == slug) {
+            s.backlog.dead_letters = count;
+            s.backlog.dead_last_10m = recent;
+        }
+        if wanted(&slug) {
+            backlog_total.dead_letters += count;
+            backlog_total.dead_last_10m += recent;
+        }
+    }
+    let series = bars
+        .into_iter()
+        .map(|(at_ms, f)| Point {
+            at_ms,
+            deliveries: f.deliveries,
+            duplicates: f.duplicates,
+            rejected: f.rejected,
+            ack_p99_ms: f.ack_ms(0.99),
+            e2e_p99_ms: f.e2e_ms(0.99),
+        })
+        .collect();
+    Ok(Overview {
+        window,
+        source,
+        generated_at,
+        totals,
+        backlog: backlog_total,
+        per_source,
+        series,
+        bucket_minutes: window.bucket_minutes(),
+        alerts: Vec::new(),
+        replica_lag_secs: None,
+    })
+}

@@ -1,0 +1,150 @@
+//! The overview's figures, read from the per-minute rollups (`minute_stats`)
+//! and a few capped live counts: no page view scans deliveries.
+
+use serde::{Deserialize, Serialize};
+
+/// Counts above this are shown as "at least": counting a huge backlog exactly
+/// would make the page slow exactly when it is needed.
+pub const COUNT_CAP: i64 = 100_000;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub enum Window {
+    Hour,
+    Day,
+    Week,
+}
+
+impl Window {
+    pub fn parse(s: &str) -> Self {
+        match s {
+            "day" => Window::Day,
+            "week" => Window::Week,
+            _ => Window::Hour,
+        }
+    }
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Window::Hour => "hour",
+            Window::Day => "day",
+            Window::Week => "week",
+        }
+    }
+    pub fn label(self) -> &'static str {
+        match self {
+            Window::Hour => "last hour",
+            Window::Day => "last 24 hours",
+            Window::Week => "last 7 days",
+        }
+    }
+    pub fn minutes(self) -> i64 {
+        match self {
+            Window::Hour => 60,
+            Window::Day => 24 * 60,
+            Window::Week => 7 * 24 * 60,
+        }
+    }
+    /// Minutes per chart bar: about 60 to 100 bars whatever the window.
+    pub fn bucket_minutes(self) -> i64 {
+        match self {
+            Window::Hour => 1,
+            Window::Day => 15,
+            Window::Week => 120,
+        }
+    }
+}
+
+/// Totals over a window, for one source or all.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Figures {
+    pub deliveries: i64,
+    pub claimed: i64,
+    /// Deliveries of a key already held: completed, in progress or dead.
+    pub duplicates: i64,
+    pub rejected: i64,
+    pub bad_signature: i64,
+    pub redeliveries: i64,
+    pub attempts: i64,
+    pub attempts_failed: i64,
+    pub events_completed: i64,
+    pub events_dead: i64,
+    pub ack_hist: Vec<i64>,
+    pub e2e_hist: Vec<i64>,
+}
+
+impl Figures {
+    /// Duplicates among verified deliveries.
+    pub fn duplicate_rate(&self) -> Option<f64> {
+        let verified = self.claimed + self.duplicates;
+        (verified > 0).then(|| self.duplicates as f64 / verified as f64)
+    }
+    pub fn ack_ms(&self, q: f64) -> Option<f64> {
+        super::quantile_ms(&self.ack_hist, q)
+    }
+    pub fn e2e_ms(&self, q: f64) -> Option<f64> {
+        super::quantile_ms(&self.e2e_hist, q)
+    }
+    /// Attempts per event that reached an end (completed or dead).
+    pub fn attempts_per_event(&self) -> Option<f64> {
+        let ended = self.events_completed + self.events_dead;
+        (ended > 0).then(|| self.attempts as f64 / ended as f64)
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Backlog {
+    /// Queued or retrying events (capped at `COUNT_CAP`).
+    pub waiting: i64,
+    /// Seconds the longest-waiting due event has waited.
+    pub oldest_due_secs: Option<f64>,
+    /// Dead-lettered events (capped at `COUNT_CAP`).
+    pub dead_letters: i64,
+    /// Events dead-lettered in the last 10 minutes.
+    pub dead_last_10m: i64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct SourceFigures {
+    pub slug: String,
+    pub provider: String,
+    pub paused: bool,
+    pub figures: Figures,
+    pub backlog: Backlog,
+}
+
+/// One chart bar.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Point {
+    /// Start of the bar, Unix milliseconds.
+    pub at_ms: i64,
+    pub deliveries: i64,
+    pub duplicates: i64,
+    pub rejected: i64,
+    pub ack_p99_ms: Option<f64>,
+    pub e2e_p99_ms: Option<f64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Overview {
+    pub window: Window,
+    /// The source the figures are for; None: all sources.
+    pub source: Option<String>,
+    pub generated_at: String,
+    pub totals: Figures,
+    pub backlog: Backlog,
+    pub per_source: Vec<SourceFigures>,
+    pub series: Vec<Point>,
+    pub bucket_minutes: i64,
+    /// The alerts firing now (`api::alerts`), for the banner.
+    pub alerts: Vec<crate::alerts::Condition>,
+    /// How far behind the primary these figures are, in seconds, when they
+    /// come from the read replica (`read_database_url`) and it lags by
+    /// `LAG_SHOWN` or more.
+    #[serde(default)]
+    pub replica_lag_secs: Option<f64>,
+}

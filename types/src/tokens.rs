@@ -1,0 +1,27 @@
+//! API tokens (issue 16): what scripts, bots and the CLI call `/api/v1` with.
+//! A token holds a role like a person and is checked in the same place; what
+//! it does is audit-logged under its name. Created on the command line
+//! (`replaysafe token create`, printed once), listed and revoked there or on
+//! the Tokens page by an admin. Only a SHA-256 of a token is stored.
+
+use serde::{Deserialize, Serialize};
+
+/// A token as lists show it: never the token, only its first characters.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct TokenRow {
+    pub id: i64,
+    pub name: String,
+    /// viewer, operator or admin.
+    pub role: String,
+    /// The token's first characters, to tell tokens apart.
+    pub prefix: String,
+    /// UTC, `YYYY-MM-DD HH:MM:SS`.
+    pub created_at: String,
+    pub created_by: Option<String>,
+    pub last_used_at: Option<String>,
+    pub expires_at: Option<String>,
+    pub revoked_at: Option<String>,
+    /// live, expired or revoked.
+    pub state: String,
+}
