@@ -10,9 +10,9 @@ use replaysafe_core::ops::actions as ops;
 pub use replaysafe_types::actions::*;
 #[server(endpoint = "source-paused")]
 pub async fn set_source_paused(slug: String, paused: bool) -> Result<(), ServerFnError> {
-    Ok(ops::set_paused(&crate::api::cx().await?, slug, paused)
+    ops::set_paused(&crate::api::cx().await?, slug, paused)
         .await
-        .map_err(fail)?)
+        .map_err(fail)
 }
 
 /// Opens a destination's circuit breaker by hand (it stays open until an
@@ -23,11 +23,9 @@ pub async fn set_breaker(
     destination: String,
     open: bool,
 ) -> Result<(), ServerFnError> {
-    Ok(
-        ops::set_breaker(&crate::api::cx().await?, slug, destination, open)
-            .await
-            .map_err(fail)?,
-    )
+    ops::set_breaker(&crate::api::cx().await?, slug, destination, open)
+        .await
+        .map_err(fail)
 }
 
 /// Re-delivers one stored delivery through the receiver pipeline. A
@@ -41,11 +39,9 @@ pub async fn redeliver(
     #[server(default)] destination: String,
 ) -> Result<RedeliveryResult, ServerFnError> {
     let cx = crate::api::cx().await?;
-    Ok(
-        ops::redeliver(&cx, delivery_id, past_window_reason, destination)
-            .await
-            .map_err(fail)?,
-    )
+    ops::redeliver(&cx, delivery_id, past_window_reason, destination)
+        .await
+        .map_err(fail)
 }
 
 /// An admin runs a completed event again: the same Idempotency-Key, a header
@@ -59,14 +55,14 @@ pub async fn force_reexecution(
     #[server(default)] destination: String,
 ) -> Result<String, ServerFnError> {
     let cx = crate::api::cx().await?;
-    Ok(ops::force(&cx, event_id, confirm_key, reason, destination)
+    ops::force(&cx, event_id, confirm_key, reason, destination)
         .await
-        .map_err(fail)?)
+        .map_err(fail)
 }
 
 #[server(endpoint = "audit")]
 pub async fn list_audit(before: Option<i64>) -> Result<AuditPage, ServerFnError> {
-    Ok(ops::audit_log(&crate::api::cx().await?, before)
+    ops::audit_log(&crate::api::cx().await?, before)
         .await
-        .map_err(fail)?)
+        .map_err(fail)
 }

@@ -11,7 +11,7 @@ use replaysafe_core::ops::alerts as ops;
 pub use replaysafe_types::alerts::*;
 #[server(endpoint = "alerts")]
 pub async fn list_alerts() -> Result<AlertsPage, ServerFnError> {
-    Ok(ops::page(&crate::api::cx().await?).await.map_err(fail)?)
+    ops::page(&crate::api::cx().await?).await.map_err(fail)
 }
 
 /// Silences a rule (for one source, or all) for `minutes` (admin; audit-logged).
@@ -22,17 +22,15 @@ pub async fn silence_rule(
     minutes: i64,
     reason: String,
 ) -> Result<SilenceRow, ServerFnError> {
-    Ok(
-        ops::silence(&crate::api::cx().await?, rule, source, minutes, reason)
-            .await
-            .map_err(fail)?,
-    )
+    ops::silence(&crate::api::cx().await?, rule, source, minutes, reason)
+        .await
+        .map_err(fail)
 }
 
 /// Ends a silence now (admin; audit-logged).
 #[server(endpoint = "alert-unsilence")]
 pub async fn end_silence(id: i64) -> Result<(), ServerFnError> {
-    Ok(ops::unsilence(&crate::api::cx().await?, id)
+    ops::unsilence(&crate::api::cx().await?, id)
         .await
-        .map_err(fail)?)
+        .map_err(fail)
 }

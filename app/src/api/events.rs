@@ -13,9 +13,9 @@ pub async fn get_event(
     id: i64,
     #[server(default)] reveal: bool,
 ) -> Result<EventDetail, ServerFnError> {
-    Ok(ops::event_detail(&crate::api::cx().await?, id, reveal)
+    ops::event_detail(&crate::api::cx().await?, id, reveal)
         .await
-        .map_err(fail)?)
+        .map_err(fail)
 }
 
 /// `reveal`: as for `get_event`.
@@ -24,9 +24,9 @@ pub async fn get_delivery(
     id: i64,
     #[server(default)] reveal: bool,
 ) -> Result<DeliveryDetail, ServerFnError> {
-    Ok(ops::delivery_detail(&crate::api::cx().await?, id, reveal)
+    ops::delivery_detail(&crate::api::cx().await?, id, reveal)
         .await
-        .map_err(fail)?)
+        .map_err(fail)
 }
 
 /// Dead-lettered events, most recently dead first.
@@ -43,7 +43,7 @@ pub async fn list_dead(
         destination: destination.unwrap_or_default(),
         ..Default::default()
     };
-    Ok(ops::dead_letters(&cx, &filter, before.zip(before_id))
+    ops::dead_letters(&cx, &filter, before.zip(before_id))
         .await
-        .map_err(fail)?)
+        .map_err(fail)
 }

@@ -18,9 +18,9 @@ pub use replaysafe_types::jobs::*;
 pub async fn start_bulk_job(
     #[server(default)] filter: DeadFilter,
 ) -> Result<BulkJob, ServerFnError> {
-    Ok(ops::start(&crate::api::cx().await?, &filter)
+    ops::start(&crate::api::cx().await?, &filter)
         .await
-        .map_err(fail)?)
+        .map_err(fail)
 }
 
 /// A job and its outcomes recorded after event `after`.
@@ -38,13 +38,13 @@ pub async fn bulk_job_progress(id: i64, after: Option<i64>) -> Result<JobProgres
 /// Stops a job before its next step (operator).
 #[server(endpoint = "bulk-job-cancel")]
 pub async fn cancel_bulk_job(id: i64) -> Result<BulkJob, ServerFnError> {
-    Ok(ops::cancel(&crate::api::cx().await?, id)
+    ops::cancel(&crate::api::cx().await?, id)
         .await
-        .map_err(fail)?)
+        .map_err(fail)
 }
 
 /// The most recent jobs, newest first.
 #[server(endpoint = "bulk-jobs")]
 pub async fn recent_bulk_jobs() -> Result<Vec<BulkJob>, ServerFnError> {
-    Ok(ops::recent(&crate::api::cx().await?).await.map_err(fail)?)
+    ops::recent(&crate::api::cx().await?).await.map_err(fail)
 }

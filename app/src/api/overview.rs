@@ -13,7 +13,7 @@ pub async fn load_overview(
     window: String,
 ) -> Result<Overview, ServerFnError> {
     let cx = crate::api::cx().await?;
-    Ok(ops::overview(&cx, source, Window::parse(&window))
+    ops::overview(&cx, source, Window::parse(&window))
         .await
-        .map_err(fail)?)
+        .map_err(fail)
 }

@@ -12,12 +12,12 @@ use replaysafe_core::ops::tokens as ops;
 pub use replaysafe_types::tokens::*;
 #[server(endpoint = "tokens")]
 pub async fn list_tokens() -> Result<Vec<TokenRow>, ServerFnError> {
-    Ok(ops::tokens(&crate::api::cx().await?).await.map_err(fail)?)
+    ops::tokens(&crate::api::cx().await?).await.map_err(fail)
 }
 
 #[server(endpoint = "token-revoke")]
 pub async fn revoke_token(id: i64) -> Result<TokenRow, ServerFnError> {
-    Ok(ops::revoke(&crate::api::cx().await?, id)
+    ops::revoke(&crate::api::cx().await?, id)
         .await
-        .map_err(fail)?)
+        .map_err(fail)
 }

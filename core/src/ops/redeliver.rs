@@ -151,7 +151,7 @@ pub async fn redeliver(
             destination: chosen,
         }),
     };
-    let reply = intake::receive(&services, source, &inbound, receipt).await;
+    let reply = intake::receive(services, source, &inbound, receipt).await;
     if reply.outcome == Outcome::Unavailable {
         return Err(OpError::Unavailable(String::from(
             "the database is unavailable; nothing was re-delivered",
