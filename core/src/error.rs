@@ -20,6 +20,8 @@ pub enum OpError {
     Unavailable(String),
     /// The server is set up wrongly (no session layer, no context).
     Misconfigured(String),
+    /// A bug or a state the code did not expect: logged with its cause.
+    Internal(String),
 }
 
 impl OpError {
@@ -32,7 +34,7 @@ impl OpError {
             OpError::BadRequest(_) => StatusCode::BAD_REQUEST,
             OpError::TooManyRequests(_) => StatusCode::TOO_MANY_REQUESTS,
             OpError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
-            OpError::Misconfigured(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            OpError::Misconfigured(_) | OpError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 
@@ -46,7 +48,7 @@ impl OpError {
             OpError::BadRequest(_) => "bad_request",
             OpError::TooManyRequests(_) => "rate_limited",
             OpError::Unavailable(_) => "unavailable",
-            OpError::Misconfigured(_) => "internal",
+            OpError::Misconfigured(_) | OpError::Internal(_) => "internal",
         }
     }
 
@@ -59,7 +61,8 @@ impl OpError {
             | OpError::BadRequest(m)
             | OpError::TooManyRequests(m)
             | OpError::Unavailable(m)
-            | OpError::Misconfigured(m) => m,
+            | OpError::Misconfigured(m)
+            | OpError::Internal(m) => m,
         }
     }
 
@@ -74,6 +77,7 @@ impl OpError {
             OpError::TooManyRequests(_) => OpError::TooManyRequests(message),
             OpError::Unavailable(_) => OpError::Unavailable(message),
             OpError::Misconfigured(_) => OpError::Misconfigured(message),
+            OpError::Internal(_) => OpError::Internal(message),
         }
     }
 
@@ -82,10 +86,20 @@ impl OpError {
         OpError::NotFound(format!("{what} not found"))
     }
 
-    /// A database failure: logged with its cause, shown as a stable message.
+    /// A database failure, logged with its cause and where it was met:
+    /// one that passes (the server away, a failover, a conflict between
+    /// transactions) is a 503 to try again; anything else is a 500, since
+    /// trying again will not mend it.
+    #[track_caller]
     pub fn database(e: sqlx::Error) -> Self {
-        tracing::error!(error = %e, "database error in a server function");
-        OpError::Unavailable("the database is unavailable; try again shortly".into())
+        let at = std::panic::Location::caller();
+        if is_transient(&e) {
+            tracing::warn!(error = %e, %at, "the database did not answer an operation");
+            OpError::Unavailable("the database is unavailable; try again shortly".into())
+        } else {
+            tracing::error!(error = %e, %at, "database error in an operation");
+            OpError::Internal("internal error: the server's log has the cause".into())
+        }
     }
 }
 
@@ -96,7 +110,48 @@ impl std::fmt::Display for OpError {
 }
 
 impl From<sqlx::Error> for OpError {
+    #[track_caller]
     fn from(e: sqlx::Error) -> Self {
         OpError::database(e)
+    }
+}
+
+/// Whether `e` is the database being away or unable for now (a broken or
+/// refused connection, a failover's standby or read-only server, a
+/// shutdown, a serialization failure or deadlock): worth retrying as long
+/// as it takes. Anything else (a statement the server refuses for its
+/// content, a row that does not decode) fails again the same way.
+pub fn is_transient(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Database(d) => d.code().is_some_and(|code| {
+            code.starts_with("08")
+                || code.starts_with("53")
+                || code.starts_with("57P")
+                || matches!(code.as_ref(), "25006" | "40001" | "40P01")
+        }),
+        sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::Protocol(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed => true,
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_passing_database_errors_ask_to_try_again() {
+        assert_eq!(
+            OpError::database(sqlx::Error::PoolTimedOut).status(),
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+        let bug = OpError::database(sqlx::Error::ColumnNotFound("x".into()));
+        assert_eq!(bug.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(bug.code(), "internal");
+        assert!(!bug.message().contains('x'), "the cause stays in the log");
     }
 }

@@ -16,10 +16,10 @@ fn main() -> std::process::ExitCode {
         ))
     };
     match runtime.block_on(replaysafe::cli::run(cli)) {
-        Ok(()) => std::process::ExitCode::SUCCESS,
+        Ok(()) => std::process::ExitCode::from(replaysafe::cli::exit::OK),
         Err(e) => {
             eprintln!("replaysafe: {e}");
-            std::process::ExitCode::FAILURE
+            std::process::ExitCode::from(e.exit_code())
         }
     }
 }

@@ -48,7 +48,8 @@ pub struct DeadFilter {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AuditEntry {
     pub id: i64,
-    pub at: String,
+    #[serde(with = "crate::time::wire")]
+    pub at: chrono::DateTime<chrono::Utc>,
     pub username: Option<String>,
     pub action: String,
     pub target: Option<String>,

@@ -181,14 +181,16 @@ pub struct AlertRow {
     pub source: String,
     /// firing or resolved
     pub state: String,
-    /// UTC, `YYYY-MM-DD HH:MM:SS`.
-    pub started_at: String,
-    pub resolved_at: Option<String>,
+    #[serde(with = "crate::time::wire")]
+    pub started_at: chrono::DateTime<chrono::Utc>,
+    #[serde(default, with = "crate::time::wire_opt")]
+    pub resolved_at: Option<chrono::DateTime<chrono::Utc>>,
     pub summary: String,
     pub figures: BTreeMap<String, f64>,
     pub link: String,
     /// Notifications of it are held back until then (UTC), by a silence.
-    pub silenced_until: Option<String>,
+    #[serde(default, with = "crate::time::wire_opt")]
+    pub silenced_until: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 /// A rule an admin silenced for a while: its alerts are still kept and
@@ -200,7 +202,8 @@ pub struct SilenceRow {
     pub rule: String,
     /// None: every source.
     pub source: Option<String>,
-    pub until: String,
+    #[serde(with = "crate::time::wire")]
+    pub until: chrono::DateTime<chrono::Utc>,
     pub by: String,
     pub reason: String,
 }

@@ -41,8 +41,9 @@ impl DeliveryFilter {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct DeliveryRow {
     pub id: i64,
-    /// UTC, to the millisecond.
-    pub received_at: String,
+    /// Kept to the microsecond; written to the millisecond.
+    #[serde(with = "crate::time::wire")]
+    pub received_at: chrono::DateTime<chrono::Utc>,
     pub source: String,
     pub event_id: Option<i64>,
     pub idem_key: Option<String>,

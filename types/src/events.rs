@@ -67,13 +67,16 @@ pub struct AttemptRow {
     pub destination: String,
     pub number: i32,
     pub worker: String,
-    pub started_at: String,
-    pub finished_at: Option<String>,
+    #[serde(with = "crate::time::wire")]
+    pub started_at: chrono::DateTime<chrono::Utc>,
+    #[serde(default, with = "crate::time::wire_opt")]
+    pub finished_at: Option<chrono::DateTime<chrono::Utc>>,
     pub status: Option<i16>,
     pub latency_ms: Option<i32>,
     pub response_excerpt: Option<String>,
     pub error: Option<String>,
-    pub next_attempt_at: Option<String>,
+    #[serde(default, with = "crate::time::wire_opt")]
+    pub next_attempt_at: Option<chrono::DateTime<chrono::Utc>>,
     pub result: Option<String>,
 }
 
@@ -84,15 +87,20 @@ pub struct EventSummary {
     pub source: String,
     pub idem_key: String,
     pub state: String,
-    pub state_changed_at: String,
-    pub first_seen_at: String,
-    pub last_seen_at: String,
+    #[serde(with = "crate::time::wire")]
+    pub state_changed_at: chrono::DateTime<chrono::Utc>,
+    #[serde(with = "crate::time::wire")]
+    pub first_seen_at: chrono::DateTime<chrono::Utc>,
+    #[serde(with = "crate::time::wire")]
+    pub last_seen_at: chrono::DateTime<chrono::Utc>,
     pub receive_count: i32,
     pub attempt_count: i32,
-    pub next_attempt_at: String,
+    #[serde(with = "crate::time::wire")]
+    pub next_attempt_at: chrono::DateTime<chrono::Utc>,
     pub last_error: Option<String>,
     pub dead_reason: Option<String>,
-    pub completed_at: Option<String>,
+    #[serde(default, with = "crate::time::wire_opt")]
+    pub completed_at: Option<chrono::DateTime<chrono::Utc>>,
     pub first_delivery_id: Option<i64>,
     /// The provider's event type, where a destination's filter needed it.
     pub event_type: Option<String>,
@@ -106,12 +114,15 @@ pub struct DispatchRow {
     /// `queued`, `processing`, `retrying`, `completed`, `dead`, or
     /// `filtered` (the destination's filter does not take the event).
     pub state: String,
-    pub state_changed_at: String,
+    #[serde(with = "crate::time::wire")]
+    pub state_changed_at: chrono::DateTime<chrono::Utc>,
     pub attempt_count: i32,
-    pub next_attempt_at: Option<String>,
+    #[serde(default, with = "crate::time::wire_opt")]
+    pub next_attempt_at: Option<chrono::DateTime<chrono::Utc>>,
     pub last_error: Option<String>,
     pub dead_reason: Option<String>,
-    pub completed_at: Option<String>,
+    #[serde(default, with = "crate::time::wire_opt")]
+    pub completed_at: Option<chrono::DateTime<chrono::Utc>>,
     /// An ordered destination's: the event goes there after those of the
     /// same key received before it ('' : all of its events share one order).
     #[serde(default)]
@@ -214,8 +225,10 @@ pub struct DeadLetter {
     pub dead_reason: Option<String>,
     pub attempt_count: i32,
     pub receive_count: i32,
-    pub first_seen_at: String,
-    pub died_at: String,
+    #[serde(with = "crate::time::wire")]
+    pub first_seen_at: chrono::DateTime<chrono::Utc>,
+    #[serde(with = "crate::time::wire")]
+    pub died_at: chrono::DateTime<chrono::Utc>,
     /// Keyset cursor: `state_changed_at` in microseconds.
     pub died_micros: i64,
     pub first_delivery_id: Option<i64>,

@@ -25,9 +25,10 @@ pub struct BulkJob {
     pub done: i64,
     /// Of those, queued again.
     pub requeued: i64,
-    /// UTC, `YYYY-MM-DD HH:MM:SS`.
-    pub created_at: String,
-    pub finished_at: Option<String>,
+    #[serde(with = "crate::time::wire")]
+    pub created_at: chrono::DateTime<chrono::Utc>,
+    #[serde(default, with = "crate::time::wire_opt")]
+    pub finished_at: Option<chrono::DateTime<chrono::Utc>>,
     pub cancelled_by: Option<String>,
     /// Why it failed.
     pub error: Option<String>,

@@ -11,6 +11,7 @@ pub mod deliveries;
 pub mod events;
 pub mod jobs;
 pub mod overview;
+pub mod time;
 pub mod tokens;
 
 use serde::{Deserialize, Serialize};
@@ -82,7 +83,8 @@ pub struct SourceSummary {
     pub in_config: bool,
     /// A worker's lease on one attempt is this plus a margin.
     pub attempt_timeout_secs: i32,
-    pub paused_changed_at: Option<String>,
+    #[serde(default, with = "crate::time::wire_opt")]
+    pub paused_changed_at: Option<chrono::DateTime<chrono::Utc>>,
     /// Its destinations, in the config's order.
     pub destinations: Vec<DestinationSummary>,
 }

@@ -134,7 +134,8 @@ pub struct Overview {
     pub window: Window,
     /// The source the figures are for; None: all sources.
     pub source: Option<String>,
-    pub generated_at: String,
+    #[serde(with = "crate::time::wire")]
+    pub generated_at: chrono::DateTime<chrono::Utc>,
     pub totals: Figures,
     pub backlog: Backlog,
     pub per_source: Vec<SourceFigures>,

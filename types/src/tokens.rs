@@ -16,12 +16,15 @@ pub struct TokenRow {
     pub role: String,
     /// The token's first characters, to tell tokens apart.
     pub prefix: String,
-    /// UTC, `YYYY-MM-DD HH:MM:SS`.
-    pub created_at: String,
+    #[serde(with = "crate::time::wire")]
+    pub created_at: chrono::DateTime<chrono::Utc>,
     pub created_by: Option<String>,
-    pub last_used_at: Option<String>,
-    pub expires_at: Option<String>,
-    pub revoked_at: Option<String>,
+    #[serde(default, with = "crate::time::wire_opt")]
+    pub last_used_at: Option<chrono::DateTime<chrono::Utc>>,
+    #[serde(default, with = "crate::time::wire_opt")]
+    pub expires_at: Option<chrono::DateTime<chrono::Utc>>,
+    #[serde(default, with = "crate::time::wire_opt")]
+    pub revoked_at: Option<chrono::DateTime<chrono::Utc>>,
     /// live, expired or revoked.
     pub state: String,
 }

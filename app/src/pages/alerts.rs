@@ -1,4 +1,5 @@
 use leptos::prelude::*;
+use replaysafe_types::time::shown;
 
 use crate::api::alerts::{list_alerts, AlertRow, AlertsPage as Page, EndSilence, SilenceRule};
 use crate::auth::Role;
@@ -41,7 +42,7 @@ pub fn AlertsPage() -> impl IntoView {
                 <code>"replaysafe alert test --channel NAME"</code> " checks a channel."
             </p>
             {move || silence.value().get().map(|r| match r {
-                Ok(s) => view! { <p class="result ok" role="status">{format!("{} silenced until {} UTC.", s.rule, s.until)}</p> }.into_any(),
+                Ok(s) => view! { <p class="result ok" role="status">{format!("{} silenced until {} UTC.", s.rule, shown(&s.until))}</p> }.into_any(),
                 Err(e) => view! { <ErrorBox message=error_text(&e)/> }.into_any(),
             })}
             {move || unsilence.value().get().and_then(|r| r.err()).map(|e| view! { <ErrorBox message=error_text(&e)/> })}
@@ -81,7 +82,7 @@ fn AlertLists(
                     <tr data-rule=s.rule.clone()>
                         <td><code>{s.rule.clone()}</code></td>
                         <td>{s.source.clone().unwrap_or_else(|| "every source".into())}</td>
-                        <td>{s.until}</td><td>{s.by}</td><td>{s.reason}</td>
+                        <td>{shown(&s.until)}</td><td>{s.by}</td><td>{s.reason}</td>
                         <td><IfRole role=Role::Admin>
                             <ActionForm action=unsilence attr:class="inline">
                                 <input type="hidden" name="id" value=s.id/>
@@ -130,11 +131,11 @@ fn AlertTable(
                         <tr data-rule=a.rule.clone() data-source=a.source.clone() data-state=a.state.clone()>
                             <td>{a.title.clone()}</td>
                             <td><code>{a.source.clone()}</code></td>
-                            <td>{a.started_at.clone()}</td>
-                            <td>{a.resolved_at.clone().unwrap_or_else(|| "–".into())}</td>
+                            <td>{shown(&a.started_at)}</td>
+                            <td>{a.resolved_at.as_ref().map_or_else(|| "–".into(), shown)}</td>
                             <td>
                                 {a.summary.clone()} ". " <a href=a.link.clone()>"See what is behind it"</a>
-                                {a.silenced_until.clone().map(|u| view! { <div class="muted small">{format!("silenced until {u} UTC")}</div> })}
+                                {a.silenced_until.as_ref().map(|u| view! { <div class="muted small">{format!("silenced until {} UTC", shown(u))}</div> })}
                             </td>
                             <td>{firing.then(move || view! {
                                 <IfRole role=Role::Admin>

@@ -1,5 +1,6 @@
 use leptos::prelude::*;
 use leptos_router::hooks::use_query_map;
+use replaysafe_types::time::shown;
 
 use crate::api::actions::{list_audit, AuditPage as Page};
 use crate::components::*;
@@ -50,7 +51,7 @@ fn AuditTable(page: Page) -> impl IntoView {
                     let action = e.action.clone();
                     view! {
                     <tr data-action=action>
-                        <td>{e.at}</td>
+                        <td>{shown(&e.at)}</td>
                         <td>
                             {e.by_token.then_some("token ")}{e.username.unwrap_or_default()}
                             <div class="muted small">{e.remote_addr.unwrap_or_default()}</div>

@@ -1,6 +1,7 @@
 use leptos::prelude::*;
 use leptos::task::spawn_local;
 use leptos_router::hooks::use_query_map;
+use replaysafe_types::time::{shown, shown_ms};
 
 use crate::api::actions::{DeadFilter, RedeliveryResult};
 use crate::api::events::{list_dead, DeadLetterPage};
@@ -95,7 +96,7 @@ fn DeadTable(page: DeadLetterPage, source: String, destination: String) -> impl 
             <tbody>
                 {page.rows.into_iter().map(|d| view! {
                     <tr data-event=d.id>
-                        <td>{d.died_at}</td>
+                        <td>{shown_ms(&d.died_at)}</td>
                         <td><a href=format!("/dead?source={}", d.source)><code>{d.source.clone()}</code></a></td>
                         <td><a href=format!("/events/{}", d.id)><code>{d.idem_key}</code></a></td>
                         <td>{d.destinations.iter().map(|name| view! {
@@ -310,7 +311,7 @@ fn RecentJobs(refresh: RwSignal<usize>) -> impl IntoView {
                                 <tbody>
                                     {list.into_iter().map(|j| view! {
                                         <tr data-job=j.id data-state=j.state.clone()>
-                                            <td>{j.id}</td><td>{j.created_at.clone()}</td>
+                                            <td>{j.id}</td><td>{shown(&j.created_at)}</td>
                                             <td>{j.started_by.clone()}</td>
                                             <td><code>{if j.filter.source.is_empty() { "any".to_owned() } else { j.filter.source.clone() }}</code></td>
                                             <td>{j.state.clone()}</td>

@@ -1,3 +1,4 @@
+use replaysafe_types::time::shown_ms;
 use std::time::Duration;
 
 use leptos::prelude::*;
@@ -271,7 +272,7 @@ fn DeliveryTr(r: DeliveryRow, fresh: Signal<bool>) -> impl IntoView {
         .unwrap_or_else(|| "–".into());
     view! {
         <tr data-id=r.id class:fresh=move || fresh.get()>
-            <td><a href=detail title="Open this delivery">{r.received_at.clone()}</a></td>
+            <td><a href=detail title="Open this delivery">{shown_ms(&r.received_at)}</a></td>
             <td><code>{r.source.clone()}</code></td>
             <td>{key_cell}</td>
             <td><OutcomeBadge row=r.clone()/>{redelivery}</td>

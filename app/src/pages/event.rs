@@ -1,5 +1,6 @@
 use leptos::prelude::*;
 use leptos_router::hooks::use_params_map;
+use replaysafe_types::time::shown_ms;
 
 use crate::api::actions::ForceReexecution;
 use crate::auth::Role;
@@ -75,21 +76,22 @@ fn EventBody(detail: EventDetail) -> impl IntoView {
         .clone()
         .filter(|_| event.dead_reason.is_none())
         .map(|e| view! { <dt>"Last error"</dt><dd>{e}</dd> });
-    let next = matches!(event.state.as_str(), "queued" | "retrying")
-        .then(|| view! { <dt>"Next attempt"</dt><dd>{event.next_attempt_at.clone()} " UTC"</dd> });
+    let next = matches!(event.state.as_str(), "queued" | "retrying").then(
+        || view! { <dt>"Next attempt"</dt><dd>{shown_ms(&event.next_attempt_at)} " UTC"</dd> },
+    );
     let completed = event
         .completed_at
-        .clone()
-        .map(|c| view! { <dt>"Completed"</dt><dd>{c} " UTC"</dd> });
+        .as_ref()
+        .map(|c| view! { <dt>"Completed"</dt><dd>{shown_ms(c)} " UTC"</dd> });
     view! {
         <h1>"Event " <code>{event.idem_key.clone()}</code></h1>
         <dl class="facts" data-testid="event-facts">
-            <dt>"State"</dt><dd><StateBadge state=event.state.clone()/> " since " {event.state_changed_at.clone()} " UTC"</dd>
+            <dt>"State"</dt><dd><StateBadge state=event.state.clone()/> " since " {shown_ms(&event.state_changed_at)} " UTC"</dd>
             <dt>"Source"</dt><dd><code>{event.source.clone()}</code></dd>
             {event.event_type.clone().map(|t| view! { <dt>"Event type"</dt><dd><code>{t}</code></dd> })}
             <dt>"Idempotency-Key sent"</dt><dd><code>{format!("{}:{}", event.source, event.idem_key)}</code></dd>
-            <dt>"First received"</dt><dd>{event.first_seen_at.clone()} " UTC"</dd>
-            <dt>"Last received"</dt><dd>{event.last_seen_at.clone()} " UTC"</dd>
+            <dt>"First received"</dt><dd>{shown_ms(&event.first_seen_at)} " UTC"</dd>
+            <dt>"Last received"</dt><dd>{shown_ms(&event.last_seen_at)} " UTC"</dd>
             <dt>"Deliveries"</dt><dd>{event.receive_count}</dd>
             <dt>"Attempts"</dt><dd>{event.attempt_count}</dd>
             {completed}
@@ -115,12 +117,12 @@ fn EventBody(detail: EventDetail) -> impl IntoView {
                 {dispatches.into_iter().map(|d| {
                     let details = match d.state.as_str() {
                         "filtered" => "its filter does not take this event: nothing is forwarded there".to_owned(),
-                        "completed" => format!("completed {} UTC", d.completed_at.clone().unwrap_or_default()),
+                        "completed" => format!("completed {} UTC", d.completed_at.as_ref().map(shown_ms).unwrap_or_default()),
                         "dead" => d.dead_reason.clone().unwrap_or_default(),
                         _ => match (&d.next_attempt_at, &d.last_error) {
-                            (Some(next), Some(e)) => format!("next attempt {next} UTC; last error: {e}"),
-                            (Some(next), None) => format!("next attempt {next} UTC"),
-                            (None, _) => format!("since {} UTC", d.state_changed_at),
+                            (Some(next), Some(e)) => format!("next attempt {} UTC; last error: {e}", shown_ms(next)),
+                            (Some(next), None) => format!("next attempt {} UTC", shown_ms(next)),
+                            (None, _) => format!("since {} UTC", shown_ms(&d.state_changed_at)),
                         },
                     };
                     let order = d.ordering_key.clone().map(|key| {
@@ -162,7 +164,7 @@ fn EventBody(detail: EventDetail) -> impl IntoView {
                     };
                     view! {
                         <li class="tl-delivery" data-kind="delivery">
-                            <span class="tl-time">{d.received_at.clone()}</span>
+                            <span class="tl-time">{shown_ms(&d.received_at)}</span>
                             <span class="tl-what">
                                 <a href=format!("/deliveries/{}", d.id)>{kind}</a>
                                 " " <OutcomeBadge row=d.clone()/> " answered " {d.http_status}
@@ -248,11 +250,11 @@ fn AttemptItem(a: AttemptRow) -> impl IntoView {
     });
     let next = a
         .next_attempt_at
-        .clone()
-        .map(|n| view! { <div class="tl-detail">"Next retry at " {n} " UTC"</div> });
+        .as_ref()
+        .map(|n| view! { <div class="tl-detail">"Next retry at " {shown_ms(n)} " UTC"</div> });
     view! {
         <li class="tl-attempt" data-kind="attempt">
-            <span class="tl-time">{a.started_at.clone()}</span>
+            <span class="tl-time">{shown_ms(&a.started_at)}</span>
             <span class="tl-what">
                 {format!("attempt {} to {} by {}", a.number, a.destination, a.worker)} " "
                 <span class=class>{words}</span>{latency}
@@ -336,7 +338,7 @@ pub fn DeliveryPage() -> impl IntoView {
                                 <h1>"Delivery " {d.row.id}</h1>
                                 <p>
                                     <OutcomeBadge row=d.row.clone()/>
-                                    {format!(" answered {} at {} UTC", d.row.http_status, d.row.received_at)}
+                                    {format!(" answered {} at {} UTC", d.row.http_status, shown_ms(&d.row.received_at))}
                                 </p>
                                 {reason}
                                 {event}

@@ -6,6 +6,7 @@ use leptos_router::hooks::use_query_map;
 use crate::api::alerts::Condition;
 use crate::api::overview::{load_overview, Figures, Overview, SourceFigures, Window, COUNT_CAP};
 use crate::components::*;
+use replaysafe_types::time::shown;
 
 /// The overview refreshes itself this often (it reads rollups: cheap).
 const REFRESH: Duration = Duration::from_secs(5);
@@ -106,7 +107,7 @@ fn OverviewBody(o: Overview) -> impl IntoView {
         <Alerts alerts/>
         <ReplicaLag secs=replica_lag_secs/>
         <p class="muted small">
-            {format!("{scope_label}, {}; figures as of {generated_at}, refreshed every 5 s.", window.label())}
+            {format!("{scope_label}, {}; figures as of {} UTC, refreshed every 5 s.", window.label(), shown(&generated_at))}
         </p>
         <Stats totals=totals.clone() backlog=backlog/>
         <div class="charts">

@@ -1,4 +1,5 @@
 use leptos::prelude::*;
+use replaysafe_types::time::shown;
 
 use crate::api::actions::{SetBreaker, SetSourcePaused};
 use crate::api::overview::{load_overview, SourceFigures, COUNT_CAP};
@@ -91,8 +92,8 @@ fn SourceRow(s: SourceSummary, f: Option<SourceFigures>) -> impl IntoView {
         format!(
             " (set by an operator{})",
             s.paused_changed_at
-                .as_deref()
-                .map(|t| format!(" at {t} UTC"))
+                .as_ref()
+                .map(|t| format!(" at {} UTC", shown(t)))
                 .unwrap_or_default()
         )
     });

@@ -1,4 +1,5 @@
 use leptos::prelude::*;
+use replaysafe_types::time::shown;
 
 use crate::api::tokens::{list_tokens, RevokeToken, TokenRow};
 use crate::components::*;
@@ -63,9 +64,9 @@ fn TokenTable(rows: Vec<TokenRow>, revoke: ServerAction<RevokeToken>) -> impl In
                             <td>{t.name}</td>
                             <td>{t.role}</td>
                             <td><code>{t.prefix} "…"</code></td>
-                            <td>{t.created_at}<div class="muted small">{t.created_by.unwrap_or_default()}</div></td>
-                            <td>{t.last_used_at.unwrap_or_else(|| "never".into())}</td>
-                            <td>{t.expires_at.unwrap_or_else(|| "never".into())}</td>
+                            <td>{shown(&t.created_at)}<div class="muted small">{t.created_by.unwrap_or_default()}</div></td>
+                            <td>{t.last_used_at.as_ref().map_or_else(|| "never".into(), shown)}</td>
+                            <td>{t.expires_at.as_ref().map_or_else(|| "never".into(), shown)}</td>
                             <td>{t.state}</td>
                             <td>{live.then(|| view! {
                                 <ActionForm action=revoke attr:class="inline">

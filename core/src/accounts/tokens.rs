@@ -5,6 +5,7 @@
 //! the Tokens page by an admin. Only a SHA-256 of a token is stored.
 
 use rand::distributions::{Alphanumeric, DistString};
+use replaysafe_types::time::Time;
 use sha2::{Digest, Sha256};
 use sqlx::PgPool;
 
@@ -45,11 +46,11 @@ async fn rows(
     sqlx::query_as!(
         TokenRow,
         r#"SELECT id, name, role, prefix,
-                  to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') AS "created_at!",
+                  created_at AS "created_at!: Time",
                   created_by,
-                  to_char(last_used_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') AS last_used_at,
-                  to_char(expires_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') AS expires_at,
-                  to_char(revoked_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') AS revoked_at,
+                  last_used_at AS "last_used_at: Time",
+                  expires_at AS "expires_at: Time",
+                  revoked_at AS "revoked_at: Time",
                   CASE WHEN revoked_at IS NOT NULL THEN 'revoked'
                        WHEN expires_at <= now() THEN 'expired' ELSE 'live' END AS "state!"
            FROM api_tokens WHERE ($1::bigint IS NULL OR id = $1)

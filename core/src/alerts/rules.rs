@@ -179,7 +179,7 @@ pub async fn evaluate(
                      WHERE e.state IN ('queued', 'retrying') AND e.next_attempt_at <= now()
                      ORDER BY e.next_attempt_at LIMIT $1) w
                JOIN sources s ON s.slug = w.source
-               WHERE NOT coalesce(s.paused_override, s.config_paused)
+               WHERE NOT s.paused
                GROUP BY w.source"#,
             cap
         )

@@ -136,28 +136,7 @@ pub async fn migrate(pool: &PgPool) -> Result<(), DbError> {
     Ok(())
 }
 
-/// Whether `e` is the database being away or unable for now (a broken or
-/// refused connection, a failover's standby or read-only server, a
-/// shutdown, a serialization failure or deadlock): worth retrying as long
-/// as it takes. Anything else (a statement the server refuses for its
-/// content, a row that does not decode) fails again the same way.
-pub fn is_transient(e: &sqlx::Error) -> bool {
-    match e {
-        sqlx::Error::Database(d) => d.code().is_some_and(|code| {
-            code.starts_with("08")
-                || code.starts_with("53")
-                || code.starts_with("57P")
-                || matches!(code.as_ref(), "25006" | "40001" | "40P01")
-        }),
-        sqlx::Error::Io(_)
-        | sqlx::Error::Tls(_)
-        | sqlx::Error::Protocol(_)
-        | sqlx::Error::PoolTimedOut
-        | sqlx::Error::PoolClosed
-        | sqlx::Error::WorkerCrashed => true,
-        _ => false,
-    }
-}
+pub use crate::error::is_transient;
 
 /// A transaction whose statements run on their generic plans. The workers'
 /// statements join partitioned history: planned anew for each call

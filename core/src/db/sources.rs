@@ -63,13 +63,13 @@ pub async fn set_paused(
 /// history but are marked as no longer configured.
 /// The sources paused now, by the config or by an operator over it.
 pub async fn paused(pool: &PgPool) -> Result<std::collections::HashSet<String>, sqlx::Error> {
-    Ok(sqlx::query_scalar!(
-        r#"SELECT slug AS "slug!" FROM sources WHERE coalesce(paused_override, config_paused)"#
+    Ok(
+        sqlx::query_scalar!(r#"SELECT slug AS "slug!" FROM sources WHERE paused"#)
+            .fetch_all(pool)
+            .await?
+            .into_iter()
+            .collect(),
     )
-    .fetch_all(pool)
-    .await?
-    .into_iter()
-    .collect())
 }
 
 pub async fn sync(pool: &PgPool, config: &Config) -> Result<(), sqlx::Error> {

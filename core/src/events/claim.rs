@@ -305,7 +305,7 @@ BatchRow,
 r#"WITH keys AS (
              -- A source paused since the workers last read it is not handed over.
              SELECT k.source, k.idem_key, k.copies, k.event_type, k.key_no,
-                    coalesce(s.paused_override, s.config_paused, false) AS paused
+                    coalesce(s.paused, false) AS paused
              FROM unnest($1::text[], $2::text[], $3::int[], $17::text[]) WITH ORDINALITY
                  AS k(source, idem_key, copies, event_type, key_no)
              LEFT JOIN sources s ON s.slug = k.source

@@ -189,7 +189,7 @@ async fn lease_on(
              SELECT r.slug, r.destination, r.lease_secs
              FROM unnest($3::text[], $7::text[], $4::float8[]) AS r(slug, destination, lease_secs)
              JOIN sources s ON s.slug = r.slug
-             WHERE NOT coalesce(s.paused_override, s.config_paused)
+             WHERE NOT s.paused
                -- A broken destination's dispatches wait (`breaker`).
                AND ($8 OR NOT EXISTS (SELECT 1 FROM destination_gates g
                                       WHERE g.source = r.slug AND g.destination = r.destination
@@ -446,7 +446,7 @@ pub async fn start_inline(
              UPDATE dispatches p SET attempt_count = p.attempt_count + 1
              FROM sources s
              WHERE p.event_id = $1 AND p.lease_owner = $2 AND p.state = 'processing'
-               AND s.slug = p.source AND NOT coalesce(s.paused_override, s.config_paused)
+               AND s.slug = p.source AND NOT s.paused
              RETURNING p.event_id, p.destination, p.attempt_count
          )
          INSERT INTO attempts (event_id, destination, number, worker)

@@ -6,6 +6,7 @@
 //! reads; an operator may cancel it between steps. This module alone moves
 //! a job from state to state, each move guarded by the state it leaves.
 
+use replaysafe_types::time::Time;
 use std::time::Duration;
 
 use sqlx::PgPool;
@@ -25,8 +26,8 @@ struct JobRow {
     total: i64,
     done: i64,
     requeued: i64,
-    created_at: String,
-    finished_at: Option<String>,
+    created_at: Time,
+    finished_at: Option<Time>,
     cancelled_by: Option<String>,
     error: Option<String>,
 }
@@ -54,8 +55,8 @@ async fn find(pool: &PgPool, id: i64) -> Result<BulkJob, OpError> {
     sqlx::query_as!(
         JobRow,
         r#"SELECT id, state, filter, started_by, total, done, requeued,
-                  to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') AS "created_at!",
-                  to_char(finished_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') AS finished_at,
+                  created_at AS "created_at!: Time",
+                  finished_at AS "finished_at: Time",
                   cancelled_by, error
            FROM bulk_jobs WHERE id = $1"#,
         id
@@ -97,16 +98,11 @@ pub async fn start(cx: &Cx, filter: &DeadFilter) -> Result<BulkJob, OpError> {
             "{unfinished} bulk jobs are unfinished already; wait for one to finish or cancel one"
         )));
     }
-    // The same filter as `actions::ssr::bulk` (and the dead-letter list).
+    // The dead-letter list's filter (`dead_letter_matches`), as the steps take it.
     let matching = sqlx::query!(
         r#"SELECT count(DISTINCT event_id) AS "n!", coalesce(max(event_id), 0) AS "up_to!"
-           FROM dispatches
-           WHERE state = 'dead'
-             AND ($1::text IS NULL OR source = $1)
-             AND ($2::text IS NULL OR state_changed_at >= $2::text::timestamptz)
-             AND ($3::text IS NULL OR state_changed_at < $3::text::timestamptz)
-             AND ($4::text IS NULL OR dead_reason ILIKE '%' || $4 || '%')
-             AND ($5::text IS NULL OR destination = $5)"#,
+           FROM dispatches p
+           WHERE dead_letter_matches(p, $1, $2::text::timestamptz, $3::text::timestamptz, $4, $5)"#,
         source.as_deref(),
         from.as_deref(),
         to.as_deref(),
@@ -165,8 +161,8 @@ pub async fn recent(cx: &Cx) -> Result<Vec<BulkJob>, OpError> {
     Ok(sqlx::query_as!(
         JobRow,
         r#"SELECT id, state, filter, started_by, total, done, requeued,
-                  to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') AS "created_at!",
-                  to_char(finished_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') AS finished_at,
+                  created_at AS "created_at!: Time",
+                  finished_at AS "finished_at: Time",
                   cancelled_by, error
            FROM bulk_jobs ORDER BY id DESC LIMIT $1"#,
         RECENT_JOBS
@@ -464,7 +460,7 @@ pub async fn begin_step(pool: &PgPool, id: i64, owner: &str) -> Result<Option<St
         reason,
         destination,
     } = crate::ops::actions::DeadBounds::of(&filter)?;
-    // The same filter as `start`'s count.
+    // The same filter as `start`'s count (`dead_letter_matches`).
     let chosen = sqlx::query!(
         r#"WITH chosen AS (
                (SELECT event_id AS id, idem_key FROM bulk_job_results
@@ -474,12 +470,9 @@ pub async fn begin_step(pool: &PgPool, id: i64, owner: &str) -> Result<Option<St
                 WHERE e.id > $2 AND e.id <= $3
                   AND EXISTS (
                       SELECT 1 FROM dispatches p
-                      WHERE p.event_id = e.id AND p.state = 'dead'
-                        AND ($4::text IS NULL OR p.source = $4)
-                        AND ($5::text IS NULL OR p.state_changed_at >= $5::text::timestamptz)
-                        AND ($6::text IS NULL OR p.state_changed_at < $6::text::timestamptz)
-                        AND ($7::text IS NULL OR p.dead_reason ILIKE '%' || $7 || '%')
-                        AND ($9::text IS NULL OR p.destination = $9))
+                      WHERE p.event_id = e.id
+                        AND dead_letter_matches(p, $4, $5::text::timestamptz,
+                                                $6::text::timestamptz, $7, $9))
                   AND NOT EXISTS (SELECT 1 FROM bulk_job_results r
                                   WHERE r.job_id = $1 AND r.event_id = e.id))
                ORDER BY id LIMIT $8),

@@ -4,6 +4,7 @@
 
 use replaysafe_types::actions::*;
 use replaysafe_types::auth::Role;
+use replaysafe_types::time::Time;
 
 use crate::error::OpError;
 use crate::ops::{redeliver as server, Cx};
@@ -161,7 +162,7 @@ pub async fn audit_log(cx: &Cx, before: Option<i64>) -> Result<AuditPage, OpErro
     cx.require(Role::Viewer)?;
     let rows = sqlx::query_as!(
         AuditEntry,
-        r#"SELECT id, to_char(at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') AS "at!", username,
+        r#"SELECT id, at AS "at!: Time", username,
                   action, target, outcome, detail::text AS detail, remote_addr,
                   token_id IS NOT NULL AS "by_token!"
            FROM audit_log WHERE ($1::bigint IS NULL OR id < $1)

@@ -3,6 +3,7 @@
 
 use replaysafe_types::alerts::*;
 use replaysafe_types::auth::Role;
+use replaysafe_types::time::Time;
 
 use crate::error::OpError;
 use crate::ops::Cx;
@@ -12,12 +13,12 @@ struct Row {
     rule: String,
     source: String,
     state: String,
-    started_at: String,
-    resolved_at: Option<String>,
+    started_at: Time,
+    resolved_at: Option<Time>,
     summary: String,
     figures: serde_json::Value,
     link: String,
-    silenced_until: Option<String>,
+    silenced_until: Option<Time>,
 }
 
 impl Row {
@@ -51,13 +52,13 @@ pub async fn page(cx: &Cx) -> Result<AlertsPage, OpError> {
     let rows = sqlx::query_as!(
         Row,
         r#"SELECT a.id AS "id!", a.rule AS "rule!", a.source AS "source!", a.state AS "state!",
-                  to_char(a.started_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') AS "started_at!",
-                  to_char(a.resolved_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') AS resolved_at,
+                  a.started_at AS "started_at!: Time",
+                  a.resolved_at AS "resolved_at: Time",
                   a.summary AS "summary!", a.figures AS "figures!", a.link AS "link!",
-                  (SELECT to_char(max(s.until) AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS')
+                  (SELECT max(s.until)
                    FROM alert_silences s
                    WHERE s.rule = a.rule AND (s.source IS NULL OR s.source = a.source)
-                     AND s.until > now()) AS silenced_until
+                     AND s.until > now()) AS "silenced_until: Time"
            FROM ((SELECT * FROM alerts WHERE state = 'firing')
                  UNION ALL
                  (SELECT * FROM alerts WHERE state = 'resolved'
@@ -75,7 +76,7 @@ pub async fn page(cx: &Cx) -> Result<AlertsPage, OpError> {
     let silences = sqlx::query_as!(
         SilenceRow,
         r#"SELECT id, rule, source,
-                  to_char(until AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') AS "until!",
+                  until AS "until!: Time",
                   created_by AS by, reason
            FROM alert_silences WHERE until > now() ORDER BY until"#
     )
@@ -122,7 +123,7 @@ pub async fn silence(
         r#"INSERT INTO alert_silences (rule, source, until, created_by, reason)
            VALUES ($1, $2, now() + make_interval(mins => $3), $4, $5)
            RETURNING id, rule, source,
-                     to_char(until AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') AS "until!",
+                     until AS "until!: Time",
                      created_by AS by, reason"#,
         rule,
         source,

@@ -45,8 +45,7 @@ impl From<sqlx::Error> for QueryError {
     }
 }
 
-pub const ROW_COLUMNS: &str =
-    "d.id, to_char(d.received_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.MS') AS received_at,
+pub const ROW_COLUMNS: &str = "d.id, d.received_at AS received_at,
      d.source, d.event_id, d.idem_key, d.outcome, d.http_status, d.reject_reason,
      d.reject_kind, d.ack_micros, d.redelivery_of";
 

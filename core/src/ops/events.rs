@@ -1,6 +1,7 @@
 //! One event's story (its deliveries and attempts), one delivery's record, and
 //! the dead letters.
 
+use replaysafe_types::time::Time;
 use sqlx::PgPool;
 
 use crate::error::OpError;
@@ -109,7 +110,7 @@ async fn delivery(
     // Times are shown in UTC to the millisecond, as on the deliveries page.
     let row = sqlx::query!(
         r#"SELECT d.id,
-                  to_char(d.received_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.MS') AS "received_at!",
+                  d.received_at AS "received_at!: Time",
                   d.source, d.event_id, d.idem_key, d.outcome, d.http_status, d.reject_reason,
                   d.reject_kind, d.ack_micros, d.redelivery_of,
                   d.verified, d.verification, d.method, d.query, d.content_type,
@@ -181,7 +182,7 @@ async fn event(
     let deliveries = sqlx::query_as!(
         DeliveryRow,
         r#"SELECT d.id,
-                  to_char(d.received_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.MS') AS "received_at!",
+                  d.received_at AS "received_at!: Time",
                   d.source, d.event_id, d.idem_key, d.outcome, d.http_status, d.reject_reason,
                   d.reject_kind, d.ack_micros, d.redelivery_of
            FROM deliveries d WHERE d.event_id = $1 ORDER BY d.id LIMIT $2"#,
@@ -199,13 +200,13 @@ async fn event(
     let dispatches = sqlx::query_as!(
         DispatchRow,
         r#"SELECT destination, state,
-                  to_char(state_changed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.MS') AS "state_changed_at!",
+                  state_changed_at AS "state_changed_at!: Time",
                   attempt_count,
                   CASE WHEN state IN ('queued', 'retrying')
-                       THEN to_char(next_attempt_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.MS') END
-                      AS next_attempt_at,
+                       THEN next_attempt_at END
+                      AS "next_attempt_at: Time",
                   last_error, dead_reason,
-                  to_char(completed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.MS') AS completed_at,
+                  completed_at AS "completed_at: Time",
                   ordering_key
            FROM dispatches WHERE event_id = $1 ORDER BY destination"#,
         id
@@ -215,12 +216,12 @@ async fn event(
     let attempts = sqlx::query_as!(
         AttemptRow,
         r#"SELECT id, destination, number, worker,
-                  to_char(started_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.MS') AS "started_at!",
-                  to_char(finished_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.MS') AS finished_at,
+                  started_at AS "started_at!: Time",
+                  finished_at AS "finished_at: Time",
                   status, latency_ms, response_excerpt, error,
                   CASE WHEN result = 'retrying'
-                       THEN to_char(next_attempt_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.MS') END
-                      AS next_attempt_at,
+                       THEN next_attempt_at END
+                      AS "next_attempt_at: Time",
                   result
            FROM attempts WHERE event_id = $1 ORDER BY id"#,
         id
@@ -232,17 +233,16 @@ async fn event(
         None => None,
     };
     let deliveries_shown = deliveries.len();
-    // Times are fixed-width UTC strings: they sort as text.
-    let mut timeline: Vec<(String, i32, TimelineEntry)> = deliveries
+    let mut timeline: Vec<(Time, i32, TimelineEntry)> = deliveries
         .into_iter()
-        .map(|d| (d.received_at.clone(), 0, TimelineEntry::Delivery(d)))
+        .map(|d| (d.received_at, 0, TimelineEntry::Delivery(d)))
         .chain(
             attempts
                 .into_iter()
-                .map(|a| (a.started_at.clone(), 1, TimelineEntry::Attempt(a))),
+                .map(|a| (a.started_at, 1, TimelineEntry::Attempt(a))),
         )
         .collect();
-    timeline.sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
+    timeline.sort_by_key(|(at, kind, _)| (*at, *kind));
     Ok(Some(EventDetail {
         event,
         dispatches,
@@ -281,13 +281,13 @@ async fn summaries(pool: &PgPool, q: &EventQuery<'_>) -> Result<Vec<EventSummary
     sqlx::query_as!(
         EventSummary,
         r#"SELECT id AS "id!", source AS "source!", idem_key AS "idem_key!", state AS "state!",
-                  to_char(state_changed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.MS') AS "state_changed_at!",
-                  to_char(first_seen_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.MS') AS "first_seen_at!",
-                  to_char(last_seen_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.MS') AS "last_seen_at!",
+                  state_changed_at AS "state_changed_at!: Time",
+                  first_seen_at AS "first_seen_at!: Time",
+                  last_seen_at AS "last_seen_at!: Time",
                   receive_count AS "receive_count!", attempt_count AS "attempt_count!",
-                  to_char(coalesce(next_attempt_at, state_changed_at) AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.MS') AS "next_attempt_at!",
+                  coalesce(next_attempt_at, state_changed_at) AS "next_attempt_at!: Time",
                   last_error, dead_reason,
-                  to_char(completed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.MS') AS completed_at,
+                  completed_at AS "completed_at: Time",
                   first_delivery_id, event_type
            FROM event_summaries
            WHERE ($1::bigint IS NULL OR id = $1)
@@ -375,12 +375,12 @@ async fn dead(
                         WHERE q.event_id = e.id AND q.state = 'dead'
                         ORDER BY q.destination) AS "destinations!",
                   e.source, e.idem_key, p.dead_reason, p.attempt_count, e.receive_count,
-                  to_char(e.first_seen_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.MS') AS "first_seen_at!",
-                  to_char(p.state_changed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.MS') AS "died_at!",
+                  e.first_seen_at AS "first_seen_at!: Time",
+                  p.state_changed_at AS "died_at!: Time",
                   (extract(epoch FROM p.state_changed_at) * 1000000)::bigint AS "died_micros!",
                   e.first_delivery_id
            FROM dispatches p JOIN events e ON e.id = p.event_id
-           WHERE p.state = 'dead' AND ($1::text IS NULL OR p.source = $1)
+           WHERE dead_letter_matches(p, $1, $5::text::timestamptz, $6::text::timestamptz, $7, $8)
              -- An event once, at its latest death: pages stay keyed by event.
              -- (At one destination, an event has one dispatch.)
              AND ($8::text IS NOT NULL OR NOT EXISTS (SELECT 1 FROM dispatches q
@@ -389,10 +389,6 @@ async fn dead(
                                    > (p.state_changed_at, p.destination)))
              AND ($2::bigint IS NULL
                   OR (p.state_changed_at, p.event_id) < (to_timestamp($2 / 1000000.0), $3))
-             AND ($5::text IS NULL OR p.state_changed_at >= $5::text::timestamptz)
-             AND ($6::text IS NULL OR p.state_changed_at < $6::text::timestamptz)
-             AND ($7::text IS NULL OR p.dead_reason ILIKE '%' || $7 || '%')
-             AND ($8::text IS NULL OR p.destination = $8)
            ORDER BY p.state_changed_at DESC, p.event_id DESC
            LIMIT $4"#,
         filter.source.as_deref(),

@@ -15,6 +15,7 @@ pub mod tokens;
 pub use sqlx::PgPool;
 
 use replaysafe_types::auth::{Caller, Role};
+use replaysafe_types::time::Time;
 use replaysafe_types::{DestinationSummary, SourceSummary};
 
 pub use crate::error::OpError;
@@ -83,10 +84,10 @@ pub async fn source(cx: &Cx, slug: &str) -> Result<SourceSummary, OpError> {
 async fn source_rows(pool: &PgPool, slug: Option<&str>) -> Result<Vec<SourceSummary>, OpError> {
     let rows = sqlx::query!(
         r#"SELECT slug, provider, mode, destination,
-                  coalesce(paused_override, config_paused) AS "paused!",
+                  paused AS "paused!",
                   paused_override IS NOT NULL AS "paused_by_operator!",
                   in_config, attempt_timeout_secs,
-                  to_char(paused_changed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') AS paused_changed_at,
+                  paused_changed_at AS "paused_changed_at: Time",
                   destinations,
                   (SELECT coalesce(jsonb_object_agg(g.destination,
                                        jsonb_build_array(g.breaker, g.opened_by_hand)), '{}')

@@ -1,6 +1,7 @@
 //! The overview's figures, read from the per-minute rollups (`minute_stats`)
 //! and a few capped live counts: no page view scans deliveries.
 
+use replaysafe_types::time::Time;
 use std::collections::BTreeMap;
 
 use sqlx::PgPool;
@@ -108,7 +109,7 @@ async fn load(
     .await?;
     let sources = sqlx::query_as!(
         SourceRow,
-        r#"SELECT slug, provider, coalesce(paused_override, config_paused) AS "paused!"
+        r#"SELECT slug, provider, paused AS "paused!"
          FROM sources ORDER BY in_config DESC, slug"#
     )
     .fetch_all(pool)
@@ -140,11 +141,10 @@ async fn load(
     .into_iter()
     .map(|r| (r.source, r.dead, r.recent))
     .collect();
-    let generated_at: String = sqlx::query_scalar!(
-        r#"SELECT to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') || ' UTC' AS "at!""#
-    )
-    .fetch_one(pool)
-    .await?;
+    let generated_at: replaysafe_types::time::Time =
+        sqlx::query_scalar!(r#"SELECT now() AS "at!: Time""#)
+            .fetch_one(pool)
+            .await?;
     let now_minute_ms: i64 = sqlx::query_scalar!(
         r#"SELECT (extract(epoch FROM date_trunc('minute', now())) * 1000)::bigint AS "ms!""#
     )

@@ -186,6 +186,46 @@ pub enum CliError {
     Serve(std::io::Error),
 }
 
+/// The process's exit codes (spec section 10), decided here alone.
+pub mod exit {
+    pub const OK: u8 = 0;
+    pub const ERROR: u8 = 1;
+    /// What was asked cannot be read (clap's own code for its parse errors).
+    pub const USAGE: u8 = 2;
+    /// Refused by the dedup layer or a guard (already completed, in
+    /// progress, a filter, a state that forbids it).
+    pub const REFUSED: u8 = 3;
+    /// No token, a dead one, or too low a role.
+    pub const AUTH: u8 = 4;
+    /// The server did not answer.
+    pub const UNREACHABLE: u8 = 5;
+    /// `prove` found the handler not idempotent.
+    pub const NOT_IDEMPOTENT: u8 = 6;
+}
+
+impl CliError {
+    /// The exit code this error ends the process with.
+    pub fn exit_code(&self) -> u8 {
+        use remote::RemoteError as R;
+        match self {
+            CliError::Remote(remote) => match remote {
+                R::NoToken => exit::AUTH,
+                R::BadUrl(_) | R::BadArgument(_) => exit::USAGE,
+                R::Unreachable { .. } => exit::UNREACHABLE,
+                R::Refused { status, .. } => match status {
+                    401 | 403 => exit::AUTH,
+                    400 | 422 => exit::USAGE,
+                    409 => exit::REFUSED,
+                    _ => exit::ERROR,
+                },
+                R::SomeRefused { .. } => exit::REFUSED,
+                R::Unfinished { .. } | R::Decode(_) | R::Io(_) => exit::ERROR,
+            },
+            _ => exit::ERROR,
+        }
+    }
+}
+
 pub async fn run(cli: Cli) -> Result<(), CliError> {
     // The remote commands talk to a server: they read no config file.
     let load = || config::load(cli.config.as_deref());

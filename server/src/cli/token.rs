@@ -2,6 +2,7 @@
 //! directly (like `user`), so the first one needs no token. A token is
 //! printed once, at creation; only its SHA-256 is stored.
 
+use replaysafe_types::time::shown;
 use std::time::Duration;
 
 use replaysafe_core::accounts::tokens::{self as tokens, Target, TokenError};
@@ -59,7 +60,7 @@ pub async fn run(pool: &PgPool, action: TokenAction) -> Result<(), TokenError> {
                 row.name,
                 row.role,
                 row.expires_at
-                    .map(|at| format!(", expires {at} UTC"))
+                    .map(|at| format!(", expires {} UTC", shown(&at)))
                     .unwrap_or_default()
             );
             println!("{token}");
@@ -76,9 +77,11 @@ pub async fn run(pool: &PgPool, action: TokenAction) -> Result<(), TokenError> {
                     t.name,
                     t.role,
                     t.prefix,
-                    t.created_at,
-                    t.last_used_at.unwrap_or_else(|| "never".into()),
-                    t.expires_at.unwrap_or_else(|| "never".into()),
+                    shown(&t.created_at),
+                    t.last_used_at
+                        .as_ref()
+                        .map_or_else(|| "never".into(), shown),
+                    t.expires_at.as_ref().map_or_else(|| "never".into(), shown),
                     t.state
                 );
             }

@@ -165,7 +165,7 @@ async fn bulk_redelivery_shows_progress_on_a_terminal_and_json_otherwise(pool: P
 }
 
 #[sqlx::test(migrator = "MIGRATOR")]
-async fn events_list_and_redeliver_exit_non_zero_when_refused(pool: PgPool) {
+async fn events_list_and_redeliver_exit_with_the_code_of_what_refused_them(pool: PgPool) {
     let destination = Destination::start(vec![Scripted::status(400), Scripted::status(200)]).await;
     let app = spawn_app(pool.clone(), gh_config(&destination.url, "")).await;
     let token = operator_token(&app).await;
@@ -202,8 +202,8 @@ async fn events_list_and_redeliver_exit_non_zero_when_refused(pool: PgPool) {
         .await
         .unwrap();
 
-    // The completed one is refused by the dedup layer: exit non-zero, and
-    // the JSON says which.
+    // The completed one is refused by the dedup layer: exit 3, and the
+    // JSON says which.
     let (code, stdout, _) = run(
         &app,
         &token,
@@ -216,7 +216,7 @@ async fn events_list_and_redeliver_exit_non_zero_when_refused(pool: PgPool) {
         ],
     )
     .await;
-    assert_ne!(code, 0);
+    assert_eq!(code, 3);
     let answers: Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(answers[0]["ok"], true);
     assert_eq!(answers[0]["requeued"], true);
@@ -224,9 +224,9 @@ async fn events_list_and_redeliver_exit_non_zero_when_refused(pool: PgPool) {
     assert_eq!(answers[1]["code"], "already_completed");
     // Again: the revived event is in progress now, refused too.
     let (code, _, _) = run(&app, &token, &["events", "redeliver", &dead.to_string()]).await;
-    assert_ne!(code, 0);
+    assert_eq!(code, 3);
 
-    // A token too weak for force, and none at all: refused, non-zero.
+    // A token too weak for force, and none at all: exit 4.
     let (code, _, stderr) = run(
         &app,
         &token,
@@ -241,11 +241,33 @@ async fn events_list_and_redeliver_exit_non_zero_when_refused(pool: PgPool) {
         ],
     )
     .await;
-    assert_ne!(code, 0);
+    assert_eq!(code, 4, "{stderr}");
     assert!(stderr.contains("403"), "{stderr}");
     let (code, _, stderr) = run(&app, "", &["sources", "list"]).await;
-    assert_ne!(code, 0);
+    assert_eq!(code, 4, "{stderr}");
     assert!(stderr.contains("REPLAYSAFE_TOKEN"), "{stderr}");
+    let (code, _, stderr) = run(&app, "rs_not-a-live-token", &["sources", "list"]).await;
+    assert_eq!(code, 4, "{stderr}");
+    // A time that cannot be read: a usage error, 2, as clap's own.
+    let (code, _, stderr) = run(&app, &token, &["events", "list", "--since", "soon"]).await;
+    assert_eq!(code, 2, "{stderr}");
+    let (code, _, _) = run(&app, &token, &["events", "list", "--no-such-flag"]).await;
+    assert_eq!(code, 2);
+    // No server there: 5.
+    let (code, _, stderr) = cli(&app, &token)
+        .env("REPLAYSAFE_URL", "http://127.0.0.1:9")
+        .args(["sources", "list"])
+        .output()
+        .await
+        .map(|o| {
+            (
+                o.status.code().unwrap_or(-1),
+                (),
+                String::from_utf8_lossy(&o.stderr).into_owned(),
+            )
+        })
+        .unwrap();
+    assert_eq!(code, 5, "{stderr}");
 
     let (code, stdout, _) = run(&app, &token, &["sources", "pause", "gh"]).await;
     assert_eq!(code, 0);

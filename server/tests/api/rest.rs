@@ -533,3 +533,77 @@ async fn dead_letters_are_listed_by_source_time_and_reason(pool: PgPool) {
         (400, Some("bad_request"))
     );
 }
+
+/// Every time the API answers is RFC 3339 with milliseconds and `Z`
+/// (`2026-12-03T09:05:16.123Z`), and the OpenAPI document says so.
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn the_apis_times_are_rfc3339_with_milliseconds_and_z(pool: PgPool) {
+    let destination = Destination::start(vec![Scripted::status(400)]).await;
+    let app = spawn_app(pool.clone(), gh_config(&destination.url, "")).await;
+    let admin = token(&app, "time-reader", "admin", None).await;
+    let (event, delivery) = dead_event(&app, "timed").await;
+    let rfc3339 = |value: &Value, what: &str| {
+        let text = value.as_str().unwrap_or_else(|| panic!("{what}: {value}"));
+        let bytes = text.as_bytes();
+        assert_eq!(bytes.len(), 24, "{what}: {text}");
+        assert!(
+            text.ends_with('Z') && bytes[10] == b'T' && bytes[19] == b'.',
+            "{what}: {text}"
+        );
+        chrono::DateTime::parse_from_rfc3339(text)
+            .unwrap_or_else(|e| panic!("{what}: {text}: {e}"));
+    };
+    let shown = call(&app, "get", &format!("/events/{event}"), Some(&admin), None).await;
+    assert_eq!(shown.status, 200, "{}", shown.body);
+    for field in [
+        "state_changed_at",
+        "first_seen_at",
+        "last_seen_at",
+        "next_attempt_at",
+    ] {
+        rfc3339(&shown.body["event"][field], field);
+    }
+    for entry in shown.body["timeline"].as_array().unwrap() {
+        let (kind, inner) = entry.as_object().unwrap().iter().next().unwrap();
+        let field = if kind == "Delivery" {
+            "received_at"
+        } else {
+            "started_at"
+        };
+        rfc3339(&inner[field], field);
+    }
+    let delivery = call(
+        &app,
+        "get",
+        &format!("/deliveries/{delivery}"),
+        Some(&admin),
+        None,
+    )
+    .await;
+    rfc3339(&delivery.body["row"]["received_at"], "received_at");
+    let dead = call(&app, "get", "/dead-letters", Some(&admin), None).await;
+    rfc3339(&dead.body["rows"][0]["died_at"], "died_at");
+    let audit = call(&app, "get", "/audit", Some(&admin), None).await;
+    for row in audit.body["rows"].as_array().unwrap() {
+        rfc3339(&row["at"], "audit at");
+    }
+    let tokens = call(&app, "get", "/tokens", Some(&admin), None).await;
+    rfc3339(&tokens.body[0]["created_at"], "created_at");
+    let overview = call(&app, "get", "/overview", Some(&admin), None).await;
+    rfc3339(&overview.body["generated_at"], "generated_at");
+
+    let doc = call(&app, "get", "/openapi.json", None, None).await;
+    let schemas = &doc.body["components"]["schemas"];
+    for (schema, field) in [
+        ("DeliveryRow", "received_at"),
+        ("EventSummary", "first_seen_at"),
+        ("DeadLetter", "died_at"),
+        ("AuditEntry", "at"),
+    ] {
+        assert_eq!(
+            schemas[schema]["properties"][field]["format"], "date-time",
+            "{schema}.{field}: {}",
+            schemas[schema]["properties"][field]
+        );
+    }
+}

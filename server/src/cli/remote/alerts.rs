@@ -1,6 +1,7 @@
 //! `replaysafe alerts list|silence|unsilence` over the API.
 
 use replaysafe_types::alerts::{AlertsPage, SilenceRow};
+use replaysafe_types::time::shown;
 use serde_json::json;
 
 use super::client::{Remote, RemoteError};
@@ -25,10 +26,10 @@ pub async fn run(remote: &Remote, action: AlertsAction, as_json: bool) -> Result
                         a.state.clone(),
                         a.rule.clone(),
                         a.source.clone(),
-                        a.started_at.clone(),
-                        or_dash(a.resolved_at.clone()),
+                        shown(&a.started_at),
+                        or_dash(a.resolved_at.as_ref().map(shown)),
                         match &a.silenced_until {
-                            Some(u) => format!("{} (silenced until {u})", a.summary),
+                            Some(u) => format!("{} (silenced until {})", a.summary, shown(u)),
                             None => a.summary.clone(),
                         },
                     ]
@@ -52,7 +53,7 @@ pub async fn run(remote: &Remote, action: AlertsAction, as_json: bool) -> Result
                     s.id,
                     s.rule,
                     s.source.as_deref().unwrap_or("every source"),
-                    s.until,
+                    shown(&s.until),
                     s.by,
                     s.reason
                 );
@@ -80,7 +81,9 @@ pub async fn run(remote: &Remote, action: AlertsAction, as_json: bool) -> Result
             } else {
                 println!(
                     "silence {}: {} silenced until {} UTC",
-                    row.id, row.rule, row.until
+                    row.id,
+                    row.rule,
+                    shown(&row.until)
                 );
             }
             Ok(())

@@ -1,5 +1,6 @@
 //! `replaysafe deliveries list|show|tail` over the API.
 
+use replaysafe_types::time::shown_ms;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
@@ -86,7 +87,7 @@ const HEADER: [&str; 7] = [
 fn cells(d: &DeliveryRow, paint: &Paint) -> Vec<String> {
     vec![
         d.id.to_string(),
-        d.received_at.clone(),
+        shown_ms(&d.received_at),
         d.source.clone(),
         or_dash(d.idem_key.as_ref()),
         paint.outcome(&d.outcome),

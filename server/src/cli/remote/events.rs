@@ -3,6 +3,7 @@
 use replaysafe_types::actions::RedeliveryResult;
 use replaysafe_types::events::{EventDetail, EventPage, EventSummary, TimelineEntry};
 use replaysafe_types::jobs::BulkJob;
+use replaysafe_types::time::shown_ms;
 use serde_json::{json, Value};
 
 use super::client::{Remote, RemoteError};
@@ -99,7 +100,7 @@ async fn list(remote: &Remote, filter: ListFilter, as_json: bool) -> Result<(), 
                 e.state,
                 e.attempt_count.to_string(),
                 e.receive_count.to_string(),
-                e.first_seen_at,
+                shown_ms(&e.first_seen_at),
                 e.dead_reason.or(e.last_error).unwrap_or_default(),
             ]
         })
@@ -125,11 +126,13 @@ fn show(detail: EventDetail) {
     println!("event {} · {} · {}", e.id, e.source, e.idem_key);
     println!(
         "state        {} (since {} UTC)",
-        e.state, e.state_changed_at
+        e.state,
+        shown_ms(&e.state_changed_at)
     );
     println!(
         "first seen   {} UTC, {} deliveries",
-        e.first_seen_at, e.receive_count
+        shown_ms(&e.first_seen_at),
+        e.receive_count
     );
     println!("attempts     {}", e.attempt_count);
     if let Some(reason) = e.dead_reason.or(e.last_error) {
@@ -141,7 +144,7 @@ fn show(detail: EventDetail) {
         match entry {
             TimelineEntry::Delivery(d) => println!(
                 "{}  delivery {:<8} {} {}{}",
-                d.received_at,
+                shown_ms(&d.received_at),
                 d.id,
                 paint.outcome(&d.outcome),
                 d.http_status,
@@ -151,7 +154,7 @@ fn show(detail: EventDetail) {
             ),
             TimelineEntry::Attempt(a) => println!(
                 "{}  attempt  #{:<7} {} {}{}",
-                a.started_at,
+                shown_ms(&a.started_at),
                 a.number,
                 or_dash(a.result),
                 or_dash(a.status),

@@ -1,6 +1,7 @@
 //! Bulk re-delivery jobs over the API: `events redeliver --dead` starts one
 //! and follows it; `replaysafe jobs list|show|watch|cancel`.
 
+use replaysafe_types::time::shown;
 use std::io::IsTerminal;
 use std::time::Duration;
 
@@ -61,7 +62,7 @@ fn print_jobs(jobs: &[BulkJob]) {
             vec![
                 j.id.to_string(),
                 j.state.clone(),
-                j.created_at.clone(),
+                shown(&j.created_at),
                 j.started_by.clone(),
                 if j.filter.source.is_empty() {
                     "any".into()

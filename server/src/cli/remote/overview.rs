@@ -5,6 +5,7 @@ use app::components::{fmt_count, fmt_ms, fmt_rate};
 use replaysafe_types::actions::{AuditEntry, AuditPage};
 use replaysafe_types::alerts::Condition;
 use replaysafe_types::overview::{Backlog, Figures, Overview};
+use replaysafe_types::time::shown;
 
 use super::client::{Remote, RemoteError};
 use super::output::{self, or_dash, table};
@@ -63,9 +64,9 @@ pub async fn overview(remote: &Remote, window: &str, as_json: bool) -> Result<()
 /// one: `GET /sources/{slug}`'s `figures`).
 pub fn print_summary(scope: &str, overview: &Overview) {
     println!(
-        "{scope}, last {} (as of {})",
+        "{scope}, last {} (as of {} UTC)",
         overview.window.as_str(),
-        overview.generated_at
+        shown(&overview.generated_at)
     );
     print_figures(&overview.totals, &overview.backlog);
     for alert in &overview.alerts {
@@ -133,7 +134,7 @@ pub async fn audit(remote: &Remote, limit: usize, as_json: bool) -> Result<(), R
                 (None, _) => "-".into(),
             };
             vec![
-                e.at,
+                shown(&e.at),
                 who,
                 e.action,
                 or_dash(e.target),
