@@ -36,7 +36,7 @@ impl Role {
 
 /// Who acts: a person signed in to the dashboard, or an API token. Both
 /// hold a role, and every operation checks it in one place
-/// (`api::ssr::Cx::require`), whichever way the call came.
+/// (`replaysafe_core::ops::Cx::require`), whichever way the call came.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Caller {

@@ -11,6 +11,7 @@ pub mod deliveries;
 pub mod events;
 pub mod jobs;
 pub mod overview;
+pub mod states;
 pub mod time;
 pub mod tokens;
 
@@ -100,15 +101,11 @@ pub struct DestinationSummary {
     /// Its rate and concurrency limits, in words; None: none.
     pub limits: Option<String>,
     /// Its circuit breaker: `closed`, `open` or `half_open` (a probe is out).
-    #[serde(default = "closed")]
-    pub breaker: String,
+    #[serde(default)]
+    pub breaker: states::Breaker,
     /// Opened by an operator: it stays open until one closes it.
     #[serde(default)]
     pub breaker_by_hand: bool,
-}
-
-fn closed() -> String {
-    "closed".into()
 }
 
 #[cfg(test)]

@@ -1,4 +1,5 @@
 use leptos::prelude::*;
+use replaysafe_types::states::Breaker;
 use replaysafe_types::time::shown;
 
 use crate::api::actions::{SetBreaker, SetSourcePaused};
@@ -171,30 +172,24 @@ fn PauseButton(slug: String, paused: bool) -> impl IntoView {
 fn BreakerControl(
     slug: String,
     destination: String,
-    state: String,
+    state: Breaker,
     by_hand: bool,
 ) -> impl IntoView {
     let set = expect_context::<ServerAction<SetBreaker>>();
-    let (class, words) = match (state.as_str(), by_hand) {
-        ("closed", _) => ("badge badge-ok", "breaker closed".to_owned()),
-        ("open", true) => (
-            "badge badge-bad",
-            "breaker opened by an operator".to_owned(),
-        ),
-        ("open", false) => ("badge badge-bad", "breaker open: attempts wait".to_owned()),
-        (other, _) => (
-            "badge badge-warn",
-            format!("breaker {}", other.replace('_', "-")),
-        ),
+    let (class, words) = match (state, by_hand) {
+        (Breaker::Closed, _) => ("badge badge-ok", "breaker closed"),
+        (Breaker::Open, true) => ("badge badge-bad", "breaker opened by an operator"),
+        (Breaker::Open, false) => ("badge badge-bad", "breaker open: attempts wait"),
+        (Breaker::HalfOpen, _) => ("badge badge-warn", "breaker half-open"),
     };
-    let open = state == "closed";
+    let open = state == Breaker::Closed;
     let label = if open {
         "Open breaker"
     } else {
         "Close breaker"
     };
     view! {
-        <div class="small" data-testid="breaker" data-state=state.clone()>
+        <div class="small" data-testid="breaker" data-state=state.as_str()>
             <span class=class>{words}</span>
             <IfRole role=Role::Operator>
                 {

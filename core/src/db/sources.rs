@@ -137,7 +137,7 @@ fn summary(d: &crate::config::Destination) -> replaysafe_types::DestinationSumma
         url: d.url.clone(),
         filter,
         limits: (!limits.is_empty()).then(|| limits.join(", ")),
-        breaker: "closed".into(),
+        breaker: Default::default(),
         breaker_by_hand: false,
     }
 }

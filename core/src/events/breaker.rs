@@ -14,6 +14,7 @@
 //! leased: they wait, counting no attempt, and are never dead-lettered by
 //! the breaker.
 
+use replaysafe_types::states::Breaker;
 use sqlx::PgPool;
 
 /// What one batch of finished attempts says about one destination.
@@ -33,16 +34,16 @@ pub struct Outcomes<'a> {
 pub struct Transition {
     pub source: String,
     pub destination: String,
-    pub from: String,
-    pub to: String,
+    pub from: Breaker,
+    pub to: Breaker,
 }
 
 /// One destination's breaker as every process sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct BreakerState {
+pub struct DestinationBreaker {
     pub source: String,
     pub destination: String,
-    pub state: String,
+    pub state: Breaker,
     pub by_hand: bool,
 }
 
@@ -124,7 +125,7 @@ pub async fn note(pool: &PgPool, seen: &[Outcomes<'_>]) -> Result<Vec<Transition
                              ELSE g.retry_at END
          FROM next n
          WHERE g.source = n.source AND g.destination = n.destination
-         RETURNING g.source, g.destination, n.was AS "was!", g.breaker"#,
+         RETURNING g.source, g.destination, n.was AS "was!: Breaker", g.breaker AS "breaker: Breaker""#,
         &seen.iter().map(|s| s.source).collect::<Vec<_>>() as _,
         &seen.iter().map(|s| s.destination).collect::<Vec<_>>() as _,
         &seen.iter().map(|s| s.failures).collect::<Vec<_>>(),
@@ -184,8 +185,8 @@ pub async fn take_probes(
         .map(|r| Transition {
             source: r.source,
             destination: r.destination,
-            from: "open".into(),
-            to: "half_open".into(),
+            from: Breaker::Open,
+            to: Breaker::HalfOpen,
         })
         .collect())
 }
@@ -217,7 +218,7 @@ pub async fn set_by_hand(
     source: &str,
     destination: &str,
     open: bool,
-) -> Result<Option<String>, sqlx::Error> {
+) -> Result<Option<Breaker>, sqlx::Error> {
     sqlx::query_scalar!(
         r#"WITH before AS (
              SELECT breaker FROM destination_gates WHERE source = $1 AND destination = $2
@@ -230,7 +231,7 @@ pub async fn set_by_hand(
              window_attempts = 0, window_failures = 0, window_started_at = now()
          FROM before
          WHERE g.source = $1 AND g.destination = $2
-         RETURNING before.breaker AS "was!""#,
+         RETURNING before.breaker AS "was!: Breaker""#,
         source,
         destination,
         open
@@ -240,10 +241,10 @@ pub async fn set_by_hand(
 }
 
 /// Every breaker that is not closed.
-pub async fn not_closed(pool: &PgPool) -> Result<Vec<BreakerState>, sqlx::Error> {
+pub async fn not_closed(pool: &PgPool) -> Result<Vec<DestinationBreaker>, sqlx::Error> {
     sqlx::query_as!(
-        BreakerState,
-        r#"SELECT source, destination, breaker AS state, opened_by_hand AS by_hand
+        DestinationBreaker,
+        r#"SELECT source, destination, breaker AS "state: Breaker", opened_by_hand AS by_hand
            FROM destination_gates WHERE breaker <> 'closed'"#
     )
     .fetch_all(pool)

@@ -1,7 +1,10 @@
-//! The owner of an event's life (spec sections 4 to 6). Nothing else in the
-//! workspace writes `events.state`: every transition is one function here,
-//! and each one's SQL is guarded by the state(s) it leaves, so two actors
-//! racing for the same event serialise on its row and only one moves it.
+//! The owner of an event's life (spec sections 4 to 6). An event's state is
+//! its dispatches' (one per destination it goes to, `dispatches.state`;
+//! the event is dead while any is dead, `event_state()`), and nothing else
+//! in the workspace writes them, nor the destinations' gates: every
+//! transition is one function here, and each one's SQL is guarded by the
+//! state(s) it leaves, so two actors racing for the same dispatch serialise
+//! on its row and only one moves it (`architecture.rs` checks the owner).
 //!
 //! ```text
 //!            claim (provider)                       finish: 2xx (worker | sync holder)
@@ -84,7 +87,8 @@ impl StoredResponse {
     }
 }
 
-/// An event's state, stored as checked text in `events.state`.
+/// A dispatch's state (and so an event's), stored as checked text in
+/// `dispatches.state`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum State {
     Queued,

@@ -1,6 +1,6 @@
 //! Bulk re-delivery as a job (spec section 6, issue 16): an operator asks
 //! for every dead event matching a filter to be re-delivered; the server
-//! runs it a step at a time (`actions::ssr::bulk`, the same guard as a
+//! runs it a step at a time (`ops::actions::redeliver_each`, the same guard as a
 //! single re-delivery), whoever asked and from wherever (the dashboard, the
 //! API, the CLI). Its progress and per-event outcomes are rows any process
 //! reads; an operator may cancel it between steps. This module alone moves

@@ -104,7 +104,7 @@ pub async fn fold_all(pool: &PgPool) -> Result<Folded, sqlx::Error> {
     }
 }
 
-/// The tables folded into `minute_stats`, each by its own statement in `server/sql/`.
+/// The tables folded into `minute_stats`, each by its own statement in `core/sql/`.
 #[derive(Clone, Copy)]
 enum Table {
     Deliveries,

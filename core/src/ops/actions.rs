@@ -69,7 +69,7 @@ pub async fn set_breaker(
         action,
         Some(&target),
         &format!("{was}, now {now}"),
-        serde_json::json!({ "was": was }),
+        serde_json::json!({ "was": was.as_str() }),
     )
     .await
 }

@@ -115,11 +115,12 @@ async fn source_rows(pool: &PgPool, slug: Option<&str>) -> Result<Vec<SourceSumm
                 let mut listed: Vec<DestinationSummary> =
                     serde_json::from_value(r.destinations).unwrap_or_default();
                 for d in &mut listed {
-                    if let Some((state, by_hand)) = r
-                        .breakers
-                        .get(&d.name)
-                        .and_then(|b| serde_json::from_value::<(String, bool)>(b.clone()).ok())
-                    {
+                    if let Some((state, by_hand)) = r.breakers.get(&d.name).and_then(|b| {
+                        serde_json::from_value::<(replaysafe_types::states::Breaker, bool)>(
+                            b.clone(),
+                        )
+                        .ok()
+                    }) {
                         d.breaker = state;
                         d.breaker_by_hand = by_hand;
                     }

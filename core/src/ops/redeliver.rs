@@ -1,6 +1,7 @@
 //! The operations the dashboard asks of the server (crate::ops::actions::
 //! Operations): re-delivery through the receiver pipeline, pause and resume.
 
+use replaysafe_types::states::Breaker;
 use std::time::Instant;
 
 use crate::error::OpError;
@@ -266,7 +267,7 @@ pub async fn set_breaker(
     slug: String,
     destination: String,
     open: bool,
-) -> Result<String, OpError> {
+) -> Result<Breaker, OpError> {
     {
         let configured = services
             .config
@@ -284,19 +285,16 @@ pub async fn set_breaker(
             crate::events::breaker::ensure(pool, &[(&slug, &destination)]).await?;
             crate::events::breaker::set_by_hand(pool, &slug, &destination, open).await
         };
-        let was = set
-            .await
-            .map_err(OpError::database)?
-            .unwrap_or_else(|| "closed".into());
-        let to = if open { "open" } else { "closed" };
+        let was = set.await.map_err(OpError::database)?.unwrap_or_default();
+        let to = if open { Breaker::Open } else { Breaker::Closed };
         if was != to {
             services
                 .breakers
                 .apply(&[crate::events::breaker::Transition {
                     source: slug,
                     destination,
-                    from: was.clone(),
-                    to: to.into(),
+                    from: was,
+                    to,
                 }]);
         }
         if !open {

@@ -4,6 +4,7 @@
 //! hand-off at the claim leave them alone; and the counting of each
 //! recorded batch of attempts against them.
 
+use replaysafe_types::states::Breaker;
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 
@@ -53,8 +54,8 @@ impl Breakers {
     /// Reads which breakers are not closed and which count failures.
     pub async fn refresh(&self, pool: &PgPool) -> Result<(), sqlx::Error> {
         let rows = sqlx::query!(
-            "SELECT source, destination, breaker, failures > 0 AS failing
-             FROM destination_gates WHERE breaker <> 'closed' OR failures > 0"
+            r#"SELECT source, destination, breaker AS "breaker: Breaker", failures > 0 AS failing
+               FROM destination_gates WHERE breaker <> 'closed' OR failures > 0"#
         )
         .fetch_all(pool)
         .await?;
@@ -63,8 +64,8 @@ impl Breakers {
         for r in rows {
             let k = key(&r.source, &r.destination);
             metrics::gauge!("replaysafe_breaker_open", "source" => r.source, "destination" => r.destination)
-                .set(if r.breaker == "closed" { 0.0 } else { 1.0 });
-            if r.breaker != "closed" {
+                .set(if r.breaker == Breaker::Closed { 0.0 } else { 1.0 });
+            if r.breaker != Breaker::Closed {
                 not_closed.insert(k.clone());
             }
             if r.failing == Some(true) {
@@ -182,14 +183,14 @@ impl Breakers {
         let mut not_closed = self.not_closed.lock().expect("never poisoned");
         for t in moved {
             let k = key(&t.source, &t.destination);
-            if t.to == "closed" {
+            if t.to == Breaker::Closed {
                 not_closed.remove(&k);
             } else {
                 not_closed.insert(k);
             }
             metrics::gauge!("replaysafe_breaker_open", "source" => t.source.clone(), "destination" => t.destination.clone())
-                .set(if t.to == "closed" { 0.0 } else { 1.0 });
-            metrics::counter!("replaysafe_breaker_transitions_total", "source" => t.source.clone(), "destination" => t.destination.clone(), "to" => t.to.clone())
+                .set(if t.to == Breaker::Closed { 0.0 } else { 1.0 });
+            metrics::counter!("replaysafe_breaker_transitions_total", "source" => t.source.clone(), "destination" => t.destination.clone(), "to" => t.to.as_str())
                 .increment(1);
             tracing::warn!(source = %t.source, destination = %t.destination, from = %t.from, to = %t.to, "circuit breaker");
         }

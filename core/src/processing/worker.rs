@@ -550,8 +550,8 @@ impl Workers {
                     .await
                     {
                         Ok(true) => self.breakers.apply(&[events::breaker::Transition {
-                            from: "half_open".into(),
-                            to: "closed".into(),
+                            from: replaysafe_types::states::Breaker::HalfOpen,
+                            to: replaysafe_types::states::Breaker::Closed,
                             ..probe
                         }]),
                         Ok(false) => {}
