@@ -280,6 +280,24 @@ async fn pg_auto_failover_promotes_the_standby_and_nothing_acknowledged_is_lost_
         "deliveries flow before the kill: {before_kill}"
     );
 
+    // Killed while an attempt is surely in flight (one received in the last
+    // 100 ms, answered 300 ms after it arrived): on a loaded machine the
+    // first forwards may come later than the first acknowledgements.
+    let waiting = Instant::now();
+    while !destination
+        .received
+        .lock()
+        .unwrap()
+        .iter()
+        .any(|c| c.at.elapsed() < Duration::from_millis(100))
+    {
+        assert!(
+            waiting.elapsed() < Duration::from_secs(30),
+            "no forward reached the destination within 30 s: {} received",
+            destination.received.lock().unwrap().len()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     primary.signal(libc::SIGKILL);
     let killed = Instant::now();
     let standby_url = standby.url("postgres");
