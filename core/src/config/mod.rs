@@ -9,12 +9,14 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::providers::{self, Provider, Scheme, Settings};
+use crate::providers::{Provider, Scheme};
 pub use crate::secret::Secret;
 
 pub mod address;
 pub mod alerts;
 pub mod destination;
+mod secrets;
+mod sources;
 
 pub use destination::Destination;
 
@@ -298,37 +300,7 @@ pub fn parse_and_validate(
         key: key.to_owned(),
         problem,
     };
-    let secret = |key: &str, value: &str| -> Result<Secret, ConfigError> {
-        // `file:PATH` (relative to the config file): systemd's
-        // LoadCredential=, a mounted secret; one trailing newline dropped.
-        if let Some(file) = value.strip_prefix("file:") {
-            let at = path
-                .and_then(Path::parent)
-                .map(|dir| dir.join(file))
-                .unwrap_or_else(|| PathBuf::from(file));
-            let text = std::fs::read_to_string(&at)
-                .map_err(|e| invalid(key, format!("cannot read {}: {e}", at.display())))?;
-            let text = text.strip_suffix('\n').unwrap_or(&text);
-            let text = text.strip_suffix('\r').unwrap_or(text);
-            if text.is_empty() {
-                return Err(invalid(key, format!("{} is empty", at.display())));
-            }
-            return Ok(Secret::new(text));
-        }
-        match value.strip_prefix("env:") {
-            Some(name) => env(name)
-                .filter(|v| !v.is_empty())
-                .map(Secret::new)
-                .ok_or_else(|| {
-                    invalid(
-                        key,
-                        format!("environment variable {name} is not set or empty"),
-                    )
-                }),
-            None if value.is_empty() => Err(invalid(key, "must not be empty".into())),
-            None => Ok(Secret::new(value)),
-        }
-    };
+    let secret = |key: &str, value: &str| secrets::resolve(path, env, &invalid, key, value);
 
     let listen_text = raw.listen.unwrap_or_else(|| "127.0.0.1:3000".into());
     let listen: SocketAddr = listen_text.parse().map_err(|_| {
@@ -500,79 +472,7 @@ pub fn parse_and_validate(
             .collect::<Result<Vec<_>, _>>()?,
     };
 
-    let mut sources: Vec<SourceConfig> = Vec::with_capacity(raw.source.len());
-    let mut source_rules = Vec::with_capacity(raw.source.len());
-    for (i, mut s) in raw.source.into_iter().enumerate() {
-        source_rules.push((s.slug.clone(), s.alerts.take()));
-        let at = |field: &str| format!("source[{i}].{field}");
-        if !valid_slug(&s.slug) {
-            return Err(invalid(
-                &at("slug"),
-                format!(
-                    "{:?}: use 1-64 lowercase letters, digits, '-' or '_'",
-                    s.slug
-                ),
-            ));
-        }
-        if sources.iter().any(|o| o.slug == s.slug) {
-            return Err(invalid(
-                &at("slug"),
-                format!("{:?} is used by another source", s.slug),
-            ));
-        }
-        let provider = providers::find(&s.provider).ok_or_else(|| {
-            let known: Vec<&str> = providers::REGISTRY.iter().map(|p| p.name).collect();
-            invalid(
-                &at("provider"),
-                format!("{:?} is not one of {}", s.provider, known.join(", ")),
-            )
-        })?;
-        let secrets = s
-            .secrets
-            .iter()
-            .enumerate()
-            .map(|(j, v)| secret(&at(&format!("secrets[{j}]")), v))
-            .collect::<Result<Vec<_>, _>>()?;
-        let api_v3_key = s
-            .api_v3_key
-            .as_deref()
-            .map(|v| secret(&at("api_v3_key"), v))
-            .transpose()?;
-        if let Some(u) = &s.public_url {
-            check_http_url(u).map_err(|p| invalid(&at("public_url"), p))?;
-        }
-        let settings = Settings {
-            secrets,
-            public_key: s.public_key,
-            platform_keys: s.platform_keys,
-            api_v3_key,
-            public_url: s.public_url,
-            sync: s.mode == Mode::Sync,
-        };
-        let scheme = (provider.build)(&settings).map_err(|e| invalid(&at(&e.field), e.problem))?;
-        let destinations = destination::build(
-            destination::SourceDestinations {
-                destinations: s.destination.take(),
-                destination_secret: s.destination_secret.as_deref(),
-                max_attempts: s.max_attempts,
-                attempt_timeout_secs: s.attempt_timeout_secs,
-                mode: s.mode,
-            },
-            &at,
-            &invalid,
-            &secret,
-        )?;
-        sources.push(SourceConfig {
-            slug: s.slug,
-            provider,
-            scheme: Arc::from(scheme),
-            mode: s.mode,
-            destinations,
-            tolerance_secs: s.tolerance_secs.unwrap_or(300),
-            paused: s.paused,
-            replay_guard: s.replay_guard.unwrap_or(true),
-        });
-    }
+    let (sources, source_rules) = sources::build(raw.source, &invalid, &secret)?;
 
     let (alert_rules, alerts) = alerts::build(raw.alerts, &source_rules, &invalid, &secret)?;
     if let Some(url) = &raw.otlp_endpoint {
@@ -706,6 +606,7 @@ fn check_http_url(text: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::providers;
 
     fn parse(text: &str, vars: &[(&str, &str)]) -> Result<Config, ConfigError> {
         let vars: Vec<(String, String)> = vars

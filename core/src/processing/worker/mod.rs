@@ -46,6 +46,12 @@ const PAUSES_READ_EVERY: Duration = Duration::from_secs(1);
 /// throughput (bench/README, "Why the tuning constants are what they are").
 const RECORD_WINDOW: Duration = Duration::from_millis(20);
 
+mod health;
+mod pace;
+mod probes;
+
+use health::Health;
+
 #[derive(Clone)]
 pub struct Workers {
     pub pool: PgPool,
@@ -90,29 +96,6 @@ pub struct Workers {
 /// A batch leased for a worker behind the lease, and its holder.
 type Spare = (String, Vec<Leased>);
 
-/// When these workers' statements last succeeded, and the stretch of
-/// failures (the database away) since: it began when the last statement
-/// before it succeeded (the database may have gone any time after), or
-/// before this process when none ever did, and lasts while failures come
-/// less than a lease margin apart.
-#[derive(Clone, Copy, Debug, Default)]
-struct Health {
-    last_ok: Option<Instant>,
-    trouble: Option<Trouble>,
-}
-
-#[derive(Clone, Copy, Debug)]
-struct Trouble {
-    /// None: before this process started.
-    began: Option<Instant>,
-    last: Instant,
-}
-
-/// The longest a takeover waits on the database's trouble: a holder still
-/// failing to record after this has had its chances (the database came
-/// and went meanwhile).
-const MAX_TAKEOVER_GRACE: Duration = Duration::from_secs(3600);
-
 impl Workers {
     pub fn new(services: &Services) -> Self {
         Self {
@@ -134,43 +117,6 @@ impl Workers {
             request_grace: events::REQUEST_GRACE,
             health: Default::default(),
             stopping: CancellationToken::new(),
-        }
-    }
-
-    /// A statement's outcome: only the database being away is trouble (a
-    /// statement refused for its content is not).
-    fn note(&self, failure: Option<bool>) {
-        let now = Instant::now();
-        let mut health = self.health.lock().expect("health lock");
-        match failure {
-            None => health.last_ok = Some(now),
-            Some(false) => {}
-            Some(true) => {
-                health.trouble = Some(match health.trouble {
-                    Some(t) if now - t.last < self.lease_margin => Trouble { last: now, ..t },
-                    _ => Trouble {
-                        began: health.last_ok,
-                        last: now,
-                    },
-                });
-            }
-        }
-    }
-
-    /// Until a margin after the database's last trouble, only leases that
-    /// expired before the trouble began are taken over. A holder that could
-    /// not record its attempt while the database was away (however long: a
-    /// failover takes pg_auto_failover about a minute) keeps trying and
-    /// records it once the database is back, instead of the event being
-    /// forwarded again by a worker that took it over.
-    fn takeover_grace(&self) -> Duration {
-        let health = *self.health.lock().expect("health lock");
-        match health.trouble {
-            Some(t) if t.last.elapsed() < self.lease_margin => t
-                .began
-                .map_or(MAX_TAKEOVER_GRACE, |began| began.elapsed())
-                .min(MAX_TAKEOVER_GRACE),
-            _ => Duration::ZERO,
         }
     }
 
@@ -218,119 +164,6 @@ impl Workers {
                 }
             }
         }
-    }
-
-    /// The destinations whose attempts are limited or ordered: `pace`
-    /// leases them, through their gates; the workers' leases leave them out.
-    fn gated(&self) -> Vec<(&crate::config::SourceConfig, &crate::config::Destination)> {
-        self.config
-            .sources
-            .iter()
-            .flat_map(|s| s.destinations.iter().map(move |d| (s, d)))
-            .filter(|(_, d)| d.is_gated())
-            .collect()
-    }
-
-    /// Leases, every `PACE`, for each gated destination, as many due
-    /// dispatches as its gate lets start, and forwards each batch by itself.
-    async fn pace(self, process: String, shutdown: CancellationToken) {
-        if self.gated().is_empty() {
-            return;
-        }
-        let mut running = JoinSet::new();
-        let mut tick = tokio::time::interval(PACE);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        while !shutdown.is_cancelled() {
-            tokio::select! {
-                _ = shutdown.cancelled() => break,
-                _ = tick.tick() => {}
-            }
-            while running.try_join_next().is_some() {}
-            let mut batches = Vec::new();
-            if let Err(e) = self.lease_paced(&process, &mut batches).await {
-                tracing::warn!(error = %e, "leasing a limited destination failed; retrying");
-            }
-            for (holder, leased) in batches {
-                let workers = self.clone();
-                running.spawn(async move {
-                    if let Err(e) = workers.forward_batch(&holder, leased).await {
-                        tracing::warn!(error = %e, "paced forwarding: database error; retrying");
-                    }
-                });
-            }
-        }
-        while running.join_next().await.is_some() {}
-    }
-
-    /// One round of `pace`, its forwards awaited (tests drive the gated
-    /// destinations with it): how many dispatches it leased.
-    pub async fn pace_once(&self, process: &str) -> Result<usize, sqlx::Error> {
-        let mut batches = Vec::new();
-        let leased = self.lease_paced(process, &mut batches).await;
-        let count = batches.iter().map(|(_, b)| b.len()).sum();
-        let forwarded = futures_util::future::join_all(
-            batches
-                .into_iter()
-                .map(|(holder, leased)| async move { self.forward_batch(&holder, leased).await }),
-        )
-        .await;
-        leased?;
-        forwarded.into_iter().collect::<Result<Vec<()>, _>>()?;
-        Ok(count)
-    }
-
-    /// For each gated destination that may run now (its source not paused,
-    /// its breaker closed, it not resting), leases as many due dispatches as
-    /// its gate lets start, each batch under its own holder, into `batches`.
-    /// A failed lease leaves the other destinations' batches in; the first
-    /// failure is returned.
-    async fn lease_paced(
-        &self,
-        process: &str,
-        batches: &mut Vec<(String, Vec<Leased>)>,
-    ) -> Result<(), sqlx::Error> {
-        let mut failed = None;
-        for (s, d) in self.gated() {
-            if self.wake.is_paused(&s.slug)
-                || !self.breakers.is_closed(&s.slug, &d.name)
-                || self.rests.resting(&rests::key(&s.slug, &d.name))
-            {
-                continue;
-            }
-            let timeout = Duration::from_secs(d.timeout_secs);
-            let gate = events::Gate {
-                source: s.slug.clone(),
-                destination: d.name.clone(),
-                rate: d.rate_per_sec,
-                burst: d
-                    .rate_per_sec
-                    .map_or(0.0, |r| (r * PACE.as_secs_f64()).max(1.0)),
-                max_in_flight: d.max_in_flight.map(i64::from),
-            };
-            let one = Runnable::new(
-                [(s.slug.as_str(), d.name.as_str(), timeout)],
-                self.lease_margin,
-            )
-            .with_request_grace(self.request_grace)
-            .with_takeover_grace(self.takeover_grace());
-            // Each batch its own holder: a late record of one never
-            // matches a lease another batch took over.
-            let holder = format!("{process}:paced:{:08x}", rand::random::<u32>());
-            let leased = events::lease_gated(&self.pool, &holder, LEASE_BATCH, &gate, &one).await;
-            self.note(leased.as_ref().err().map(crate::db::is_transient));
-            match leased {
-                Ok(leased) if !leased.is_empty() => {
-                    self.rests
-                        .probing(std::iter::once(rests::key(&s.slug, &d.name).as_str()));
-                    batches.push((holder, leased));
-                }
-                Ok(_) => {}
-                Err(e) => {
-                    failed.get_or_insert(e);
-                }
-            }
-        }
-        failed.map_or(Ok(()), Err)
     }
 
     /// A pool whose lease statements do not wait for this one's, as
@@ -469,100 +302,6 @@ impl Workers {
             }
         }
         while probes.join_next().await.is_some() {}
-    }
-
-    /// Breakers whose cool-down is over: this process takes the probe of
-    /// each (of its destinations) it wins, one attempt; with none due, the
-    /// breaker closes.
-    /// The probes' forwards go into `running`.
-    pub async fn probe_breakers(&self, running: &mut JoinSet<()>) {
-        // Only this process's destinations, of sources not paused: a probe
-        // it takes, it can send.
-        let mine: Vec<(&str, &str)> = self
-            .config
-            .sources
-            .iter()
-            .filter(|s| !self.wake.is_paused(&s.slug))
-            .flat_map(|s| {
-                s.destinations
-                    .iter()
-                    .map(move |d| (s.slug.as_str(), d.name.as_str()))
-            })
-            .collect();
-        let longest = self
-            .config
-            .sources
-            .iter()
-            .map(|s| s.attempt_timeout())
-            .max()
-            .unwrap_or_default();
-        let stale = ((longest + self.lease_margin) * 2).as_secs_f64();
-        let probes = match events::breaker::take_probes(&self.pool, &mine, stale).await {
-            Ok(probes) => probes,
-            Err(e) => {
-                tracing::warn!(error = %e, "taking circuit breaker probes failed; will retry");
-                return;
-            }
-        };
-        self.breakers.apply(&probes);
-        for probe in probes {
-            let Some(d) = self
-                .config
-                .sources
-                .iter()
-                .find(|s| s.slug == probe.source)
-                .and_then(|s| s.destinations.iter().find(|d| d.name == probe.destination))
-            else {
-                continue;
-            };
-            let one = Runnable::new(
-                [(
-                    probe.source.as_str(),
-                    d.name.as_str(),
-                    Duration::from_secs(d.timeout_secs),
-                )],
-                self.lease_margin,
-            )
-            .with_request_grace(self.request_grace)
-            .with_takeover_grace(self.takeover_grace());
-            // Its own holder: a late record of another probe never matches its lease.
-            let holder = format!(
-                "{}:{}:probe:{:08x}",
-                hostname(),
-                std::process::id(),
-                rand::random::<u32>()
-            );
-            match events::lease_probe(&self.pool, &holder, &one).await {
-                Ok(leased) if !leased.is_empty() => {
-                    let workers = self.clone();
-                    running.spawn(async move {
-                        if let Err(e) = workers.forward_batch(&holder, leased).await {
-                            tracing::warn!(error = %e, "circuit breaker probe: database error");
-                        }
-                    });
-                }
-                Ok(_) => {
-                    match events::breaker::close_unprobed(
-                        &self.pool,
-                        &probe.source,
-                        &probe.destination,
-                    )
-                    .await
-                    {
-                        Ok(true) => self.breakers.apply(&[events::breaker::Transition {
-                            from: replaysafe_types::states::Breaker::HalfOpen,
-                            to: replaysafe_types::states::Breaker::Closed,
-                            ..probe
-                        }]),
-                        Ok(false) => {}
-                        Err(e) => {
-                            tracing::warn!(error = %e, "closing an unprobed circuit breaker failed")
-                        }
-                    }
-                }
-                Err(e) => tracing::warn!(error = %e, "leasing a circuit breaker's probe failed"),
-            }
-        }
     }
 
     /// The destinations this process can forward to: of sources not paused

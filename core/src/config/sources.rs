@@ -1,0 +1,92 @@
+//! The `[[source]]` tables: each slug, provider, secrets and destinations
+//! checked once, and its provider's scheme built.
+
+use std::sync::Arc;
+
+use super::alerts::{Invalid, RawRules, SecretOf};
+use super::{check_http_url, destination, valid_slug, ConfigError, Mode, RawSource, SourceConfig};
+use crate::providers::{self, Settings};
+
+/// The sources, and each one's own alert rules (for `alerts::build`).
+#[allow(clippy::type_complexity)]
+pub(super) fn build(
+    raw: Vec<RawSource>,
+    invalid: Invalid,
+    secret: SecretOf,
+) -> Result<(Vec<SourceConfig>, Vec<(String, Option<RawRules>)>), ConfigError> {
+    let mut sources: Vec<SourceConfig> = Vec::with_capacity(raw.len());
+    let mut source_rules = Vec::with_capacity(raw.len());
+    for (i, mut s) in raw.into_iter().enumerate() {
+        source_rules.push((s.slug.clone(), s.alerts.take()));
+        let at = |field: &str| format!("source[{i}].{field}");
+        if !valid_slug(&s.slug) {
+            return Err(invalid(
+                &at("slug"),
+                format!(
+                    "{:?}: use 1-64 lowercase letters, digits, '-' or '_'",
+                    s.slug
+                ),
+            ));
+        }
+        if sources.iter().any(|o| o.slug == s.slug) {
+            return Err(invalid(
+                &at("slug"),
+                format!("{:?} is used by another source", s.slug),
+            ));
+        }
+        let provider = providers::find(&s.provider).ok_or_else(|| {
+            let known: Vec<&str> = providers::REGISTRY.iter().map(|p| p.name).collect();
+            invalid(
+                &at("provider"),
+                format!("{:?} is not one of {}", s.provider, known.join(", ")),
+            )
+        })?;
+        let secrets = s
+            .secrets
+            .iter()
+            .enumerate()
+            .map(|(j, v)| secret(&at(&format!("secrets[{j}]")), v))
+            .collect::<Result<Vec<_>, _>>()?;
+        let api_v3_key = s
+            .api_v3_key
+            .as_deref()
+            .map(|v| secret(&at("api_v3_key"), v))
+            .transpose()?;
+        if let Some(u) = &s.public_url {
+            check_http_url(u).map_err(|p| invalid(&at("public_url"), p))?;
+        }
+        let settings = Settings {
+            secrets,
+            public_key: s.public_key,
+            platform_keys: s.platform_keys,
+            api_v3_key,
+            public_url: s.public_url,
+            sync: s.mode == Mode::Sync,
+        };
+        let scheme = (provider.build)(&settings).map_err(|e| invalid(&at(&e.field), e.problem))?;
+        let destinations = destination::build(
+            destination::SourceDestinations {
+                destinations: s.destination.take(),
+                destination_secret: s.destination_secret.as_deref(),
+                max_attempts: s.max_attempts,
+                attempt_timeout_secs: s.attempt_timeout_secs,
+                mode: s.mode,
+            },
+            &at,
+            invalid,
+            secret,
+        )?;
+        sources.push(SourceConfig {
+            slug: s.slug,
+            provider,
+            scheme: Arc::from(scheme),
+            mode: s.mode,
+            destinations,
+            tolerance_secs: s.tolerance_secs.unwrap_or(300),
+            paused: s.paused,
+            replay_guard: s.replay_guard.unwrap_or(true),
+        });
+    }
+
+    Ok((sources, source_rules))
+}
