@@ -68,7 +68,7 @@ pub mod ssr {
         let Ok(Some(id)) = session.get::<i64>(USER_KEY).await else {
             return Ok(None);
         };
-        accounts::user_of(pool, id).await.map_err(OpError::database)
+        Ok(accounts::user_of(pool, id).await?)
     }
 
     pub async fn session_user() -> Result<Option<Caller>, ServerFnError> {

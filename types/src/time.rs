@@ -23,6 +23,13 @@ pub fn shown_ms(t: &Time) -> String {
     t.format("%Y-%m-%d %H:%M:%S%.3f").to_string()
 }
 
+/// A time as the API takes it: RFC 3339, any offset.
+fn parse<E: serde::de::Error>(text: &str) -> Result<Time, E> {
+    DateTime::parse_from_rfc3339(text)
+        .map(|t| t.with_timezone(&Utc))
+        .map_err(E::custom)
+}
+
 /// `#[serde(with = "crate::time::wire")]` on a `Time`.
 pub mod wire {
     use super::*;
@@ -32,10 +39,7 @@ pub mod wire {
     }
 
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Time, D::Error> {
-        let text = String::deserialize(d)?;
-        DateTime::parse_from_rfc3339(&text)
-            .map(|t| t.with_timezone(&Utc))
-            .map_err(serde::de::Error::custom)
+        parse(&String::deserialize(d)?)
     }
 }
 
@@ -52,11 +56,7 @@ pub mod wire_opt {
 
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Time>, D::Error> {
         Option::<String>::deserialize(d)?
-            .map(|text| {
-                DateTime::parse_from_rfc3339(&text)
-                    .map(|t| t.with_timezone(&Utc))
-                    .map_err(serde::de::Error::custom)
-            })
+            .map(|text| parse(&text))
             .transpose()
     }
 }

@@ -351,10 +351,7 @@ pub async fn check_sign_in(
     if limits.refused_recently(&bucket, &username) {
         return Err(locked_out());
     }
-    let attempt_id = match begin_attempt(pool, &username, address, &bucket)
-        .await
-        .map_err(OpError::database)?
-    {
+    let attempt_id = match begin_attempt(pool, &username, address, &bucket).await? {
         Attempt::Checking(id) => id,
         Attempt::Refused(over) => {
             limits.note_refused(&bucket, &username, over);
@@ -374,8 +371,7 @@ pub async fn check_sign_in(
             attempt_id
         )
         .execute(pool)
-        .await
-        .map_err(OpError::database)?;
+        .await?;
         return Err(OpError::TooManyRequests(
             "too many sign-ins at once; try again in a moment".into(),
         ));
@@ -386,7 +382,7 @@ pub async fn check_sign_in(
     )
     .fetch_optional(pool)
     .await
-    .map_err(OpError::database)?
+    ?
     .map(|r| (r.id, r.username, r.role, r.password_hash, r.disabled));
     // An unknown name costs the same hash as a known one: timing tells nothing.
     let hash = row.as_ref().map(|r| r.3.clone());
@@ -412,9 +408,7 @@ pub async fn check_sign_in(
         _ => None,
     };
     let Some(user) = user else {
-        end_attempt(pool, attempt_id, None, "failed")
-            .await
-            .map_err(OpError::database)?;
+        end_attempt(pool, attempt_id, None, "failed").await?;
         return Err(OpError::Unauthorized("wrong username or password".into()));
     };
     Ok(SignedIn { user, attempt_id })
@@ -433,17 +427,14 @@ pub async fn settle_sign_in(
             signed.user.id
         )
         .execute(pool)
-        .await
-        .map_err(OpError::database)?;
+        .await?;
     }
     let outcome = if session_started {
         "succeeded"
     } else {
         "error"
     };
-    end_attempt(pool, signed.attempt_id, Some(signed.user.id), outcome)
-        .await
-        .map_err(OpError::database)
+    Ok(end_attempt(pool, signed.attempt_id, Some(signed.user.id), outcome).await?)
 }
 
 /// A hash of a password nobody has, verified for unknown names.

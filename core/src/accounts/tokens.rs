@@ -217,8 +217,7 @@ pub async fn caller(pool: &PgPool, presented: &str) -> Result<Caller, OpError> {
         digest(presented)
     )
     .fetch_optional(pool)
-    .await
-    .map_err(OpError::database)?;
+    .await?;
     let Some(found) = found else {
         return Err(OpError::Unauthorized("unknown token".into()));
     };

@@ -62,8 +62,7 @@ async fn find(pool: &PgPool, id: i64) -> Result<BulkJob, OpError> {
         id
     )
     .fetch_optional(pool)
-    .await
-    .map_err(OpError::database)?
+    .await?
     .map(JobRow::into_job)
     .ok_or_else(|| OpError::not_found("bulk job"))
 }
@@ -81,18 +80,16 @@ pub async fn start(cx: &Cx, filter: &DeadFilter) -> Result<BulkJob, OpError> {
         reason,
         destination,
     } = crate::ops::actions::DeadBounds::of(filter)?;
-    let mut tx = cx.services.pool.begin().await.map_err(OpError::database)?;
+    let mut tx = cx.services.pool.begin().await?;
     // Starts take turns, so the count of unfinished jobs holds.
     sqlx::query!("SELECT pg_advisory_xact_lock(hashtext('replaysafe.bulk_jobs.start'))")
         .execute(&mut *tx)
-        .await
-        .map_err(OpError::database)?;
+        .await?;
     let unfinished = sqlx::query_scalar!(
         r#"SELECT count(*) AS "n!" FROM bulk_jobs WHERE state IN ('queued', 'running')"#
     )
     .fetch_one(&mut *tx)
-    .await
-    .map_err(OpError::database)?;
+    .await?;
     if unfinished >= UNFINISHED_JOBS_MAX {
         return Err(OpError::Conflict(format!(
             "{unfinished} bulk jobs are unfinished already; wait for one to finish or cancel one"
@@ -110,8 +107,7 @@ pub async fn start(cx: &Cx, filter: &DeadFilter) -> Result<BulkJob, OpError> {
         destination.as_deref()
     )
     .fetch_one(&mut *tx)
-    .await
-    .map_err(OpError::database)?;
+    .await?;
     if matching.n > JOB_MAX_EVENTS {
         return Err(OpError::BadRequest(format!(
             "the filter matches {} dead events; a job takes at most {JOB_MAX_EVENTS}: narrow it, by time for one",
@@ -135,9 +131,8 @@ pub async fn start(cx: &Cx, filter: &DeadFilter) -> Result<BulkJob, OpError> {
         matching.n
     )
     .fetch_one(&mut *tx)
-    .await
-    .map_err(OpError::database)?;
-    tx.commit().await.map_err(OpError::database)?;
+    .await?;
+    tx.commit().await?;
     cx.audit(
         caller,
         "redeliver.bulk.start",
@@ -168,8 +163,7 @@ pub async fn recent(cx: &Cx) -> Result<Vec<BulkJob>, OpError> {
         RECENT_JOBS
     )
     .fetch_all(&cx.services.pool)
-    .await
-    .map_err(OpError::database)?
+    .await?
     .into_iter()
     .map(JobRow::into_job)
     .collect())
@@ -190,8 +184,7 @@ pub async fn results(cx: &Cx, id: i64, after: i64) -> Result<JobResults, OpError
         RESULTS_PAGE
     )
     .fetch_all(&cx.services.pool)
-    .await
-    .map_err(OpError::database)?
+    .await?
     .into_iter()
     .map(|r| RedeliveryResult {
         redelivered: r.redelivered.unwrap_or(0),
@@ -216,14 +209,13 @@ pub async fn results(cx: &Cx, id: i64, after: i64) -> Result<JobResults, OpError
 /// `cancelled_by` while still running). 409 once it has finished.
 pub async fn cancel(cx: &Cx, id: i64) -> Result<BulkJob, OpError> {
     let caller = cx.require(Role::Operator)?;
-    let mut tx = cx.services.pool.begin().await.map_err(OpError::database)?;
+    let mut tx = cx.services.pool.begin().await?;
     let found = sqlx::query!(
         "SELECT state, cancelled_by FROM bulk_jobs WHERE id = $1 FOR UPDATE",
         id
     )
     .fetch_optional(&mut *tx)
-    .await
-    .map_err(OpError::database)?
+    .await?
     .ok_or_else(|| OpError::not_found("bulk job"))?;
     match (found.state.as_str(), found.cancelled_by) {
         ("queued" | "running", Some(_)) => {
@@ -243,8 +235,7 @@ pub async fn cancel(cx: &Cx, id: i64) -> Result<BulkJob, OpError> {
                 caller.username
             )
             .execute(&mut *tx)
-            .await
-            .map_err(OpError::database)?;
+            .await?;
         }
         (state, _) => {
             return Err(OpError::Conflict(format!(
@@ -252,7 +243,7 @@ pub async fn cancel(cx: &Cx, id: i64) -> Result<BulkJob, OpError> {
             )))
         }
     }
-    tx.commit().await.map_err(OpError::database)?;
+    tx.commit().await?;
     let job = find(&cx.services.pool, id).await?;
     cx.audit(
         caller,
@@ -286,8 +277,7 @@ async fn end_early(
         error
     )
     .execute(&mut *tx)
-    .await
-    .map_err(OpError::database)?;
+    .await?;
     Ok(())
 }
 
@@ -325,8 +315,7 @@ async fn settle(tx: &mut sqlx::PgConnection, id: i64, all: bool, why: &str) -> R
         why
     )
     .execute(&mut *tx)
-    .await
-    .map_err(OpError::database)?;
+    .await?;
     Ok(())
 }
 
@@ -432,7 +421,7 @@ pub struct Step {
 /// after the cursor, `BULK_STEP` in all, marked pending before any is
 /// re-delivered.
 pub async fn begin_step(pool: &PgPool, id: i64, owner: &str) -> Result<Option<Step>, OpError> {
-    let mut tx = pool.begin().await.map_err(OpError::database)?;
+    let mut tx = pool.begin().await?;
     let job = sqlx::query!(
         "UPDATE bulk_jobs SET heartbeat_at = now()
          WHERE id = $1 AND owner = $2 AND state = 'running'
@@ -441,14 +430,13 @@ pub async fn begin_step(pool: &PgPool, id: i64, owner: &str) -> Result<Option<St
         owner
     )
     .fetch_optional(&mut *tx)
-    .await
-    .map_err(OpError::database)?;
+    .await?;
     let Some(job) = job else {
         return Ok(None);
     };
     if job.cancel {
         end_early(&mut tx, id, "cancelled", None, None).await?;
-        tx.commit().await.map_err(OpError::database)?;
+        tx.commit().await?;
         return Ok(None);
     }
     settle(&mut tx, id, false, "").await?;
@@ -492,9 +480,8 @@ pub async fn begin_step(pool: &PgPool, id: i64, owner: &str) -> Result<Option<St
         destination.as_deref()
     )
     .fetch_all(&mut *tx)
-    .await
-    .map_err(OpError::database)?;
-    tx.commit().await.map_err(OpError::database)?;
+    .await?;
+    tx.commit().await?;
     let chosen: Vec<(i64, String)> = chosen.into_iter().map(|r| (r.id, r.idem_key)).collect();
     let next_after = (chosen.len() as i64 == BULK_STEP)
         .then(|| chosen.last().map(|c| c.0))
@@ -598,20 +585,19 @@ pub async fn record(
 /// A job that cannot go on (its caller lost the right): failed, with
 /// why; events an earlier try left pending are answered.
 pub async fn fail(pool: &PgPool, id: i64, owner: &str, error: &str) -> Result<(), OpError> {
-    let mut tx = pool.begin().await.map_err(OpError::database)?;
+    let mut tx = pool.begin().await?;
     let ours = sqlx::query_scalar!(
         "SELECT id FROM bulk_jobs WHERE id = $1 AND owner = $2 AND state = 'running' FOR UPDATE",
         id,
         owner
     )
     .fetch_optional(&mut *tx)
-    .await
-    .map_err(OpError::database)?;
+    .await?;
     if ours.is_none() {
         return Ok(());
     }
     end_early(&mut tx, id, "failed", None, Some(error)).await?;
-    tx.commit().await.map_err(OpError::database)
+    Ok(tx.commit().await?)
 }
 
 /// A runner shutting down hands its job back to the queue for another.

@@ -121,7 +121,7 @@ pub async fn redeliver(
 /// delivery, or its newest one still holding the payload. None: no such
 /// event; Some(None): retention removed every copy of its payload.
 async fn delivery_of(pool: &sqlx::PgPool, event_id: i64) -> Result<Option<Option<i64>>, OpError> {
-    sqlx::query_scalar!(
+    Ok(sqlx::query_scalar!(
         "SELECT coalesce((SELECT d.id FROM deliveries d
                           WHERE d.id = e.first_delivery_id AND d.body IS NOT NULL),
                          (SELECT d.id FROM deliveries d
@@ -132,8 +132,7 @@ async fn delivery_of(pool: &sqlx::PgPool, event_id: i64) -> Result<Option<Option
         event_id
     )
     .fetch_optional(pool)
-    .await
-    .map_err(OpError::database)
+    .await?)
 }
 
 /// Re-delivers an event: its stored delivery (`delivery_of`) through
@@ -171,8 +170,7 @@ pub async fn audit_log(cx: &Cx, before: Option<i64>) -> Result<AuditPage, OpErro
         AUDIT_PAGE + 1
     )
     .fetch_all(&cx.services.pool)
-    .await
-    .map_err(OpError::database)?;
+    .await?;
     let (rows, older) = crate::ops::page(rows, AUDIT_PAGE, |r| r.id);
     Ok(AuditPage { rows, older })
 }
@@ -265,8 +263,7 @@ pub async fn force(
         event_id
     )
     .fetch_optional(&cx.services.pool)
-    .await
-    .map_err(OpError::database)?
+    .await?
     .map(|r| (r.source, r.idem_key));
     let Some((source, key)) = found else {
         return Err(OpError::not_found("event"));

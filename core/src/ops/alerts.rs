@@ -67,8 +67,7 @@ pub async fn page(cx: &Cx) -> Result<AlertsPage, OpError> {
         RECENT_ALERTS
     )
     .fetch_all(&cx.services.pool)
-    .await
-    .map_err(OpError::database)?;
+    .await?;
     let (firing, resolved): (Vec<AlertRow>, Vec<AlertRow>) = rows
         .into_iter()
         .map(Row::into_alert)
@@ -81,8 +80,7 @@ pub async fn page(cx: &Cx) -> Result<AlertsPage, OpError> {
            FROM alert_silences WHERE until > now() ORDER BY until"#
     )
     .fetch_all(&cx.services.pool)
-    .await
-    .map_err(OpError::database)?;
+    .await?;
     Ok(AlertsPage {
         firing,
         resolved,
@@ -132,8 +130,7 @@ pub async fn silence(
         reason
     )
     .fetch_one(&cx.services.pool)
-    .await
-    .map_err(OpError::database)?;
+    .await?;
     cx.audit(
         admin,
         "alert.silence",
@@ -157,8 +154,7 @@ pub async fn unsilence(cx: &Cx, id: i64) -> Result<(), OpError> {
         id
     )
     .fetch_optional(&cx.services.pool)
-    .await
-    .map_err(OpError::database)?
+    .await?
     .ok_or_else(|| OpError::NotFound("no silence in force has that id".into()))?;
     cx.audit(
         admin,

@@ -26,9 +26,7 @@ pub async fn deliveries(
     };
     let shows_rejections = filter.outcome.is_empty() || filter.outcome == "rejected";
     if before.is_none() && after.is_none() && shows_rejections {
-        page.unrecorded = unrecorded(&reads, &filter.source)
-            .await
-            .map_err(OpError::database)?;
+        page.unrecorded = unrecorded(&reads, &filter.source).await?;
     }
     page.replica_lag_secs = cx.services.reads.shown_lag_secs();
     Ok(page)

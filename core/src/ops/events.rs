@@ -18,8 +18,7 @@ pub async fn event_detail(cx: &Cx, id: i64, reveal: bool) -> Result<EventDetail,
     let credentials = |source: &str| crate::ops::mask::Credentials::of(&cx.services.config, source);
     let masking = masking(cx, "event", id, reveal, &credentials).await?;
     event(&cx.services.reads.pool(), id, masking)
-        .await
-        .map_err(OpError::database)?
+        .await?
         .ok_or_else(|| OpError::not_found("event"))
 }
 
@@ -29,8 +28,7 @@ pub async fn delivery_detail(cx: &Cx, id: i64, reveal: bool) -> Result<DeliveryD
     let credentials = |source: &str| crate::ops::mask::Credentials::of(&cx.services.config, source);
     let masking = masking(cx, "delivery", id, reveal, &credentials).await?;
     delivery(&cx.services.reads.pool(), id, masking)
-        .await
-        .map_err(OpError::database)?
+        .await?
         .ok_or_else(|| OpError::not_found("delivery"))
 }
 
@@ -41,13 +39,12 @@ pub async fn dead_letters(
     before: Option<(i64, i64)>,
 ) -> Result<DeadLetterPage, OpError> {
     cx.require(Role::Viewer)?;
-    dead(
+    Ok(dead(
         &cx.services.reads.pool(),
         &crate::ops::actions::DeadBounds::of(filter)?,
         before,
     )
-    .await
-    .map_err(OpError::database)
+    .await?)
 }
 
 /// Stored headers are `[[name, value], ...]`.
@@ -357,8 +354,7 @@ pub async fn events(
             limit: EVENT_PAGE_SIZE + 1,
         },
     )
-    .await
-    .map_err(OpError::database)?;
+    .await?;
     let (rows, older) = crate::ops::page(rows, EVENT_PAGE_SIZE, |r| r.id);
     Ok(EventPage { rows, older })
 }

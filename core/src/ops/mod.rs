@@ -50,7 +50,7 @@ impl Cx {
         outcome: &str,
         detail: serde_json::Value,
     ) -> Result<(), OpError> {
-        crate::accounts::record(
+        Ok(crate::accounts::record(
             &self.services.pool,
             crate::accounts::Entry {
                 who: caller.who(),
@@ -61,8 +61,7 @@ impl Cx {
                 remote_addr: self.remote_addr.as_deref(),
             },
         )
-        .await
-        .map_err(OpError::database)
+        .await?)
     }
 }
 
@@ -97,8 +96,7 @@ async fn source_rows(pool: &PgPool, slug: Option<&str>) -> Result<Vec<SourceSumm
         slug
     )
     .fetch_all(pool)
-    .await
-    .map_err(OpError::database)?;
+    .await?;
     Ok(rows
         .into_iter()
         .map(|r| SourceSummary {

@@ -20,13 +20,10 @@ pub async fn overview(
     cx.require(Role::Viewer)?;
     let source = source.filter(|s| !s.is_empty());
     let reads = cx.services.reads.pool();
-    let mut overview = load(&reads, source.clone(), window)
-        .await
-        .map_err(OpError::database)?;
+    let mut overview = load(&reads, source.clone(), window).await?;
     overview.replica_lag_secs = cx.services.reads.shown_lag_secs();
     overview.alerts = crate::alerts::rules::firing(&reads)
-        .await
-        .map_err(OpError::database)?
+        .await?
         .into_iter()
         .filter(|c| source.as_ref().is_none_or(|s| *s == c.source))
         .collect();

@@ -54,8 +54,7 @@ pub async fn redeliver(
         delivery_id
     )
     .fetch_optional(&services.pool)
-    .await
-    .map_err(OpError::database)?;
+    .await?;
     let Some(stored) = stored else {
         return Err(OpError::NotFound(String::from("delivery not found")));
     };
@@ -172,8 +171,7 @@ pub async fn redeliver(
         recorded_id
     )
     .fetch_one(&services.pool)
-    .await
-    .map_err(OpError::database)?;
+    .await?;
     let requeued = recorded.outcome == "claimed" && recorded.revived;
     // Refused for one destination: its own dispatch's state says why
     // (the delivery's outcome is the event's, any destination's).
@@ -184,8 +182,7 @@ pub async fn redeliver(
             name
         )
         .fetch_optional(&services.pool)
-        .await
-        .map_err(OpError::database)?
+        .await?
         .map(|state| (name.as_str(), state)),
         _ => None,
     };
@@ -243,20 +240,18 @@ pub async fn set_paused(
     paused: bool,
     by: Caller,
 ) -> Result<(), OpError> {
-    {
-        match crate::db::sources::set_paused(&services.pool, &slug, paused, by.who()).await {
-            Ok(()) => {
-                services.wake.set_paused(&slug, paused);
-                if !paused {
-                    services.wake.work();
-                }
-                Ok(())
+    match crate::db::sources::set_paused(&services.pool, &slug, paused, by.who()).await {
+        Ok(()) => {
+            services.wake.set_paused(&slug, paused);
+            if !paused {
+                services.wake.work();
             }
-            Err(crate::db::sources::SourceError::Unknown(slug)) => Err(OpError::NotFound(format!(
-                "no source {slug:?} is configured"
-            ))),
-            Err(crate::db::sources::SourceError::Db(e)) => Err(OpError::database(e)),
+            Ok(())
         }
+        Err(crate::db::sources::SourceError::Unknown(slug)) => Err(OpError::NotFound(format!(
+            "no source {slug:?} is configured"
+        ))),
+        Err(crate::db::sources::SourceError::Db(e)) => Err(OpError::database(e)),
     }
 }
 
@@ -268,40 +263,38 @@ pub async fn set_breaker(
     destination: String,
     open: bool,
 ) -> Result<Breaker, OpError> {
-    {
-        let configured = services
-            .config
-            .sources
-            .iter()
-            .find(|s| s.slug == slug)
-            .is_some_and(|s| s.destinations.iter().any(|d| d.name == destination));
-        if !configured {
-            return Err(OpError::NotFound(format!(
-                "source {slug:?} has no destination {destination:?}"
-            )));
-        }
-        let pool = &services.pool;
-        let set = async {
-            crate::events::breaker::ensure(pool, &[(&slug, &destination)]).await?;
-            crate::events::breaker::set_by_hand(pool, &slug, &destination, open).await
-        };
-        let was = set.await.map_err(OpError::database)?.unwrap_or_default();
-        let to = if open { Breaker::Open } else { Breaker::Closed };
-        if was != to {
-            services
-                .breakers
-                .apply(&[crate::events::breaker::Transition {
-                    source: slug,
-                    destination,
-                    from: was,
-                    to,
-                }]);
-        }
-        if !open {
-            services.wake.work();
-        }
-        Ok(was)
+    let configured = services
+        .config
+        .sources
+        .iter()
+        .find(|s| s.slug == slug)
+        .is_some_and(|s| s.destinations.iter().any(|d| d.name == destination));
+    if !configured {
+        return Err(OpError::NotFound(format!(
+            "source {slug:?} has no destination {destination:?}"
+        )));
     }
+    let pool = &services.pool;
+    let set = async {
+        crate::events::breaker::ensure(pool, &[(&slug, &destination)]).await?;
+        crate::events::breaker::set_by_hand(pool, &slug, &destination, open).await
+    };
+    let was = set.await?.unwrap_or_default();
+    let to = if open { Breaker::Open } else { Breaker::Closed };
+    if was != to {
+        services
+            .breakers
+            .apply(&[crate::events::breaker::Transition {
+                source: slug,
+                destination,
+                from: was,
+                to,
+            }]);
+    }
+    if !open {
+        services.wake.work();
+    }
+    Ok(was)
 }
 
 /// An admin's forced re-execution of a completed event (its completed
@@ -314,9 +307,8 @@ pub async fn force(
     by: Caller,
     destination: Option<String>,
 ) -> Result<Vec<String>, OpError> {
-    {
-        let pool = &services.pool;
-        match crate::events::force(pool, event_id, destination.as_deref(), by.user_id(), &reason).await {
+    let pool = &services.pool;
+    match crate::events::force(pool, event_id, destination.as_deref(), by.user_id(), &reason).await {
                 Ok(Forced::Queued { destinations, .. }) => {
                     services.wake.work();
                     Ok(destinations)
@@ -336,5 +328,4 @@ pub async fn force(
                 })),
                 Err(e) => Err(OpError::database(e)),
             }
-    }
 }

@@ -11,7 +11,7 @@ use crate::ops::Cx;
 /// The Tokens page's list (admin).
 pub async fn tokens(cx: &Cx) -> Result<Vec<TokenRow>, OpError> {
     cx.require(Role::Admin)?;
-    list(&cx.services.pool).await.map_err(OpError::database)
+    Ok(list(&cx.services.pool).await?)
 }
 
 /// Revokes a token by id (admin).
