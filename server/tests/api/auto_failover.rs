@@ -273,12 +273,20 @@ async fn pg_auto_failover_promotes_the_standby_and_nothing_acknowledged_is_lost_
     let a = ServerProcess::start(&config, &url, &[]).await;
     let b = ServerProcess::start(&config, &url, &[]).await;
     let stream = Stream::start(&[a.base.clone(), b.base.clone()]);
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let before_kill = stream.answers.lock().unwrap().keys();
-    assert!(
-        before_kill > 10,
-        "deliveries flow before the kill: {before_kill}"
-    );
+    // Deliveries flow before the kill: waited for, not timed (the suite's
+    // load slows the two processes' start and the synchronous standby).
+    let flowing = Instant::now();
+    let before_kill = loop {
+        let keys = stream.answers.lock().unwrap().keys();
+        if keys > 10 {
+            break keys;
+        }
+        assert!(
+            flowing.elapsed() < Duration::from_secs(60),
+            "deliveries flow before the kill: {keys} in 60 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
 
     // Killed while an attempt is surely in flight (one received in the last
     // 100 ms, answered 300 ms after it arrived): on a loaded machine the
