@@ -7,6 +7,8 @@ use crate::api::deliveries::{outcome_class, DeliveryRow};
 use crate::api::events::Payload;
 use crate::auth::Role;
 use crate::Me;
+use replaysafe_types::overview::Backlog;
+use replaysafe_types::states::{Outcome, State};
 
 pub fn fmt_count(n: i64) -> String {
     let digits = n.abs().to_string();
@@ -79,30 +81,75 @@ pub fn fmt_utc_minute(ms: i64, with_date: bool) -> String {
     format!("{month:02}-{day:02} {hm}")
 }
 
+/// A backlog's size, with what of it is due, waiting and in flight.
+#[component]
+pub fn BacklogCell(backlog: Backlog) -> impl IntoView {
+    let cap = replaysafe_types::overview::COUNT_CAP;
+    let split = format!(
+        "{} due, {} waiting, {} in flight",
+        fmt_capped(backlog.due, cap),
+        fmt_capped(backlog.waiting, cap),
+        fmt_count(backlog.in_flight)
+    );
+    view! {
+        <span data-testid="backlog-total">{fmt_capped(backlog.total(), cap)}</span>
+        <div class="muted small" data-testid="backlog-split">{split}</div>
+    }
+}
+
+/// A source's dead events, linked to their list, with each destination's
+/// dead dispatches beside them when more than one destination has some.
+#[component]
+pub fn DeadLettersCell(slug: String, backlog: Backlog) -> impl IntoView {
+    let cap = replaysafe_types::overview::COUNT_CAP;
+    let dead: Vec<_> = backlog
+        .by_destination
+        .into_iter()
+        .filter(|d| d.dead_letters > 0)
+        .collect();
+    let split = (dead.len() > 1).then(|| {
+        view! {
+            <div class="muted small" data-testid="dead-split">
+                {dead.into_iter().enumerate().map(|(i, d)| view! {
+                    {(i > 0).then_some(", ")}
+                    <a href=format!("/dead?source={}&destination={}", d.source, d.destination)>
+                        {d.destination.clone()}
+                    </a>
+                    {format!(" {}", fmt_capped(d.dead_letters, cap))}
+                }).collect_view()}
+            </div>
+        }
+    });
+    view! {
+        <a href=format!("/dead?source={slug}")>{fmt_capped(backlog.dead_letters, cap)}</a>
+        {split}
+    }
+}
+
 #[component]
 pub fn OutcomeBadge(row: DeliveryRow) -> impl IntoView {
     let words = row.outcome_words();
     let title = row.reject_reason.clone().unwrap_or_default();
     view! {
-        <span class=outcome_class(&row.outcome) title=title data-outcome=row.outcome.clone()>
+        <span class=outcome_class(row.outcome) title=title data-outcome=row.outcome.as_str()>
             {words}
         </span>
     }
 }
 
 #[component]
-pub fn StateBadge(state: String) -> impl IntoView {
-    let class = match state.as_str() {
-        "completed" => "badge badge-ok",
-        "dead" => "badge badge-bad",
-        "retrying" | "processing" => "badge badge-warn",
-        _ => "badge badge-info",
+pub fn StateBadge(state: State) -> impl IntoView {
+    let class = match state {
+        State::Completed => "badge badge-ok",
+        State::Dead => "badge badge-bad",
+        State::Retrying | State::Processing => "badge badge-warn",
+        State::Queued | State::Filtered => "badge badge-info",
     };
-    let words = match state.as_str() {
-        "dead" => "dead-lettered".to_owned(),
-        other => other.to_owned(),
+    let words = match state {
+        State::Dead => "dead-lettered",
+        other => other.as_str(),
     };
-    view! { <span class=class data-state=state>{words}</span> }
+    view! { <span class=class data-state=state.as_str()>{words}</span> }
 }
 
 /// A server function's error as a person should read it.
@@ -397,7 +444,7 @@ pub fn PastWindowRedeliver(delivery_id: i64) -> impl IntoView {
     let action = ServerAction::<Redeliver>::new();
     let result = move || {
         action.value().get().map(|r| match r {
-            Ok(r) => view! { <p class="result ok" role="status" data-outcome=r.outcome.clone()>{r.message}</p> }
+            Ok(r) => view! { <p class="result ok" role="status" data-outcome=r.outcome.as_str()>{r.message}</p> }
                 .into_any(),
             Err(e) => view! { <p class="result refused" role="alert">{error_text(&e)}</p> }.into_any(),
         })
@@ -438,7 +485,7 @@ pub fn RedeliverButton(
     let result = move || {
         action.value().get().map(|r| match r {
             Ok(r) => {
-                let class = if r.outcome == "claimed" {
+                let class = if r.outcome == Outcome::Claimed {
                     "result ok"
                 } else {
                     "result refused"
@@ -446,7 +493,7 @@ pub fn RedeliverButton(
                 let event = r
                     .event_id
                     .map(|e| view! { " " <a href=format!("/events/{e}")>"Open the event"</a> });
-                view! { <span class=class data-outcome=r.outcome.clone()>{r.message}</span>{event} }
+                view! { <span class=class data-outcome=r.outcome.as_str()>{r.message}</span>{event} }
                     .into_any()
             }
             Err(e) => view! { <span class="result refused">{error_text(&e)}</span> }.into_any(),

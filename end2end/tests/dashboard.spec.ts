@@ -36,6 +36,7 @@ test('the overview shows figures, charts and per-source rows from signed deliver
 
   const row = page.getByTestId('per-source').locator('tr[data-slug="e2e-overview"]');
   await expect(row.locator('td').first()).toHaveText('9');
+  await expect(row.getByTestId('backlog-split')).toContainText(/\d+ due, \d+ waiting, \d+ in flight/);
   await page.getByRole('link', { name: 'last 7 days' }).click();
   await expect(page).toHaveURL(/window=week/);
   await expect(page.getByRole('link', { name: 'last 7 days' })).toHaveAttribute('aria-current', 'page');

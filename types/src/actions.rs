@@ -15,7 +15,7 @@ pub struct RedeliveryResult {
     pub event_id: Option<i64>,
     pub idem_key: Option<String>,
     /// claimed, completed, in_progress, dead or rejected (spec section 4).
-    pub outcome: String,
+    pub outcome: crate::states::Outcome,
     /// A dead event was queued again by this re-delivery.
     pub requeued: bool,
     pub message: String,

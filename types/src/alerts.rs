@@ -179,8 +179,7 @@ pub struct AlertRow {
     pub rule: String,
     pub title: String,
     pub source: String,
-    /// firing or resolved
-    pub state: String,
+    pub state: crate::states::AlertState,
     #[serde(with = "crate::time::wire")]
     pub started_at: chrono::DateTime<chrono::Utc>,
     #[serde(default, with = "crate::time::wire_opt")]

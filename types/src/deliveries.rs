@@ -3,6 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::states::Outcome;
+
 pub const PAGE_SIZE: i64 = 50;
 
 /// The outcomes a delivery can have (spec section 4), for the filter.
@@ -47,7 +49,7 @@ pub struct DeliveryRow {
     pub source: String,
     pub event_id: Option<i64>,
     pub idem_key: Option<String>,
-    pub outcome: String,
+    pub outcome: crate::states::Outcome,
     pub http_status: i16,
     pub reject_reason: Option<String>,
     /// signature, timestamp, key or size (rejected deliveries only).
@@ -60,7 +62,7 @@ impl DeliveryRow {
     /// The outcome in the words on-call engineers read (spec section 4).
     pub fn outcome_words(&self) -> String {
         outcome_words(
-            &self.outcome,
+            self.outcome,
             self.http_status,
             self.reject_reason.as_deref(),
         )
@@ -69,16 +71,16 @@ impl DeliveryRow {
 
 /// "claimed", "already completed", "409 in-progress", "dead-lettered",
 /// "rejected: bad signature", ...
-pub fn outcome_words(outcome: &str, http_status: i16, reject_reason: Option<&str>) -> String {
+pub fn outcome_words(outcome: Outcome, http_status: i16, reject_reason: Option<&str>) -> String {
     match outcome {
-        "claimed" => "claimed".into(),
-        "completed" => "already completed".into(),
-        "in_progress" if http_status == 409 => "409 in-progress".into(),
-        "in_progress" => "in-progress (queued)".into(),
-        "dead" => "dead-lettered".into(),
-        "unavailable" => "503 unavailable".into(),
-        "rejected" => format!("rejected: {}", rejection_kind(http_status, reject_reason)),
-        other => other.into(),
+        Outcome::Claimed => "claimed".into(),
+        Outcome::Completed => "already completed".into(),
+        Outcome::InProgress if http_status == 409 => "409 in-progress".into(),
+        Outcome::InProgress => "in-progress (queued)".into(),
+        Outcome::Dead => "dead-lettered".into(),
+        Outcome::Unavailable => "503 unavailable".into(),
+        Outcome::Rejected => format!("rejected: {}", rejection_kind(http_status, reject_reason)),
+        Outcome::Refused => "refused".into(),
     }
 }
 
@@ -94,13 +96,14 @@ fn rejection_kind(http_status: i16, reason: Option<&str>) -> &'static str {
 }
 
 /// The CSS class carrying the outcome's colour (the words carry it too).
-pub fn outcome_class(outcome: &str) -> &'static str {
+pub fn outcome_class(outcome: Outcome) -> &'static str {
     match outcome {
-        "claimed" => "badge badge-ok",
-        "completed" => "badge badge-info",
-        "in_progress" => "badge badge-warn",
-        "dead" | "rejected" | "unavailable" => "badge badge-bad",
-        _ => "badge",
+        Outcome::Claimed => "badge badge-ok",
+        Outcome::Completed => "badge badge-info",
+        Outcome::InProgress => "badge badge-warn",
+        Outcome::Dead | Outcome::Rejected | Outcome::Unavailable | Outcome::Refused => {
+            "badge badge-bad"
+        }
     }
 }
 

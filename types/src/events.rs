@@ -86,7 +86,7 @@ pub struct EventSummary {
     pub id: i64,
     pub source: String,
     pub idem_key: String,
-    pub state: String,
+    pub state: crate::states::State,
     #[serde(with = "crate::time::wire")]
     pub state_changed_at: chrono::DateTime<chrono::Utc>,
     #[serde(with = "crate::time::wire")]
@@ -111,9 +111,8 @@ pub struct EventSummary {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct DispatchRow {
     pub destination: String,
-    /// `queued`, `processing`, `retrying`, `completed`, `dead`, or
-    /// `filtered` (the destination's filter does not take the event).
-    pub state: String,
+    /// `filtered`: the destination's filter does not take the event.
+    pub state: crate::states::State,
     #[serde(with = "crate::time::wire")]
     pub state_changed_at: chrono::DateTime<chrono::Utc>,
     pub attempt_count: i32,

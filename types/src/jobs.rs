@@ -14,8 +14,7 @@ use super::actions::{DeadFilter, RedeliveryResult};
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct BulkJob {
     pub id: i64,
-    /// queued, running, done, cancelled or failed.
-    pub state: String,
+    pub state: crate::states::JobState,
     pub filter: DeadFilter,
     /// The user or token that started it; each step runs as them.
     pub started_by: String,
@@ -36,7 +35,7 @@ pub struct BulkJob {
 
 impl BulkJob {
     pub fn finished(&self) -> bool {
-        matches!(self.state.as_str(), "done" | "cancelled" | "failed")
+        self.state.is_finished()
     }
 
     /// Re-delivered but refused by the dedup layer (already completed, in

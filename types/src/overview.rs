@@ -92,17 +92,60 @@ impl Figures {
     }
 }
 
+/// What is left to do, and what is dead, now (core's `events::backlog`
+/// defines each word). Counts are of dispatches (an event has one per
+/// destination) but `dead_letters`, which counts events; each stops at
+/// `COUNT_CAP` per destination.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Backlog {
-    /// Queued or retrying events (capped at `COUNT_CAP`).
+    /// May be attempted now: due time passed, source not paused, breaker closed.
+    pub due: i64,
+    /// Not due: backing off, source paused, or breaker not closed.
     pub waiting: i64,
-    /// Seconds the longest-waiting due event has waited.
+    /// Leased: an attempt under way.
+    pub in_flight: i64,
+    /// Seconds the longest-waiting due dispatch has waited.
     pub oldest_due_secs: Option<f64>,
-    /// Dead-lettered events (capped at `COUNT_CAP`).
+    /// Dead events: an event once, however many of its dispatches are dead.
     pub dead_letters: i64,
     /// Events dead-lettered in the last 10 minutes.
     pub dead_last_10m: i64,
+    /// The same, destination by destination (dead letters as dispatches).
+    pub by_destination: Vec<DestinationBacklog>,
+}
+
+impl Backlog {
+    /// Dispatches not yet completed, dead or filtered.
+    pub fn total(&self) -> i64 {
+        self.due + self.waiting + self.in_flight
+    }
+
+    /// Adds a destination's row (its dead letters are the source's to count).
+    pub fn add(&mut self, row: &DestinationBacklog) {
+        self.due += row.due;
+        self.waiting += row.waiting;
+        self.in_flight += row.in_flight;
+        self.oldest_due_secs = match (self.oldest_due_secs, row.oldest_due_secs) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
+        self.by_destination.push(row.clone());
+    }
+}
+
+/// One destination's share of a backlog.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct DestinationBacklog {
+    pub source: String,
+    pub destination: String,
+    pub due: i64,
+    pub waiting: i64,
+    pub in_flight: i64,
+    pub oldest_due_secs: Option<f64>,
+    /// Its dead dispatches.
+    pub dead_letters: i64,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

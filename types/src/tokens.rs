@@ -25,6 +25,5 @@ pub struct TokenRow {
     pub expires_at: Option<chrono::DateTime<chrono::Utc>>,
     #[serde(default, with = "crate::time::wire_opt")]
     pub revoked_at: Option<chrono::DateTime<chrono::Utc>>,
-    /// live, expired or revoked.
-    pub state: String,
+    pub state: crate::states::TokenState,
 }

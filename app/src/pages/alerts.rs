@@ -124,11 +124,11 @@ fn AlertTable(
             </tr></thead>
             <tbody>
                 {rows.into_iter().map(|a| {
-                    let firing = a.state == "firing";
+                    let firing = a.state == replaysafe_types::states::AlertState::Firing;
                     let label = format!("Silence {} on {}", a.title, a.source);
                     let (rule, source) = (a.rule.clone(), a.source.clone());
                     view! {
-                        <tr data-rule=a.rule.clone() data-source=a.source.clone() data-state=a.state.clone()>
+                        <tr data-rule=a.rule.clone() data-source=a.source.clone() data-state=a.state.as_str()>
                             <td>{a.title.clone()}</td>
                             <td><code>{a.source.clone()}</code></td>
                             <td>{shown(&a.started_at)}</td>

@@ -1,6 +1,7 @@
 use leptos::prelude::*;
 use leptos::task::spawn_local;
 use leptos_router::hooks::use_query_map;
+use replaysafe_types::states::JobState;
 use replaysafe_types::time::{shown, shown_ms};
 
 use crate::api::actions::{DeadFilter, RedeliveryResult};
@@ -233,20 +234,20 @@ fn BulkRedeliver(source: Signal<String>, destination: Signal<String>) -> impl In
     let summary = move || {
         job.get().map(|j| {
             let total = j.total.max(j.done);
-            let ending = match j.state.as_str() {
-                "done" => " — done.".to_owned(),
-                "cancelled" => format!(
+            let ending = match j.state {
+                JobState::Done => " — done.".to_owned(),
+                JobState::Cancelled => format!(
                     " — cancelled by {}.",
                     j.cancelled_by.clone().unwrap_or_default()
                 ),
-                "failed" => format!(" — failed: {}", j.error.clone().unwrap_or_default()),
-                _ => match &j.cancelled_by {
+                JobState::Failed => format!(" — failed: {}", j.error.clone().unwrap_or_default()),
+                JobState::Queued | JobState::Running => match &j.cancelled_by {
                     Some(by) => format!(" — cancelling (asked by {by}), after the step under way…"),
                     None => String::new(),
                 },
             };
             view! {
-                <p role="status" data-testid="bulk-progress" data-state=j.state.clone()>
+                <p role="status" data-testid="bulk-progress" data-state=j.state.as_str()>
                     <progress max=total.max(1) value=j.done></progress>
                     {format!(
                         " Job {}: {} of {total} re-delivered, {} queued again, {} refused{ending}",
@@ -279,7 +280,7 @@ fn BulkRedeliver(source: Signal<String>, destination: Signal<String>) -> impl In
             {summary}
             <ul class="bulk-results" data-testid="bulk-results">
                 <For each=move || results.get() key=|r| (r.event_id, r.delivery_id) let:r>
-                    <li data-outcome=r.outcome.clone()>
+                    <li data-outcome=r.outcome.as_str()>
                         <code>{r.idem_key.clone().unwrap_or_default()}</code> ": " {r.message.clone()}
                     </li>
                 </For>
@@ -310,11 +311,11 @@ fn RecentJobs(refresh: RwSignal<usize>) -> impl IntoView {
                                 </tr></thead>
                                 <tbody>
                                     {list.into_iter().map(|j| view! {
-                                        <tr data-job=j.id data-state=j.state.clone()>
+                                        <tr data-job=j.id data-state=j.state.as_str()>
                                             <td>{j.id}</td><td>{shown(&j.created_at)}</td>
                                             <td>{j.started_by.clone()}</td>
                                             <td><code>{if j.filter.source.is_empty() { "any".to_owned() } else { j.filter.source.clone() }}</code></td>
-                                            <td>{j.state.clone()}</td>
+                                            <td>{j.state.as_str()}</td>
                                             <td>{format!("{} of {}", j.done, j.total.max(j.done))}</td>
                                             <td>{j.requeued}</td>
                                         </tr>

@@ -1,5 +1,6 @@
 use leptos::prelude::*;
 use leptos_router::hooks::use_params_map;
+use replaysafe_types::states::{Outcome, State};
 use replaysafe_types::time::shown_ms;
 
 use crate::api::actions::ForceReexecution;
@@ -76,7 +77,7 @@ fn EventBody(detail: EventDetail) -> impl IntoView {
         .clone()
         .filter(|_| event.dead_reason.is_none())
         .map(|e| view! { <dt>"Last error"</dt><dd>{e}</dd> });
-    let next = matches!(event.state.as_str(), "queued" | "retrying").then(
+    let next = event.state.is_waiting().then(
         || view! { <dt>"Next attempt"</dt><dd>{shown_ms(&event.next_attempt_at)} " UTC"</dd> },
     );
     let completed = event
@@ -86,7 +87,7 @@ fn EventBody(detail: EventDetail) -> impl IntoView {
     view! {
         <h1>"Event " <code>{event.idem_key.clone()}</code></h1>
         <dl class="facts" data-testid="event-facts">
-            <dt>"State"</dt><dd><StateBadge state=event.state.clone()/> " since " {shown_ms(&event.state_changed_at)} " UTC"</dd>
+            <dt>"State"</dt><dd><StateBadge state=event.state/> " since " {shown_ms(&event.state_changed_at)} " UTC"</dd>
             <dt>"Source"</dt><dd><code>{event.source.clone()}</code></dd>
             {event.event_type.clone().map(|t| view! { <dt>"Event type"</dt><dd><code>{t}</code></dd> })}
             <dt>"Idempotency-Key sent"</dt><dd><code>{format!("{}:{}", event.source, event.idem_key)}</code></dd>
@@ -105,7 +106,7 @@ fn EventBody(detail: EventDetail) -> impl IntoView {
         {
             let completed: Vec<String> = dispatches
                 .iter()
-                .filter(|d| d.state == "completed")
+                .filter(|d| d.state == State::Completed)
                 .map(|d| d.destination.clone())
                 .collect();
             (!completed.is_empty()).then(|| view! { <ForceForm event_id=event.id completed/> })
@@ -115,11 +116,11 @@ fn EventBody(detail: EventDetail) -> impl IntoView {
             <thead><tr><th>"Destination"</th><th>"State"</th><th>"Attempts"</th><th>"Details"</th><th><span class="visually-hidden">"Actions"</span></th></tr></thead>
             <tbody>
                 {dispatches.into_iter().map(|d| {
-                    let details = match d.state.as_str() {
-                        "filtered" => "its filter does not take this event: nothing is forwarded there".to_owned(),
-                        "completed" => format!("completed {} UTC", d.completed_at.as_ref().map(shown_ms).unwrap_or_default()),
-                        "dead" => d.dead_reason.clone().unwrap_or_default(),
-                        _ => match (&d.next_attempt_at, &d.last_error) {
+                    let details = match d.state {
+                        State::Filtered => "its filter does not take this event: nothing is forwarded there".to_owned(),
+                        State::Completed => format!("completed {} UTC", d.completed_at.as_ref().map(shown_ms).unwrap_or_default()),
+                        State::Dead => d.dead_reason.clone().unwrap_or_default(),
+                        State::Queued | State::Processing | State::Retrying => match (&d.next_attempt_at, &d.last_error) {
                             (Some(next), Some(e)) => format!("next attempt {} UTC; last error: {e}", shown_ms(next)),
                             (Some(next), None) => format!("next attempt {} UTC", shown_ms(next)),
                             (None, _) => format!("since {} UTC", shown_ms(&d.state_changed_at)),
@@ -130,7 +131,7 @@ fn EventBody(detail: EventDetail) -> impl IntoView {
                         view! { <br/><span class="muted">{format!("in receipt order with {key}")}</span> }
                     });
                     // Only this destination's dispatch is revived.
-                    let revive = (d.state == "dead")
+                    let revive = (d.state == State::Dead)
                         .then_some(event.first_delivery_id)
                         .flatten()
                         .map(|first| view! {
@@ -139,7 +140,7 @@ fn EventBody(detail: EventDetail) -> impl IntoView {
                     view! {
                         <tr data-destination=d.destination.clone()>
                             <td><code>{d.destination.clone()}</code></td>
-                            <td><StateBadge state=d.state.clone()/></td>
+                            <td><StateBadge state=d.state/></td>
                             <td>{d.attempt_count}</td>
                             <td class="small">{details}{order}</td>
                             <td>{revive}</td>
@@ -157,7 +158,7 @@ fn EventBody(detail: EventDetail) -> impl IntoView {
                         "re-delivery"
                     } else if Some(d.id) == event.first_delivery_id {
                         "first delivery"
-                    } else if d.outcome == "claimed" {
+                    } else if d.outcome == Outcome::Claimed {
                         "delivery"
                     } else {
                         "provider retry or duplicate"

@@ -189,10 +189,12 @@ fn Stats(totals: Figures, backlog: crate::api::overview::Backlog) -> impl IntoVi
             {stat("End-to-end p50 / p95 / p99", format!("{} / {} / {}",
                 fmt_ms(totals.e2e_ms(0.5)), fmt_ms(totals.e2e_ms(0.95)), fmt_ms(totals.e2e_ms(0.99))),
                 "first receipt to completed".into(), "stat-e2e")}
-            {stat("Backlog", fmt_capped(backlog.waiting, COUNT_CAP),
-                format!("oldest due waited {}", fmt_age(backlog.oldest_due_secs)), "stat-backlog")}
+            {stat("Backlog", fmt_capped(backlog.total(), COUNT_CAP),
+                format!("{} due, {} waiting, {} in flight; oldest due waited {}",
+                    fmt_capped(backlog.due, COUNT_CAP), fmt_capped(backlog.waiting, COUNT_CAP),
+                    fmt_count(backlog.in_flight), fmt_age(backlog.oldest_due_secs)), "stat-backlog")}
             {stat("Dead letters", fmt_capped(backlog.dead_letters, COUNT_CAP),
-                format!("{} in the last 10 minutes", fmt_count(backlog.dead_last_10m)), "stat-dead")}
+                format!("events; {} in the last 10 minutes", fmt_count(backlog.dead_last_10m)), "stat-dead")}
             {stat("Signature failures", fmt_count(totals.bad_signature),
                 "rejected with 401".into(), "stat-signatures")}
             {stat("Attempts per event", totals.attempts_per_event().map_or("–".into(), |a| format!("{a:.2}")),
@@ -231,8 +233,8 @@ fn SourceFiguresTable(rows: Vec<SourceFigures>, window: Window) -> impl IntoView
                             <td>{fmt_rate(f.duplicate_rate())}</td>
                             <td>{fmt_ms(f.ack_ms(0.99))}</td>
                             <td>{fmt_ms(f.e2e_ms(0.99))}</td>
-                            <td>{fmt_capped(s.backlog.waiting, COUNT_CAP)}</td>
-                            <td><a href=format!("/dead?source={}", s.slug)>{fmt_capped(s.backlog.dead_letters, COUNT_CAP)}</a></td>
+                            <td><BacklogCell backlog=s.backlog.clone()/></td>
+                            <td><DeadLettersCell slug=s.slug.clone() backlog=s.backlog/></td>
                             <td>{fmt_count(f.bad_signature)}</td>
                         </tr>
                     }

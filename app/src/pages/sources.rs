@@ -3,7 +3,7 @@ use replaysafe_types::states::Breaker;
 use replaysafe_types::time::shown;
 
 use crate::api::actions::{SetBreaker, SetSourcePaused};
-use crate::api::overview::{load_overview, SourceFigures, COUNT_CAP};
+use crate::api::overview::{load_overview, SourceFigures};
 use crate::api::{list_sources, SourceSummary};
 use crate::auth::Role;
 use crate::components::*;
@@ -137,8 +137,8 @@ fn SourceRow(s: SourceSummary, f: Option<SourceFigures>) -> impl IntoView {
             </td>
             <td><a href=format!("/deliveries?source={slug}")>{fmt_count(f.figures.deliveries)}</a></td>
             <td>{fmt_rate(f.figures.duplicate_rate())}</td>
-            <td>{fmt_capped(f.backlog.waiting, COUNT_CAP)}</td>
-            <td><a href=format!("/dead?source={slug}")>{fmt_capped(f.backlog.dead_letters, COUNT_CAP)}</a></td>
+            <td><BacklogCell backlog=f.backlog.clone()/></td>
+            <td><DeadLettersCell slug=slug.clone() backlog=f.backlog/></td>
         </tr>
     }
 }

@@ -56,8 +56,8 @@ fn TokenTable(rows: Vec<TokenRow>, revoke: ServerAction<RevokeToken>) -> impl In
             </thead>
             <tbody>
                 {rows.into_iter().map(|t| {
-                    let live = t.state == "live";
-                    let (name, state) = (t.name.clone(), t.state.clone());
+                    let live = t.state == replaysafe_types::states::TokenState::Live;
+                    let (name, state) = (t.name.clone(), t.state.as_str());
                     let label = format!("Revoke {name}");
                     view! {
                         <tr data-token=name data-state=state>
@@ -67,7 +67,7 @@ fn TokenTable(rows: Vec<TokenRow>, revoke: ServerAction<RevokeToken>) -> impl In
                             <td>{shown(&t.created_at)}<div class="muted small">{t.created_by.unwrap_or_default()}</div></td>
                             <td>{t.last_used_at.as_ref().map_or_else(|| "never".into(), shown)}</td>
                             <td>{t.expires_at.as_ref().map_or_else(|| "never".into(), shown)}</td>
-                            <td>{t.state}</td>
+                            <td>{t.state.as_str()}</td>
                             <td>{live.then(|| view! {
                                 <ActionForm action=revoke attr:class="inline">
                                     <input type="hidden" name="id" value=t.id/>

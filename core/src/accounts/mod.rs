@@ -3,7 +3,11 @@
 //! log. Every operation starts with `ops::Cx::require(role)`, which answers
 //! 401 or 403 through `authorize`, the one role check.
 
+mod throttle;
 pub mod tokens;
+
+use throttle::Attempt;
+pub use throttle::{prune as prune_sign_in_attempts, unlock};
 
 use replaysafe_types::auth::{Caller, Role, Who};
 
@@ -160,11 +164,6 @@ pub enum Over {
     Address,
 }
 
-enum Attempt {
-    Checking(i64),
-    Refused(Over),
-}
-
 impl SignInLimits {
     fn keys(address: &str, username: &str) -> [String; 2] {
         [
@@ -199,121 +198,31 @@ impl SignInLimits {
     }
 }
 
-/// Records a sign-in attempt before its password is checked, so that a
-/// parallel burst gets no more tries than a serial one: under a lock
-/// per address, counts the failures (and attempts still being checked)
-/// of this username from this address and of the address alone in the
-/// window. Over a limit, counts the refusal into the address's
-/// `rate_limited` row of the window (which counts toward no limit) and
-/// says which limit; else returns the attempt's audit row.
-/// Attempts are counted by the address's bucket (`config::address::bucket`),
-/// kept in the row's `target` as `from:<bucket>`; `remote_addr` keeps
-/// the address itself.
-async fn begin_attempt(
+/// Appends a sign-in's audit row: `failed`, `succeeded`, or `error`.
+async fn audit_sign_in(
     pool: &sqlx::PgPool,
     username: &str,
+    user_id: Option<i64>,
     address: &str,
     bucket: &str,
-) -> Result<Attempt, sqlx::Error> {
-    let from = format!("from:{bucket}");
-    let mut tx = pool.begin().await?;
-    sqlx::query!(
-        "SELECT pg_advisory_xact_lock(hashtextextended('login:' || $1, 0))",
-        bucket
-    )
-    .execute(&mut *tx)
-    .await?;
-    // Failures before an unlock (`replaysafe user unlock`) of the
-    // username or of the address no longer count against it.
-    let failures = sqlx::query!(
-        r#"WITH recent AS (
-               SELECT username, action, outcome, target, remote_addr, at FROM audit_log
-               WHERE at > now() - make_interval(mins => $3)
-                 AND action IN ('login', 'login.unlock')),
-           unlocked AS (
-               SELECT coalesce(max(at) FILTER (WHERE target = 'user:' || lower($1)), '-infinity') AS user_at,
-                      coalesce(max(at) FILTER (WHERE target = 'address:' || $2), '-infinity') AS address_at
-               FROM recent WHERE action = 'login.unlock')
-           SELECT count(*) FILTER (WHERE lower(r.username) = lower($1)
-                                     AND r.at > greatest(u.user_at, u.address_at)) AS "by_pair!",
-                  count(*) FILTER (WHERE r.at > u.address_at) AS "by_address!"
-           FROM recent r, unlocked u
-           WHERE r.action = 'login' AND r.outcome IN ('failed', 'checking')
-             AND r.target = $4"#,
-        username,
-        bucket,
-        WINDOW_MINUTES,
-        from
-    )
-    .fetch_one(&mut *tx)
-    .await?;
-    let over = if failures.by_address >= MAX_FAILURES_PER_ADDRESS {
-        Some(Over::Address)
-    } else if failures.by_pair >= MAX_FAILURES_PER_USER {
-        Some(Over::Pair)
-    } else {
-        None
-    };
-    if let Some(over) = over {
-        // One row per address and window however long the flood: later
-        // refusals count into the first one's detail.
-        let counted = sqlx::query!(
-            "UPDATE audit_log
-             SET detail = jsonb_set(detail, '{refused}',
-                                    to_jsonb(coalesce((detail->>'refused')::bigint, 1) + 1))
-             WHERE id = (SELECT id FROM audit_log
-                         WHERE action = 'login' AND outcome = 'rate_limited' AND target = $1
-                           AND at > now() - make_interval(mins => $2)
-                         ORDER BY at DESC LIMIT 1)",
-            from,
-            WINDOW_MINUTES
-        )
-        .execute(&mut *tx)
-        .await?
-        .rows_affected();
-        if counted == 0 {
-            sqlx::query!(
-                r#"INSERT INTO audit_log (username, action, target, outcome, detail, remote_addr)
-                   VALUES ($1, 'login', $3, 'rate_limited', '{"refused": 1}', $2)"#,
-                username,
-                address,
-                from
-            )
-            .execute(&mut *tx)
-            .await?;
-        }
-        tx.commit().await?;
-        return Ok(Attempt::Refused(over));
-    }
-    let id = sqlx::query_scalar!(
-        "INSERT INTO audit_log (username, action, target, outcome, detail, remote_addr)
-         VALUES ($1, 'login', $3, 'checking', '{}', $2) RETURNING id",
-        username,
-        address,
-        from
-    )
-    .fetch_one(&mut *tx)
-    .await?;
-    tx.commit().await?;
-    Ok(Attempt::Checking(id))
-}
-
-/// Settles a sign-in attempt's audit row: `failed` or `succeeded`.
-async fn end_attempt(
-    pool: &sqlx::PgPool,
-    attempt_id: i64,
-    user_id: Option<i64>,
     outcome: &str,
 ) -> Result<(), sqlx::Error> {
-    sqlx::query!(
-        "UPDATE audit_log SET outcome = $2, user_id = $3 WHERE id = $1 AND outcome = 'checking'",
-        attempt_id,
-        outcome,
-        user_id
+    record(
+        pool,
+        Entry {
+            who: Who {
+                user_id,
+                token_id: None,
+                name: username,
+            },
+            action: "login",
+            target: Some(&format!("from:{bucket}")),
+            outcome,
+            detail: None,
+            remote_addr: Some(address),
+        },
     )
-    .execute(pool)
-    .await?;
-    Ok(())
+    .await
 }
 
 /// A sign-in whose password was right: its audit row waits for
@@ -321,6 +230,8 @@ async fn end_attempt(
 pub struct SignedIn {
     pub user: Caller,
     attempt_id: i64,
+    address: String,
+    bucket: String,
 }
 
 /// Checks a sign-in from `address` against the throttle and the password;
@@ -338,10 +249,7 @@ pub async fn check_sign_in(
             "a username is at most {MAX_USERNAME} characters"
         )));
     }
-    let bucket = address
-        .parse::<std::net::IpAddr>()
-        .map(|a| crate::config::address::bucket(a).to_string())
-        .unwrap_or_else(|_| address.to_owned());
+    let bucket = throttle::bucket_of(address);
     let locked_out = || {
         OpError::TooManyRequests(format!(
             "too many failed sign-ins; try again in {WINDOW_MINUTES} minutes"
@@ -351,7 +259,7 @@ pub async fn check_sign_in(
     if limits.refused_recently(&bucket, &username) {
         return Err(locked_out());
     }
-    let attempt_id = match begin_attempt(pool, &username, address, &bucket).await? {
+    let attempt_id = match throttle::begin(pool, &username, address, &bucket).await? {
         Attempt::Checking(id) => id,
         Attempt::Refused(over) => {
             limits.note_refused(&bucket, &username, over);
@@ -364,14 +272,9 @@ pub async fn check_sign_in(
     // holds no permit. Owned, and moved into the hashing task: a client
     // that goes away mid-hash does not free its permit before the hash is done.
     let Ok(hashing) = limits.hashing.clone().try_acquire_owned() else {
-        // Not checked, so not recorded: its row goes (a flood must not
-        // write a row each while the permits are taken).
-        sqlx::query!(
-            "DELETE FROM audit_log WHERE id = $1 AND outcome = 'checking'",
-            attempt_id
-        )
-        .execute(pool)
-        .await?;
+        // Not checked, so not recorded (a flood must not write a row
+        // each while the permits are taken).
+        throttle::end(pool, attempt_id, false).await?;
         return Err(OpError::TooManyRequests(
             "too many sign-ins at once; try again in a moment".into(),
         ));
@@ -408,14 +311,21 @@ pub async fn check_sign_in(
         _ => None,
     };
     let Some(user) = user else {
-        end_attempt(pool, attempt_id, None, "failed").await?;
+        throttle::end(pool, attempt_id, true).await?;
+        audit_sign_in(pool, &username, None, address, &bucket, "failed").await?;
         return Err(OpError::Unauthorized("wrong username or password".into()));
     };
-    Ok(SignedIn { user, attempt_id })
+    Ok(SignedIn {
+        user,
+        attempt_id,
+        address: address.to_owned(),
+        bucket,
+    })
 }
 
-/// Ends a sign-in's audit row: `succeeded`, or `error` when the session
-/// could not start (the password was right: no failed guess).
+/// Ends a sign-in whose password was right: its audit row says
+/// `succeeded`, or `error` when the session could not start (no failed
+/// guess either way).
 pub async fn settle_sign_in(
     pool: &sqlx::PgPool,
     signed: &SignedIn,
@@ -434,7 +344,16 @@ pub async fn settle_sign_in(
     } else {
         "error"
     };
-    Ok(end_attempt(pool, signed.attempt_id, Some(signed.user.id), outcome).await?)
+    throttle::end(pool, signed.attempt_id, false).await?;
+    Ok(audit_sign_in(
+        pool,
+        &signed.user.username,
+        Some(signed.user.id),
+        &signed.address,
+        &signed.bucket,
+        outcome,
+    )
+    .await?)
 }
 
 /// A hash of a password nobody has, verified for unknown names.

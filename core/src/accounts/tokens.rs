@@ -52,7 +52,7 @@ async fn rows(
                   expires_at AS "expires_at: Time",
                   revoked_at AS "revoked_at: Time",
                   CASE WHEN revoked_at IS NOT NULL THEN 'revoked'
-                       WHEN expires_at <= now() THEN 'expired' ELSE 'live' END AS "state!"
+                       WHEN expires_at <= now() THEN 'expired' ELSE 'live' END AS "state!: replaysafe_types::states::TokenState"
            FROM api_tokens WHERE ($1::bigint IS NULL OR id = $1)
            ORDER BY revoked_at IS NOT NULL, created_at DESC, id DESC"#,
         id

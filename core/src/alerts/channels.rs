@@ -27,8 +27,7 @@ pub struct AlertBody {
     pub rule: String,
     pub title: String,
     pub source: String,
-    /// firing or resolved
-    pub state: String,
+    pub state: replaysafe_types::states::AlertState,
     /// UTC, RFC 3339.
     pub started_at: String,
     pub resolved_at: Option<String>,

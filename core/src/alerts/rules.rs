@@ -6,6 +6,7 @@
 use sqlx::PgPool;
 
 use replaysafe_types::alerts::*;
+use replaysafe_types::overview::Backlog;
 
 /// The silence that holds back notifications of `rule` for `source`
 /// now, if any (its end, UTC).
@@ -135,9 +136,10 @@ pub async fn evaluate(
         .collect();
     if !dead.is_empty() {
         let rows = sqlx::query!(
-            r#"SELECT r.source AS "source!", count(d.*) AS "dead!"
+            // Events (`events::backlog`): one dead at two destinations once.
+            r#"SELECT r.source AS "source!", count(DISTINCT d.event_id) AS "dead!"
                FROM unnest($1::text[], $2::int[]) AS r(source, w)
-               JOIN LATERAL (SELECT 1 FROM dispatches e
+               JOIN LATERAL (SELECT e.event_id FROM dispatches e
                              WHERE e.state = 'dead' AND e.source = r.source
                                AND e.state_changed_at > now() - make_interval(mins => r.w)
                              LIMIT $3) d ON true
@@ -171,41 +173,35 @@ pub async fn evaluate(
         }
     }
     if rules.per_source.values().any(|r| r.backlog.is_some()) {
-        // The most overdue first, capped, as the overview counts them.
-        let rows = sqlx::query!(
-            r#"SELECT w.source AS "source!", count(*) AS "due!",
-                      (extract(epoch FROM now() - min(w.next_attempt_at)) / 60)::float8 AS "oldest_due_minutes!"
-               FROM (SELECT e.source, e.next_attempt_at FROM dispatches e
-                     WHERE e.state IN ('queued', 'retrying') AND e.next_attempt_at <= now()
-                     ORDER BY e.next_attempt_at LIMIT $1) w
-               JOIN sources s ON s.slug = w.source
-               WHERE NOT s.paused
-               GROUP BY w.source"#,
-            cap
-        )
-        .fetch_all(pool)
-        .await?;
-        for r in rows {
+        // Due as the overview and the metrics count it (`events::backlog`).
+        let mut rows: std::collections::BTreeMap<String, Backlog> = Default::default();
+        for row in crate::events::backlog::by_destination(pool).await? {
+            rows.entry(row.source.clone()).or_default().add(&row);
+        }
+        for (source, b) in rows {
             let Some(rule) = rules
                 .per_source
-                .get(&r.source)
+                .get(&source)
                 .and_then(|s| s.backlog.as_ref())
             else {
                 continue;
             };
-            if r.oldest_due_minutes > rule.oldest_due_minutes as f64 {
+            let Some(oldest_due_minutes) = b.oldest_due_secs.map(|s| s / 60.0) else {
+                continue;
+            };
+            if oldest_due_minutes > rule.oldest_due_minutes as f64 {
                 found.push(condition(
                     "backlog",
-                    &r.source,
+                    &source,
                     format!(
-                        "the oldest due event has waited {:.0} minutes; {} are due",
-                        r.oldest_due_minutes, r.due
+                        "the oldest due event has waited {oldest_due_minutes:.0} minutes; {} are due",
+                        b.due
                     ),
                     &[
-                        ("oldest_due_minutes", r.oldest_due_minutes),
-                        ("due", r.due as f64),
+                        ("oldest_due_minutes", oldest_due_minutes),
+                        ("due", b.due as f64),
                     ],
-                    format!("/deliveries?source={}", r.source),
+                    format!("/deliveries?source={source}"),
                 ));
             }
         }

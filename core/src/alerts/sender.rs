@@ -29,7 +29,7 @@ struct Snapshot {
     id: i64,
     rule: String,
     source: String,
-    state: String,
+    state: replaysafe_types::states::AlertState,
     started_at: String,
     resolved_at: Option<String>,
     summary: String,

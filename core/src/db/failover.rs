@@ -138,6 +138,9 @@ pub async fn pool(hosts: Vec<PgConnectOptions>, max_connections: u32) -> Result<
                     {
                         Ok(())
                     }
+                    // sqlx takes only its own error from this hook; Protocol is
+                    // how it reports a server it cannot use (a transient kind,
+                    // so the pool tries the next connection).
                     Standing::Primary { .. } => Err(sqlx::Error::Protocol(
                         "connected to an old primary on an older timeline".into(),
                     )),
@@ -171,13 +174,6 @@ pub async fn pool(hosts: Vec<PgConnectOptions>, max_connections: u32) -> Result<
         found.map(|(_, c)| c),
     ));
     Ok(pool)
-}
-
-/// Whether the server behind `conn` refuses writes: a standby, or a server
-/// that is read-only (for connections opened outside the pool, as the
-/// receiver's committers' are).
-pub async fn is_read_only(conn: &mut PgConnection) -> Result<bool, sqlx::Error> {
-    Ok(matches!(standing(conn).await?, Standing::ReadOnly))
 }
 
 enum Standing {

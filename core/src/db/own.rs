@@ -42,7 +42,7 @@ impl OwnConnection {
 
     /// The open connection, pinged first if it sat idle or `suspect` (a
     /// sibling's connection broke), else (re)opened: to the host the pool
-    /// follows, never a standby, its statements on their generic plans
+    /// follows, its statements on their generic plans
     /// (each runs often, with arrays as its parameters: a plan of its own
     /// per call costs more than the call).
     pub async fn ready(&mut self, suspect: bool) -> Result<&mut PgConnection, sqlx::Error> {
@@ -66,18 +66,13 @@ impl OwnConnection {
             let generic = (*options)
                 .clone()
                 .options([("plan_cache_mode", "force_generic_plan")]);
-            let mut opened =
+            let opened =
                 tokio::time::timeout(super::ACQUIRE_TIMEOUT, PgConnection::connect_with(&generic))
                     .await
                     .map_err(|_| sqlx::Error::PoolTimedOut)??;
             // A standby takes connections too (the pool's host just became
-            // one): it is no place for a write.
-            if super::failover::is_read_only(&mut opened).await? {
-                let _ = opened.close().await;
-                return Err(sqlx::Error::Protocol(
-                    "the database host is a standby or read-only".into(),
-                ));
-            }
+            // one): it refuses the first write itself (25006), and `settle`
+            // closes the connection for the next statement to reconnect.
             self.open = Some(opened);
             self.opened_with = Some(options);
         }

@@ -126,13 +126,14 @@ pub async fn set_disabled(pool: &PgPool, username: &str, disabled: bool) -> Resu
 }
 
 /// Lifts sign-in lockouts: failures recorded before this no longer count
-/// against the username (from any address) or the address. The marks are
-/// audit rows, which the sign-in check reads.
+/// against the username (from any address) or the address
+/// (`accounts::unlock`); each unlock is audit-logged.
 pub async fn unlock(
     pool: &PgPool,
     username: Option<&str>,
     address: Option<&str>,
 ) -> Result<(), UserError> {
+    crate::accounts::unlock(pool, username, address).await?;
     let targets = username
         .map(|u| format!("user:{}", u.to_lowercase()))
         .into_iter()

@@ -135,7 +135,7 @@ pub async fn duplicate(
              -- Sync mode has one destination: its stored answer is the event's.
              SELECT c.id AS "id!",
                     CASE WHEN EXISTS (SELECT 1 FROM taken) THEN 'processing'
-                         ELSE event_state(array_agg(f.state)) END AS "state!",
+                         ELSE event_state(array_agg(f.state)) END AS "state!: State",
                     EXISTS (SELECT 1 FROM taken) AS "take!",
                     (array_agg(f.response_status) FILTER (WHERE f.response_body IS NOT NULL))[1]
                         AS response_status,
@@ -164,7 +164,7 @@ pub async fn duplicate(
     };
     Ok(Duplicate {
         event_id,
-        state: State::parse(&state).unwrap_or(State::Processing),
+        state,
         taken_over,
         response,
     })
@@ -278,7 +278,7 @@ pub struct BatchRow {
     pub ord: i64,
     pub delivery_id: i64,
     pub event_id: i64,
-    pub outcome: String,
+    pub outcome: replaysafe_types::states::Outcome,
     pub handed: Option<Vec<String>>,
     pub queued: bool,
     pub claim_key: String,
@@ -377,7 +377,7 @@ r#"WITH keys AS (
              FROM placed
          )
          SELECT p.ord AS "ord!", p.delivery_id AS "delivery_id!", p.event_id AS "event_id!",
-                p.outcome AS "outcome!",
+                p.outcome AS "outcome!: replaysafe_types::states::Outcome",
                 CASE WHEN p.outcome = 'claimed' THEN
                     (SELECT array_agg(x.destination) FROM planned x
                      WHERE x.event_id = p.event_id AND x.state = 'processing') END AS handed,

@@ -39,6 +39,7 @@
 //! - **admin**: `force` (a completed event runs once more).
 //! - **retention**: `prune` forgets settled keys.
 
+pub mod backlog;
 pub mod breaker;
 mod claim;
 mod operator;
@@ -87,45 +88,7 @@ impl StoredResponse {
     }
 }
 
-/// A dispatch's state (and so an event's), stored as checked text in
-/// `dispatches.state`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum State {
-    Queued,
-    Processing,
-    Retrying,
-    Completed,
-    Dead,
-}
-
-impl State {
-    pub const ALL: [State; 5] = [
-        State::Queued,
-        State::Processing,
-        State::Retrying,
-        State::Completed,
-        State::Dead,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            State::Queued => "queued",
-            State::Processing => "processing",
-            State::Retrying => "retrying",
-            State::Completed => "completed",
-            State::Dead => "dead",
-        }
-    }
-
-    pub fn parse(text: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|s| s.as_str() == text)
-    }
-
-    /// Settled: only an operator or admin action moves it again.
-    pub fn is_settled(self) -> bool {
-        matches!(self, State::Completed | State::Dead)
-    }
-}
+pub use replaysafe_types::states::State;
 
 /// Who forwards an event: the worker pool, or (sync mode) the provider's
 /// own requests, inside which the destination is called. Stored in

@@ -95,7 +95,7 @@ pub async fn force(
                   count(*) FILTER (WHERE state = 'completed') AS "completed!",
                   CASE WHEN count(*) FILTER (WHERE state <> 'filtered') > 0
                        THEN event_state(array_agg(state) FILTER (WHERE state <> 'filtered'))
-                  END AS state
+                  END AS "state: State"
            FROM dispatches
            WHERE event_id = $1 AND ($2::text IS NULL OR destination = $2)"#,
         event_id,
@@ -117,13 +117,7 @@ pub async fn force(
     } else if found.state.is_none() {
         Forced::Unwanted
     } else {
-        Forced::NotCompleted(
-            found
-                .state
-                .as_deref()
-                .and_then(State::parse)
-                .unwrap_or(State::Queued),
-        )
+        Forced::NotCompleted(found.state.unwrap_or(State::Queued))
     })
 }
 

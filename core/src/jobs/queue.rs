@@ -17,10 +17,11 @@ use crate::ops::Cx;
 use replaysafe_types::actions::{DeadFilter, RedeliveryResult};
 use replaysafe_types::auth::{Caller, Role, Via};
 use replaysafe_types::jobs::*;
+use replaysafe_types::states::{JobState, Outcome};
 
 struct JobRow {
     id: i64,
-    state: String,
+    state: JobState,
     filter: serde_json::Value,
     started_by: String,
     total: i64,
@@ -54,7 +55,7 @@ impl JobRow {
 async fn find(pool: &PgPool, id: i64) -> Result<BulkJob, OpError> {
     sqlx::query_as!(
         JobRow,
-        r#"SELECT id, state, filter, started_by, total, done, requeued,
+        r#"SELECT id, state AS "state: JobState", filter, started_by, total, done, requeued,
                   created_at AS "created_at!: Time",
                   finished_at AS "finished_at: Time",
                   cancelled_by, error
@@ -155,7 +156,7 @@ pub async fn recent(cx: &Cx) -> Result<Vec<BulkJob>, OpError> {
     cx.require(Role::Viewer)?;
     Ok(sqlx::query_as!(
         JobRow,
-        r#"SELECT id, state, filter, started_by, total, done, requeued,
+        r#"SELECT id, state AS "state: JobState", filter, started_by, total, done, requeued,
                   created_at AS "created_at!: Time",
                   finished_at AS "finished_at: Time",
                   cancelled_by, error
@@ -176,9 +177,10 @@ pub async fn results(cx: &Cx, id: i64, after: i64) -> Result<JobResults, OpError
     cx.require(Role::Viewer)?;
     find(&cx.services.pool, id).await?;
     let results: Vec<RedeliveryResult> = sqlx::query!(
-        "SELECT event_id, idem_key, redelivered, delivery_id, outcome, requeued, message
+        r#"SELECT event_id, idem_key, redelivered, delivery_id,
+                  outcome AS "outcome: Outcome", requeued, message
          FROM bulk_job_results WHERE job_id = $1 AND event_id > $2 AND outcome <> 'pending'
-         ORDER BY event_id LIMIT $3",
+         ORDER BY event_id LIMIT $3"#,
         id,
         after,
         RESULTS_PAGE
@@ -211,24 +213,31 @@ pub async fn cancel(cx: &Cx, id: i64) -> Result<BulkJob, OpError> {
     let caller = cx.require(Role::Operator)?;
     let mut tx = cx.services.pool.begin().await?;
     let found = sqlx::query!(
-        "SELECT state, cancelled_by FROM bulk_jobs WHERE id = $1 FOR UPDATE",
+        r#"SELECT state AS "state: JobState", cancelled_by FROM bulk_jobs WHERE id = $1 FOR UPDATE"#,
         id
     )
     .fetch_optional(&mut *tx)
     .await?
     .ok_or_else(|| OpError::not_found("bulk job"))?;
-    match (found.state.as_str(), found.cancelled_by) {
-        ("queued" | "running", Some(_)) => {
+    match (found.state, found.cancelled_by) {
+        (JobState::Queued | JobState::Running, Some(_)) => {
             // Asked already: the same answer again.
             drop(tx);
             return find(&cx.services.pool, id).await;
         }
-        ("queued", None) => {
+        (JobState::Queued, None) => {
             // No runner holds it; one that was stopped may have left
             // chosen events.
-            end_early(&mut tx, id, "cancelled", Some(&caller.username), None).await?;
+            end_early(
+                &mut tx,
+                id,
+                JobState::Cancelled,
+                Some(&caller.username),
+                None,
+            )
+            .await?;
         }
-        ("running", None) => {
+        (JobState::Running, None) => {
             sqlx::query!(
                 "UPDATE bulk_jobs SET cancelled_by = $2 WHERE id = $1",
                 id,
@@ -237,7 +246,7 @@ pub async fn cancel(cx: &Cx, id: i64) -> Result<BulkJob, OpError> {
             .execute(&mut *tx)
             .await?;
         }
-        (state, _) => {
+        (state @ (JobState::Done | JobState::Cancelled | JobState::Failed), _) => {
             return Err(OpError::Conflict(format!(
                 "bulk job {id} is {state} already"
             )))
@@ -261,7 +270,7 @@ pub async fn cancel(cx: &Cx, id: i64) -> Result<BulkJob, OpError> {
 async fn end_early(
     tx: &mut sqlx::PgConnection,
     id: i64,
-    state: &str,
+    state: JobState,
     cancelled_by: Option<&str>,
     error: Option<&str>,
 ) -> Result<(), OpError> {
@@ -272,7 +281,7 @@ async fn end_early(
              cancelled_by = coalesce($3, cancelled_by), error = coalesce($4, error)
          WHERE id = $1",
         id,
-        state,
+        state.as_str(),
         cancelled_by,
         error
     )
@@ -435,7 +444,7 @@ pub async fn begin_step(pool: &PgPool, id: i64, owner: &str) -> Result<Option<St
         return Ok(None);
     };
     if job.cancel {
-        end_early(&mut tx, id, "cancelled", None, None).await?;
+        end_early(&mut tx, id, JobState::Cancelled, None, None).await?;
         tx.commit().await?;
         return Ok(None);
     }
@@ -519,7 +528,7 @@ pub async fn record(
     let events: Vec<i64> = results.iter().map(|r| r.event_id.unwrap_or(0)).collect();
     let redelivered: Vec<i64> = results.iter().map(|r| r.redelivered).collect();
     let deliveries: Vec<Option<i64>> = results.iter().map(|r| r.delivery_id).collect();
-    let outcomes: Vec<String> = results.iter().map(|r| r.outcome.clone()).collect();
+    let outcomes: Vec<String> = results.iter().map(|r| r.outcome.to_string()).collect();
     let requeued: Vec<bool> = results.iter().map(|r| r.requeued).collect();
     let messages: Vec<String> = results.iter().map(|r| r.message.clone()).collect();
     let mut tx = pool.begin().await?;
@@ -596,7 +605,7 @@ pub async fn fail(pool: &PgPool, id: i64, owner: &str, error: &str) -> Result<()
     if ours.is_none() {
         return Ok(());
     }
-    end_early(&mut tx, id, "failed", None, Some(error)).await?;
+    end_early(&mut tx, id, JobState::Failed, None, Some(error)).await?;
     Ok(tx.commit().await?)
 }
 

@@ -162,6 +162,9 @@ pub async fn prune(
         Ok(deleted.rows_affected())
     })
     .await?;
+    // The sign-in throttle's counts past their window, of addresses not
+    // tried since (one statement: a window's attempts are few).
+    crate::accounts::prune_sign_in_attempts(pool).await?;
     pruned.audit = in_batches(BATCH, || async {
         let deleted = sqlx::query!(
             "DELETE FROM audit_log WHERE id IN (

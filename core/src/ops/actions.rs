@@ -4,6 +4,7 @@
 
 use replaysafe_types::actions::*;
 use replaysafe_types::auth::Role;
+use replaysafe_types::states::Outcome;
 use replaysafe_types::time::Time;
 
 use crate::error::OpError;
@@ -193,7 +194,7 @@ pub async fn redeliver_each(
             delivery_id: None,
             event_id: Some(*event_id),
             idem_key: Some(key.clone()),
-            outcome: "refused".into(),
+            outcome: Outcome::Refused,
             requeued: false,
             message,
             past_window: false,

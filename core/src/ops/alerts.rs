@@ -3,6 +3,7 @@
 
 use replaysafe_types::alerts::*;
 use replaysafe_types::auth::Role;
+use replaysafe_types::states::AlertState;
 use replaysafe_types::time::Time;
 
 use crate::error::OpError;
@@ -12,7 +13,7 @@ struct Row {
     id: i64,
     rule: String,
     source: String,
-    state: String,
+    state: AlertState,
     started_at: Time,
     resolved_at: Option<Time>,
     summary: String,
@@ -51,7 +52,7 @@ pub async fn page(cx: &Cx) -> Result<AlertsPage, OpError> {
     cx.require(Role::Viewer)?;
     let rows = sqlx::query_as!(
         Row,
-        r#"SELECT a.id AS "id!", a.rule AS "rule!", a.source AS "source!", a.state AS "state!",
+        r#"SELECT a.id AS "id!", a.rule AS "rule!", a.source AS "source!", a.state AS "state!: AlertState",
                   a.started_at AS "started_at!: Time",
                   a.resolved_at AS "resolved_at: Time",
                   a.summary AS "summary!", a.figures AS "figures!", a.link AS "link!",
@@ -71,7 +72,7 @@ pub async fn page(cx: &Cx) -> Result<AlertsPage, OpError> {
     let (firing, resolved): (Vec<AlertRow>, Vec<AlertRow>) = rows
         .into_iter()
         .map(Row::into_alert)
-        .partition(|a| a.state == "firing");
+        .partition(|a| a.state == AlertState::Firing);
     let silences = sqlx::query_as!(
         SilenceRow,
         r#"SELECT id, rule, source,

@@ -10,6 +10,7 @@ use crate::ops::Cx;
 use replaysafe_types::auth::Role;
 use replaysafe_types::deliveries::DeliveryRow;
 use replaysafe_types::events::*;
+use replaysafe_types::states::{Outcome, State};
 
 /// An event with its timeline; credentials masked unless an admin
 /// asks to `reveal` them (audit-logged).
@@ -108,8 +109,8 @@ async fn delivery(
     let row = sqlx::query!(
         r#"SELECT d.id,
                   d.received_at AS "received_at!: Time",
-                  d.source, d.event_id, d.idem_key, d.outcome, d.http_status, d.reject_reason,
-                  d.reject_kind, d.ack_micros, d.redelivery_of,
+                  d.source, d.event_id, d.idem_key, d.outcome AS "outcome: Outcome",
+                  d.http_status, d.reject_reason, d.reject_kind, d.ack_micros, d.redelivery_of,
                   d.verified, d.verification, d.method, d.query, d.content_type,
                   d.headers, d.body, d.body_size, d.remote_addr, d.truncated, d.body_sha256
            FROM deliveries d WHERE d.id = $1"#,
@@ -180,8 +181,8 @@ async fn event(
         DeliveryRow,
         r#"SELECT d.id,
                   d.received_at AS "received_at!: Time",
-                  d.source, d.event_id, d.idem_key, d.outcome, d.http_status, d.reject_reason,
-                  d.reject_kind, d.ack_micros, d.redelivery_of
+                  d.source, d.event_id, d.idem_key, d.outcome AS "outcome: Outcome",
+                  d.http_status, d.reject_reason, d.reject_kind, d.ack_micros, d.redelivery_of
            FROM deliveries d WHERE d.event_id = $1 ORDER BY d.id LIMIT $2"#,
         id,
         TIMELINE_DELIVERIES
@@ -196,7 +197,7 @@ async fn event(
     .await?;
     let dispatches = sqlx::query_as!(
         DispatchRow,
-        r#"SELECT destination, state,
+        r#"SELECT destination, state AS "state: State",
                   state_changed_at AS "state_changed_at!: Time",
                   attempt_count,
                   CASE WHEN state IN ('queued', 'retrying')
@@ -277,7 +278,7 @@ impl EventQuery<'_> {
 async fn summaries(pool: &PgPool, q: &EventQuery<'_>) -> Result<Vec<EventSummary>, sqlx::Error> {
     sqlx::query_as!(
         EventSummary,
-        r#"SELECT id AS "id!", source AS "source!", idem_key AS "idem_key!", state AS "state!",
+        r#"SELECT id AS "id!", source AS "source!", idem_key AS "idem_key!", state AS "state!: State",
                   state_changed_at AS "state_changed_at!: Time",
                   first_seen_at AS "first_seen_at!: Time",
                   last_seen_at AS "last_seen_at!: Time",

@@ -80,12 +80,6 @@ struct SourceRow {
     paused: bool,
 }
 
-struct BacklogRow {
-    source: String,
-    waiting: i64,
-    oldest_due_secs: Option<f64>,
-}
-
 async fn load(
     pool: &PgPool,
     source: Option<String>,
@@ -111,33 +105,8 @@ async fn load(
     )
     .fetch_all(pool)
     .await?;
-    // Capped: the most overdue first, so the oldest is always counted.
-    let backlog = sqlx::query_as!(
-        BacklogRow,
-        r#"SELECT source, count(*) AS "waiting!",
-                extract(epoch FROM now() - min(next_attempt_at))::float8 AS oldest_due_secs
-         FROM (SELECT source, next_attempt_at FROM dispatches
-               WHERE state IN ('queued', 'retrying')
-               ORDER BY next_attempt_at LIMIT $1) w
-         GROUP BY source"#,
-        COUNT_CAP
-    )
-    .fetch_all(pool)
-    .await?;
-    let dead: Vec<(String, i64, i64)> = sqlx::query!(
-        r#"SELECT source, count(*) AS "dead!",
-                  count(*) FILTER (WHERE state_changed_at > now() - interval '10 minutes')
-                      AS "recent!"
-           FROM (SELECT source, state_changed_at FROM dispatches WHERE state = 'dead'
-                 ORDER BY state_changed_at DESC LIMIT $1) d
-           GROUP BY source"#,
-        COUNT_CAP
-    )
-    .fetch_all(pool)
-    .await?
-    .into_iter()
-    .map(|r| (r.source, r.dead, r.recent))
-    .collect();
+    let backlog = crate::events::backlog::by_destination(pool).await?;
+    let dead = crate::events::backlog::dead_events(pool, 10).await?;
     let generated_at: replaysafe_types::time::Time =
         sqlx::query_scalar!(r#"SELECT now() AS "at!: Time""#)
             .fetch_one(pool)
@@ -181,28 +150,22 @@ async fn load(
         add(bars.entry(bar).or_default(), r);
     }
     let mut backlog_total = Backlog::default();
-    for b in backlog {
+    for b in &backlog {
         if let Some(s) = per_source.iter_mut().find(|s| s.slug == b.source) {
-            s.backlog.waiting = b.waiting;
-            s.backlog.oldest_due_secs = b.oldest_due_secs;
+            s.backlog.add(b);
         }
         if wanted(&b.source) {
-            backlog_total.waiting += b.waiting;
-            backlog_total.oldest_due_secs = match (backlog_total.oldest_due_secs, b.oldest_due_secs)
-            {
-                (Some(a), Some(b)) => Some(a.max(b)),
-                (a, b) => a.or(b),
-            };
+            backlog_total.add(b);
         }
     }
-    for (slug, count, recent) in dead {
-        if let Some(s) = per_source.iter_mut().find(|s| s.slug == slug) {
-            s.backlog.dead_letters = count;
-            s.backlog.dead_last_10m = recent;
+    for d in dead {
+        if let Some(s) = per_source.iter_mut().find(|s| s.slug == d.source) {
+            s.backlog.dead_letters = d.events;
+            s.backlog.dead_last_10m = d.recent;
         }
-        if wanted(&slug) {
-            backlog_total.dead_letters += count;
-            backlog_total.dead_last_10m += recent;
+        if wanted(&d.source) {
+            backlog_total.dead_letters += d.events;
+            backlog_total.dead_last_10m += d.recent;
         }
     }
     let series = bars
@@ -228,4 +191,82 @@ async fn load(
         alerts: Vec::new(),
         replica_lag_secs: None,
     })
+}
+
+/// How long the database gauges are reused: scrapes, however frequent,
+/// read the database at most this often.
+pub const GAUGES_FRESH_FOR: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// When a server last read its gauges, and the label sets it set (one that
+/// is gone since is set to 0, not left at its last value); concurrent
+/// scrapes wait for one read.
+#[derive(Clone, Default)]
+pub struct GaugesRead(std::sync::Arc<tokio::sync::Mutex<GaugesState>>);
+
+#[derive(Default)]
+struct GaugesState {
+    at: Option<std::time::Instant>,
+    destinations: std::collections::BTreeSet<(String, String)>,
+}
+
+/// Reads the backlog and dead-letter gauges from the database (the same
+/// definitions as the overview's, `events::backlog`), unless they were read
+/// within `GAUGES_FRESH_FOR`.
+pub async fn refresh_gauges(pool: &PgPool, read: &GaugesRead) -> Result<(), sqlx::Error> {
+    let mut state = read.0.lock().await;
+    if state.at.is_some_and(|at| at.elapsed() < GAUGES_FRESH_FOR) {
+        return Ok(());
+    }
+    // Noted before the read: with the database away, waiting scrapes answer
+    // with the counters at once instead of each waiting out a timeout.
+    state.at = Some(std::time::Instant::now());
+    let slugs: Vec<String> = sqlx::query_scalar!("SELECT slug FROM sources")
+        .fetch_all(pool)
+        .await?;
+    let rows = crate::events::backlog::by_destination(pool).await?;
+    let dead = crate::events::backlog::dead_events(pool, 10).await?;
+    let mut per_source: BTreeMap<&str, Backlog> = slugs
+        .iter()
+        .map(|s| (s.as_str(), Backlog::default()))
+        .collect();
+    for row in &rows {
+        per_source.entry(&row.source).or_default().add(row);
+    }
+    for d in &dead {
+        per_source.entry(&d.source).or_default().dead_letters = d.events;
+    }
+    for (source, b) in &per_source {
+        let source = source.to_string();
+        metrics::gauge!("replaysafe_backlog_events", "source" => source.clone())
+            .set(b.total() as f64);
+        metrics::gauge!("replaysafe_oldest_due_seconds", "source" => source.clone())
+            .set(b.oldest_due_secs.unwrap_or(0.0).max(0.0));
+        metrics::gauge!("replaysafe_dead_letters", "source" => source).set(b.dead_letters as f64);
+    }
+    let mut now_set = std::collections::BTreeSet::new();
+    for row in &rows {
+        let labels = (row.source.clone(), row.destination.clone());
+        set_destination(
+            &labels,
+            [row.due, row.waiting, row.in_flight],
+            row.dead_letters,
+        );
+        now_set.insert(labels);
+    }
+    for gone in state.destinations.difference(&now_set) {
+        set_destination(gone, [0, 0, 0], 0);
+    }
+    state.destinations = now_set;
+    Ok(())
+}
+
+fn set_destination((source, destination): &(String, String), backlog: [i64; 3], dead: i64) {
+    for (state, n) in ["due", "waiting", "in_flight"].into_iter().zip(backlog) {
+        metrics::gauge!("replaysafe_backlog", "source" => source.clone(),
+            "destination" => destination.clone(), "state" => state)
+        .set(n as f64);
+    }
+    metrics::gauge!("replaysafe_dead_letter_dispatches", "source" => source.clone(),
+        "destination" => destination.clone())
+    .set(dead as f64);
 }

@@ -1,7 +1,7 @@
 //! The operations the dashboard asks of the server (crate::ops::actions::
 //! Operations): re-delivery through the receiver pipeline, pause and resume.
 
-use replaysafe_types::states::Breaker;
+use replaysafe_types::states::{Breaker, State};
 use std::time::Instant;
 
 use crate::error::OpError;
@@ -18,7 +18,7 @@ struct Stored {
     headers: serde_json::Value,
     body: Option<Vec<u8>>,
     query: Option<String>,
-    outcome: String,
+    outcome: Outcome,
     /// Only an excerpt was stored: it cannot verify again.
     truncated: bool,
     /// Unix seconds.
@@ -29,7 +29,7 @@ struct Recorded {
     id: i64,
     event_id: Option<i64>,
     idem_key: Option<String>,
-    outcome: String,
+    outcome: Outcome,
     reject_reason: Option<String>,
     /// An earlier delivery holds the same event: a claim now means it was revived.
     revived: bool,
@@ -48,7 +48,7 @@ pub async fn redeliver(
 ) -> Result<RedeliveryResult, OpError> {
     let stored = sqlx::query_as!(
         Stored,
-        r#"SELECT source, headers, body, query, outcome, truncated,
+        r#"SELECT source, headers, body, query, outcome AS "outcome: Outcome", truncated,
                       extract(epoch FROM received_at)::bigint AS "received_at!"
                FROM deliveries WHERE id = $1"#,
         delivery_id
@@ -119,7 +119,7 @@ pub async fn redeliver(
     // the recorded words: rejected at its arrival time, valid without
     // the window).
     let now = chrono::Utc::now().timestamp();
-    let past_window = stored.outcome == "rejected"
+    let past_window = stored.outcome == Outcome::Rejected
         && crate::receiver::verify(source, &inbound, stored.received_at, false).is_err()
         && crate::receiver::verify(source, &inbound, now, true).is_ok();
     if past_window {
@@ -164,7 +164,7 @@ pub async fn redeliver(
     };
     let recorded = sqlx::query_as!(
         Recorded,
-        r#"SELECT d.id, d.event_id, d.idem_key, d.outcome, d.reject_reason,
+        r#"SELECT d.id, d.event_id, d.idem_key, d.outcome AS "outcome: Outcome", d.reject_reason,
                       EXISTS (SELECT 1 FROM deliveries o
                               WHERE o.event_id = d.event_id AND o.id < d.id) AS "revived!"
                FROM deliveries d WHERE d.id = $1"#,
@@ -172,12 +172,12 @@ pub async fn redeliver(
     )
     .fetch_one(&services.pool)
     .await?;
-    let requeued = recorded.outcome == "claimed" && recorded.revived;
+    let requeued = recorded.outcome == Outcome::Claimed && recorded.revived;
     // Refused for one destination: its own dispatch's state says why
     // (the delivery's outcome is the event's, any destination's).
     let at_destination = match (&destination, recorded.event_id) {
-        (Some(name), Some(event_id)) if recorded.outcome != "claimed" => sqlx::query_scalar!(
-            "SELECT state FROM dispatches WHERE event_id = $1 AND destination = $2",
+        (Some(name), Some(event_id)) if recorded.outcome != Outcome::Claimed => sqlx::query_scalar!(
+            r#"SELECT state AS "state: State" FROM dispatches WHERE event_id = $1 AND destination = $2"#,
             event_id,
             name
         )
@@ -186,40 +186,42 @@ pub async fn redeliver(
         .map(|state| (name.as_str(), state)),
         _ => None,
     };
-    let message = match (recorded.outcome.as_str(), at_destination) {
-        ("rejected", _) => format!(
+    let message = match (recorded.outcome, at_destination) {
+        (Outcome::Rejected, _) => format!(
             "rejected: {}",
             recorded
                 .reject_reason
                 .as_deref()
                 .unwrap_or("it does not verify")
         ),
-        ("claimed", _) if requeued => match &destination {
+        (Outcome::Claimed, _) if requeued => match &destination {
             Some(name) => {
                 format!("queued again: the dead event will be forwarded to {name} (once)")
             }
             None => "queued again: the dead event will be forwarded (once)".to_owned(),
         },
-        (_, Some((name, state))) => match state.as_str() {
-            "completed" => format!("refused: already completed at {name}"),
-            "filtered" => format!("refused: {name}'s filter does not take this event"),
-            "dead" => format!("refused: {name} is dead-lettered"),
-            _ => format!("refused: in progress at {name}"),
+        (_, Some((name, state))) => match state {
+            State::Completed => format!("refused: already completed at {name}"),
+            State::Filtered => format!("refused: {name}'s filter does not take this event"),
+            State::Dead => format!("refused: {name} is dead-lettered"),
+            State::Queued | State::Processing | State::Retrying => {
+                format!("refused: in progress at {name}")
+            }
         },
-        ("claimed", _) if destination.is_some() => {
+        (Outcome::Claimed, _) if destination.is_some() => {
             "claimed as a first delivery: it will be forwarded to every destination that wants it"
                 .to_owned()
         }
-        ("claimed", _) => "claimed as a first delivery: it will be forwarded".to_owned(),
+        (Outcome::Claimed, _) => "claimed as a first delivery: it will be forwarded".to_owned(),
         (_, None) if destination.is_some() => {
             "refused: the event has no dispatch to that destination".to_owned()
         }
-        ("completed", None) => "refused: already completed".to_owned(),
-        ("in_progress", None) => "refused: in progress".to_owned(),
-        ("dead", None) => "refused: dead-lettered".to_owned(),
-        (other, None) => other.to_owned(),
+        (Outcome::Completed, None) => "refused: already completed".to_owned(),
+        (Outcome::InProgress, None) => "refused: in progress".to_owned(),
+        (Outcome::Dead, None) => "refused: dead-lettered".to_owned(),
+        (other @ (Outcome::Unavailable | Outcome::Refused), None) => other.to_string(),
     };
-    if recorded.outcome == "claimed" {
+    if recorded.outcome == Outcome::Claimed {
         services.wake.work();
     }
     Ok(RedeliveryResult {

@@ -16,7 +16,7 @@ use tokio::sync::{mpsc, oneshot, Mutex, Notify};
 
 use super::claim::{Claimed, Outcome};
 use crate::db::own::OwnConnection;
-use crate::events::{self, BatchClaim, Leased, State};
+use crate::events::{self, BatchClaim, Leased};
 
 /// Most claims in one transaction: bigger batches add latency, not throughput.
 pub const MAX_BATCH: usize = 64;
@@ -644,7 +644,7 @@ async fn commit_batch(connection: &mut Committer, shared: &Shared, batch: Vec<Jo
             {
                 let at = usize::try_from(ord - 1).ok().filter(|&at| at < n);
                 if let (Some(handoff), Some(at)) = (&shared.handoff, at) {
-                    if outcome == "claimed" {
+                    if outcome == Outcome::Claimed {
                         let claim = &mut pending[at];
                         let handed_over = handed_over.unwrap_or_default();
                         let received = crate::telemetry::metrics::unix_now()
@@ -679,12 +679,6 @@ async fn commit_batch(connection: &mut Committer, shared: &Shared, batch: Vec<Jo
                         }
                     }
                 }
-                let outcome = match outcome.as_str() {
-                    "claimed" => Outcome::Claimed,
-                    state => {
-                        Outcome::of_event_state(State::parse(state).unwrap_or(State::Processing))
-                    }
-                };
                 if let Some(reply) = at.and_then(|at| replies.get_mut(at)).and_then(Option::take) {
                     let _ = reply.send(Ok(Claimed {
                         outcome,

@@ -4,62 +4,21 @@
 
 use std::time::Instant;
 
-use serde::Serialize;
 use sqlx::PgPool;
 
 use crate::config::Mode;
 pub use crate::events::StoredResponse;
-use crate::events::{self, InlineLease, State};
+use crate::events::{self, InlineLease};
 
-/// What the dedup layer decided for one delivery (spec section 4).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Outcome {
-    Claimed,
-    Completed,
-    InProgress,
-    Dead,
-    Rejected,
-    Unavailable,
-}
+pub use replaysafe_types::states::Outcome;
 
-impl Outcome {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Outcome::Claimed => "claimed",
-            Outcome::Completed => "completed",
-            Outcome::InProgress => "in_progress",
-            Outcome::Dead => "dead",
-            Outcome::Rejected => "rejected",
-            Outcome::Unavailable => "unavailable",
-        }
-    }
-
-    /// A duplicate's outcome follows from the state of the event holding its key.
-    pub(crate) fn of_event_state(state: State) -> Self {
-        match state {
-            State::Completed => Outcome::Completed,
-            State::Dead => Outcome::Dead,
-            State::Queued | State::Processing | State::Retrying => Outcome::InProgress,
-        }
-    }
-
-    /// A copy of an event replaysafe already holds.
-    pub fn is_duplicate(self) -> bool {
-        matches!(
-            self,
-            Outcome::Completed | Outcome::InProgress | Outcome::Dead
-        )
-    }
-
-    /// The HTTP status for a verified delivery with this outcome.
-    pub fn status(self, mode: Mode) -> u16 {
-        match (self, mode) {
-            (Outcome::InProgress, Mode::Sync) => 409,
-            (Outcome::Rejected, _) => 400,
-            (Outcome::Unavailable, _) => 503,
-            _ => 200,
-        }
+/// The HTTP status for a verified delivery with this outcome.
+pub fn status(outcome: Outcome, mode: Mode) -> u16 {
+    match (outcome, mode) {
+        (Outcome::InProgress, Mode::Sync) => 409,
+        (Outcome::Rejected, _) => 400,
+        (Outcome::Unavailable, _) => 503,
+        _ => 200,
     }
 }
 
@@ -217,7 +176,7 @@ pub async fn claim_in(
             .map(|event_id| (event_id, delivery_id));
     }
     if let Some((event_id, delivery_id)) = won {
-        let status = Outcome::Claimed.status(mode);
+        let status = status(Outcome::Claimed, mode);
         insert_delivery(
             tx,
             d,
@@ -247,7 +206,7 @@ pub async fn claim_in(
     // Sync mode answers a settled event's duplicate with the stored response.
     let answered = match (&found.response, mode, outcome) {
         (Some(r), Mode::Sync, Outcome::Completed | Outcome::Dead) => r.status as u16,
-        _ => outcome.status(mode),
+        _ => status(outcome, mode),
     };
     let delivery_id = insert_delivery(
         tx,

@@ -43,7 +43,7 @@ pub fn verified(source: &SourceConfig, req: &Inbound, claimed: &Claimed) -> Repl
         }
     }
     let mut answer = json_answer(
-        outcome.status(source.mode),
+        super::claim::status(outcome, source.mode),
         serde_json::json!({ "outcome": outcome, "event_id": claimed.event_id }),
     );
     source

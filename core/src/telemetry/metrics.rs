@@ -109,15 +109,23 @@ fn describe() {
     );
     metrics::describe_gauge!(
         "replaysafe_backlog_events",
-        "Events queued or waiting to retry (capped at 100000)"
+        "Dispatches not yet completed or dead, due, waiting or in flight (each capped at 100000 per destination)"
+    );
+    metrics::describe_gauge!(
+        "replaysafe_backlog",
+        "Dispatches not yet completed or dead, by destination and state: due (may be attempted now), waiting (backing off, source paused or breaker not closed), in_flight"
     );
     metrics::describe_gauge!(
         "replaysafe_oldest_due_seconds",
-        "How long the longest-waiting due event has waited"
+        "How long the longest-waiting due dispatch has waited (source not paused, breaker closed)"
     );
     metrics::describe_gauge!(
         "replaysafe_dead_letters",
-        "Dead-lettered events (capped at 100000)"
+        "Dead-lettered events: an event once however many of its dispatches are dead (capped at 100000)"
+    );
+    metrics::describe_gauge!(
+        "replaysafe_dead_letter_dispatches",
+        "Dead dispatches by destination (capped at 100000)"
     );
 }
 
@@ -173,60 +181,4 @@ pub fn unix_now() -> f64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64())
-}
-
-/// How long the database gauges are reused: scrapes, however frequent,
-/// read the database at most this often.
-pub const GAUGES_FRESH_FOR: std::time::Duration = std::time::Duration::from_secs(5);
-
-/// When a server last read its gauges; concurrent scrapes wait for one read.
-#[derive(Clone, Default)]
-pub struct GaugesRead(std::sync::Arc<tokio::sync::Mutex<Option<Instant>>>);
-
-/// Reads the backlog and dead-letter gauges from the database, unless they
-/// were read within `GAUGES_FRESH_FOR`.
-pub async fn refresh_gauges(pool: &sqlx::PgPool, read: &GaugesRead) -> Result<(), sqlx::Error> {
-    let mut last = read.0.lock().await;
-    if last.is_some_and(|at| at.elapsed() < GAUGES_FRESH_FOR) {
-        return Ok(());
-    }
-    // Noted before the read: with the database away, waiting scrapes answer
-    // with the counters at once instead of each waiting out a timeout.
-    *last = Some(Instant::now());
-    read_gauges(pool).await
-}
-
-async fn read_gauges(pool: &sqlx::PgPool) -> Result<(), sqlx::Error> {
-    let cap = replaysafe_types::overview::COUNT_CAP;
-    let backlog = sqlx::query!(
-        r#"SELECT s.slug, count(w.source) AS "waiting!",
-                  extract(epoch FROM now() - min(w.next_attempt_at))::float8 AS oldest
-           FROM sources s
-           LEFT JOIN (SELECT source, next_attempt_at FROM dispatches
-                      WHERE state IN ('queued', 'retrying')
-                      ORDER BY next_attempt_at LIMIT $1) w ON w.source = s.slug
-           GROUP BY s.slug"#,
-        cap
-    )
-    .fetch_all(pool)
-    .await?;
-    let dead = sqlx::query!(
-        r#"SELECT s.slug, count(d.source) AS "count!"
-           FROM sources s
-           LEFT JOIN (SELECT source FROM dispatches WHERE state = 'dead' LIMIT $1) d ON d.source = s.slug
-           GROUP BY s.slug"#,
-        cap
-    )
-    .fetch_all(pool)
-    .await?;
-    for row in backlog {
-        metrics::gauge!("replaysafe_backlog_events", "source" => row.slug.clone())
-            .set(row.waiting as f64);
-        metrics::gauge!("replaysafe_oldest_due_seconds", "source" => row.slug)
-            .set(row.oldest.unwrap_or(0.0).max(0.0));
-    }
-    for row in dead {
-        metrics::gauge!("replaysafe_dead_letters", "source" => row.slug).set(row.count as f64);
-    }
-    Ok(())
 }

@@ -48,7 +48,7 @@ pub async fn run(config: &Config, action: AlertAction) -> Result<(), AlertError>
             rule: "test".into(),
             title: "A test message".into(),
             source: "replaysafe".into(),
-            state: "firing".into(),
+            state: replaysafe_types::states::AlertState::Firing,
             started_at: now.format("%Y-%m-%dT%H:%M:%SZ").to_string(),
             resolved_at: None,
             summary: format!(

@@ -46,6 +46,8 @@ pub enum SeedError {
     Db(#[from] sqlx::Error),
     #[error("local destination: {0}")]
     Io(#[from] std::io::Error),
+    #[error("forwarding: {0}")]
+    Work(#[from] replaysafe_core::processing::worker::WorkError),
 }
 
 /// Requests in flight while seeding: enough to fill the claim batches.
@@ -217,7 +219,7 @@ async fn receive_one(
 }
 
 /// Runs workers until no event is due.
-async fn drain(workers: &Workers) -> Result<(), sqlx::Error> {
+async fn drain(workers: &Workers) -> Result<(), SeedError> {
     loop {
         let rounds = (0..8).map(|n| {
             let workers = workers.clone();

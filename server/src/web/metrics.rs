@@ -7,7 +7,8 @@ use axum::response::{IntoResponse, Response};
 use sha2::{Digest, Sha256};
 
 use super::AppState;
-use replaysafe_core::telemetry::metrics::{install, refresh_gauges};
+use replaysafe_core::ops::overview::refresh_gauges;
+use replaysafe_core::telemetry::metrics::install;
 
 pub async fn handler(State(state): State<AppState>, headers: HeaderMap) -> Response {
     if let Some(token) = &state.services.config.metrics_token {

@@ -37,7 +37,7 @@ pub struct AppState {
     pub leptos_options: LeptosOptions,
     pub services: Services,
     /// When `/metrics` last read its database gauges.
-    pub gauges_read: replaysafe_core::telemetry::metrics::GaugesRead,
+    pub gauges_read: replaysafe_core::ops::overview::GaugesRead,
     /// The memory the receiver's bodies being read may take.
     pub body_budget: body::BodyBudget,
 }

@@ -398,14 +398,32 @@ async fn failed_sign_ins_are_rate_limited_per_user_and_address(pool: PgPool) {
         assert_eq!(app.login(&format!("user{n}"), "guess", None).await.0, 401);
     }
     assert_eq!(app.login("bob", PASSWORD, None).await.0, 429);
-    // Refusals are audit-logged, one row per address and window however many.
+    // Refusals are audit-logged, one row per address and window however
+    // many (the throttle counts them in its own table).
     let limited: Vec<serde_json::Value> = sqlx::query_scalar(
         "SELECT detail FROM audit_log WHERE action = 'login' AND outcome = 'rate_limited'",
     )
     .fetch_all(&pool)
     .await
     .unwrap();
-    assert_eq!(limited, [serde_json::json!({"refused": 2})]);
+    assert_eq!(
+        limited,
+        [serde_json::json!({"over": "username", "window_minutes": 15})]
+    );
+    let refused: i64 =
+        sqlx::query_scalar("SELECT refused FROM sign_in_attempts WHERE state = 'refused'")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!(refused, 2);
+    // The audit log is append-only: the database refuses a change.
+    let changed = sqlx::query("UPDATE audit_log SET outcome = 'succeeded' WHERE action = 'login'")
+        .execute(&pool)
+        .await;
+    assert!(
+        changed.is_err_and(|e| e.to_string().contains("append-only")),
+        "an audit row was changed"
+    );
     // An operator lifts the lockouts: the username's alone leaves the address locked...
     replaysafe_core::db::users::unlock(&pool, Some("Alice"), None)
         .await

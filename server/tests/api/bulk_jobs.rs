@@ -249,7 +249,7 @@ async fn a_job_is_bounded_and_fails_when_its_token_is_revoked(pool: PgPool) {
     let why = jobs::caller(&pool, &owned).await.unwrap().unwrap_err();
     jobs::fail(&pool, owned.id, "runner", &why).await.unwrap();
     let failed = jobs::show(&cx, owned.id).await.unwrap();
-    assert_eq!(failed.state, "failed");
+    assert_eq!(failed.state, replaysafe_types::states::JobState::Failed);
     assert!(failed.error.unwrap().contains("revoked"));
     assert_eq!(dead(&pool).await, EVENTS as i64);
 }

@@ -191,7 +191,7 @@ async fn the_overview_reports_figures_backlog_and_a_duplicate_storm(pool: PgPool
     assert_eq!(status, 200, "{o}");
     assert_eq!(o["totals"]["deliveries"], 10);
     assert_eq!(o["totals"]["claimed"], 10);
-    assert_eq!(o["backlog"]["waiting"], 10, "nothing forwarded yet");
+    assert_eq!(o["backlog"]["due"], 10, "nothing forwarded yet");
     assert_eq!(o["alerts"], serde_json::json!([]));
     assert_eq!(
         o["series"].as_array().unwrap().len(),
@@ -456,7 +456,7 @@ async fn metrics_take_the_configured_token_and_read_the_database_at_most_every_f
     deliver_event(&app, "metrics-tok", "t-1", b"gh-secret").await;
     let soon = scrape(Some("Bearer scrape-me")).await.text().await.unwrap();
     assert_eq!(backlog(&soon), backlog(&first));
-    tokio::time::sleep(replaysafe_core::telemetry::metrics::GAUGES_FRESH_FOR).await;
+    tokio::time::sleep(replaysafe_core::ops::overview::GAUGES_FRESH_FOR).await;
     let later = scrape(Some("Bearer scrape-me")).await.text().await.unwrap();
     assert_eq!(
         backlog(&later).as_deref(),

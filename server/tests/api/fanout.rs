@@ -16,9 +16,14 @@ struct Three {
 /// Source `gh` (GitHub) with three destinations: `billing` wants issue
 /// events, `crm` every event, `analytics` pushes to main only.
 fn config(d: &Three, max_attempts: u32) -> replaysafe_core::config::Config {
+    config_with(d, max_attempts, "")
+}
+
+/// `config`, with `top`: more top-level settings.
+fn config_with(d: &Three, max_attempts: u32, top: &str) -> replaysafe_core::config::Config {
     test_config(
         &format!(
-            r#"
+            r#"{top}
 [[source]]
 slug = "gh"
 provider = "github"
@@ -860,15 +865,7 @@ breaker_cooldown_secs = 1
     assert_eq!(states, [("completed".to_owned(), 6)], "none dead-lettered");
     // The transitions are metrics: opened, probed and failed (opened again,
     // the cool-down doubled), probed and healed.
-    let metrics = app
-        .client
-        .get(app.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = app.metrics().await;
     let count = |to: &str| -> u64 {
         let prefix = format!(
             "replaysafe_breaker_transitions_total{{source=\"gh\",destination=\"flaky\",to=\"{to}\"}} "
@@ -1182,4 +1179,155 @@ url = "{}"
     free_keys.dedup();
     assert_eq!((free.count(), free_keys.len()), (all, all), "each once");
     shutdown.cancel();
+}
+
+/// "Backlog" and "dead letters" mean one thing on the overview, the Sources
+/// page's figures, `/metrics` and the alert rules (`events::backlog`): the
+/// backlog is split into due, waiting (backing off, breaker open, source
+/// paused) and in flight by destination; a dead event counts once however
+/// many of its destinations it died at, with each one's dead beside it.
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn backlog_and_dead_letters_mean_one_thing_everywhere(pool: PgPool) {
+    let three = Three {
+        billing: Destination::start(vec![Scripted::status(400)]).await,
+        crm: Destination::start(vec![Scripted::status(400)]).await,
+        analytics: Destination::start(vec![]).await,
+    };
+    let rules = r#"
+[alerts.rules.dead_letters]
+threshold = 2
+[alerts.rules.backlog]
+oldest_due_minutes = 5
+"#;
+    let app = spawn_app(pool.clone(), config_with(&three, 3, rules)).await;
+    let issue = r#"{"action":"closed"}"#;
+    // e-1 dies at billing and at crm (both answer its first attempt 400).
+    assert_eq!(deliver(&app, "e-1", "issues", issue).await.status(), 200);
+    while app.drain().await > 0 {}
+    // e-2 for billing and crm, e-3 for crm and analytics: not forwarded yet.
+    assert_eq!(
+        deliver(&app, "e-2", "issues", r#"{"action":"opened"}"#)
+            .await
+            .status(),
+        200
+    );
+    let push = r#"{"ref":"refs/heads/main"}"#;
+    assert_eq!(deliver(&app, "e-3", "push", push).await.status(), 200);
+    let sql = |statement: &'static str| {
+        let pool = pool.clone();
+        async move { sqlx::query(statement).execute(&pool).await.unwrap() }
+    };
+    // billing's breaker is open; crm's e-3 backs off, its e-2 is overdue;
+    // analytics' e-3 is being forwarded.
+    sql(
+        "INSERT INTO destination_gates (source, destination, breaker, opened_by_hand)
+         VALUES ('gh', 'billing', 'open', true)",
+    )
+    .await;
+    sql(
+        "UPDATE dispatches SET next_attempt_at = now() + interval '1 hour', state = 'retrying'
+         WHERE destination = 'crm' AND event_id = (SELECT id FROM events WHERE idem_key = 'e-3')",
+    )
+    .await;
+    sql(
+        "UPDATE dispatches SET next_attempt_at = now() - interval '10 minutes'
+         WHERE destination = 'crm' AND event_id = (SELECT id FROM events WHERE idem_key = 'e-2')",
+    )
+    .await;
+    sql(
+        "UPDATE dispatches SET state = 'processing', lease_owner = 'elsewhere',
+                lease_expires_at = now() + interval '1 hour'
+         WHERE destination = 'analytics' AND state <> 'filtered'",
+    )
+    .await;
+
+    let (status, o) = app.server_fn("overview", "window=hour").await;
+    assert_eq!(status, 200, "{o}");
+    let b = &o["backlog"];
+    assert_eq!(
+        (&b["due"], &b["waiting"], &b["in_flight"]),
+        (&1.into(), &2.into(), &1.into()),
+        "{b}"
+    );
+    let oldest = b["oldest_due_secs"].as_f64().unwrap();
+    assert!((600.0..700.0).contains(&oldest), "crm's e-2: {oldest}");
+    assert_eq!(
+        (&b["dead_letters"], &b["dead_last_10m"]),
+        (&1.into(), &1.into()),
+        "e-1 once"
+    );
+    let split: Vec<(String, i64, i64, i64, i64)> = b["by_destination"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| {
+            (
+                d["destination"].as_str().unwrap().to_owned(),
+                d["due"].as_i64().unwrap(),
+                d["waiting"].as_i64().unwrap(),
+                d["in_flight"].as_i64().unwrap(),
+                d["dead_letters"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        split,
+        [
+            ("analytics".into(), 0, 0, 1, 0),
+            ("billing".into(), 0, 1, 0, 1),
+            ("crm".into(), 1, 1, 0, 1)
+        ]
+    );
+    assert_eq!(o["per_source"][0]["backlog"], o["backlog"], "one source");
+
+    let metrics = app.metrics().await;
+    for line in [
+        r#"replaysafe_backlog_events{source="gh"} 4"#,
+        r#"replaysafe_backlog{source="gh",destination="crm",state="due"} 1"#,
+        r#"replaysafe_backlog{source="gh",destination="billing",state="waiting"} 1"#,
+        r#"replaysafe_backlog{source="gh",destination="analytics",state="in_flight"} 1"#,
+        r#"replaysafe_dead_letters{source="gh"} 1"#,
+        r#"replaysafe_dead_letter_dispatches{source="gh",destination="billing"} 1"#,
+        r#"replaysafe_dead_letter_dispatches{source="gh",destination="crm"} 1"#,
+    ] {
+        assert!(
+            metrics.lines().any(|l| l == line),
+            "no {line} in\n{metrics}"
+        );
+    }
+
+    // Two dead dispatches are one dead event: under the threshold of 2. The
+    // overdue dispatch fires the backlog rule, until its source is paused.
+    let fired = replaysafe_core::alerts::evaluate_once(&pool, &app.config)
+        .await
+        .unwrap()
+        .fired;
+    let rules = |fired: &[(String, String)]| {
+        let mut rules: Vec<String> = fired
+            .iter()
+            .map(|(rule, _)| rule.clone())
+            .filter(|rule| ["backlog", "dead_letters"].contains(&rule.as_str()))
+            .collect();
+        rules.sort();
+        rules
+    };
+    assert_eq!(rules(&fired), ["backlog"]);
+    sql("UPDATE sources SET paused_override = true WHERE slug = 'gh'").await;
+    let (_, o) = app.server_fn("overview", "window=hour").await;
+    let b = &o["backlog"];
+    assert_eq!(
+        (
+            &b["due"],
+            &b["waiting"],
+            &b["in_flight"],
+            &b["oldest_due_secs"]
+        ),
+        (&0.into(), &3.into(), &1.into(), &serde_json::Value::Null),
+        "paused: nothing is due"
+    );
+    sql("UPDATE alerts SET state = 'resolved', resolved_at = now()").await;
+    let t = replaysafe_core::alerts::evaluate_once(&pool, &app.config)
+        .await
+        .unwrap();
+    assert!(rules(&t.fired).is_empty(), "{t:?}");
 }

@@ -71,6 +71,12 @@ impl TestApp {
         events::finish(&self.pool, worker, &done).await.unwrap()
     }
 
+    /// What `/metrics` serves now.
+    pub async fn metrics(&self) -> String {
+        let response = self.client.get(self.url("/metrics")).send().await.unwrap();
+        response.text().await.unwrap()
+    }
+
     /// Runs one worker until no event is due.
     pub async fn drain(&self) -> usize {
         let workers = self.workers();

@@ -346,15 +346,7 @@ async fn the_prometheus_rules_and_grafana_dashboard_pass_promtool_and_name_only_
     app.github_delivery("gh", "prom-3", r#"{"id":"prom-3"}"#, b"gh-secret")
         .await;
     app.drain().await;
-    let text = app
-        .client
-        .get(app.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = app.metrics().await;
     let served: std::collections::BTreeSet<&str> = text
         .lines()
         .filter(|l| !l.starts_with('#') && !l.is_empty())

@@ -50,6 +50,32 @@ mod health;
 mod pace;
 mod probes;
 
+/// Why a batch stopped: its lease's statement failed, or the attempts it
+/// forwarded could not be recorded (their leases expire and their
+/// successors decide).
+#[derive(Debug)]
+pub enum WorkError {
+    Database(sqlx::Error),
+    Unrecorded(String),
+}
+
+impl std::fmt::Display for WorkError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            WorkError::Database(e) => write!(f, "{e}"),
+            WorkError::Unrecorded(e) => write!(f, "recording attempts: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for WorkError {}
+
+impl From<sqlx::Error> for WorkError {
+    fn from(e: sqlx::Error) -> Self {
+        WorkError::Database(e)
+    }
+}
+
 use health::Health;
 
 #[derive(Clone)]
@@ -189,7 +215,7 @@ impl Workers {
             if !handed.is_empty() {
                 let holder = self.inbox.owner_name().to_owned();
                 if let Err(e) = self.forward_batch(&holder, handed).await {
-                    tracing::warn!(worker = %id, error = %e, "worker: database error; retrying");
+                    tracing::warn!(worker = %id, error = %e, "worker: batch failed; retrying");
                 }
                 // Under a steady stream of claims a lease still runs when
                 // due: the inbox must not starve retries and queued work.
@@ -206,7 +232,7 @@ impl Workers {
                     Ok(n) if n > 0 => continue,
                     Ok(_) => {}
                     Err(e) => {
-                        tracing::warn!(worker = %id, error = %e, "worker: database error; retrying")
+                        tracing::warn!(worker = %id, error = %e, "worker: batch failed; retrying")
                     }
                 }
             }
@@ -340,7 +366,7 @@ impl Workers {
     /// by a slow one past its own lease. Returns how many were leased (0
     /// when none was due). One lease statement per batch: leasing, not
     /// forwarding, was the cost.
-    pub async fn run_once(&self, worker: &str) -> Result<usize, sqlx::Error> {
+    pub async fn run_once(&self, worker: &str) -> Result<usize, WorkError> {
         self.run_batch(worker, None).await
     }
 
@@ -351,7 +377,7 @@ impl Workers {
         &self,
         worker: &str,
         shutdown: Option<&CancellationToken>,
-    ) -> Result<usize, sqlx::Error> {
+    ) -> Result<usize, WorkError> {
         let (holder, leased) = {
             self.behind.fetch_add(1, Ordering::SeqCst);
             let gate = match shutdown {
@@ -427,7 +453,7 @@ impl Workers {
     /// as it ends (those that end together in one statement) as `holder`,
     /// so a quick destination's success is never held back by a slow one
     /// past its own lease.
-    async fn forward_batch(&self, holder: &str, leased: Vec<Leased>) -> Result<(), sqlx::Error> {
+    async fn forward_batch(&self, holder: &str, leased: Vec<Leased>) -> Result<(), WorkError> {
         // Each attempt runs as its own task: it goes on while others are recorded.
         let mut reached: std::collections::HashMap<String, bool> = Default::default();
         let sources: std::collections::HashSet<String> = leased
@@ -476,10 +502,10 @@ impl Workers {
             // other half); after the database was away, other workers leave
             // it to its holder (`takeover_grace`). Recording past the lease
             // is safe: the statement writes only while no one took it over.
-            if let Err(e) = self.record(holder, done).await {
-                // Their leases expire and their successors decide.
-                return Err(sqlx::Error::Protocol(format!("recording attempts: {e}")));
-            }
+            // On failure their leases expire and their successors decide.
+            self.record(holder, done)
+                .await
+                .map_err(WorkError::Unrecorded)?;
         }
         for source in sources {
             match reached.get(&source) {

@@ -38,7 +38,7 @@ impl Workers {
                 let workers = self.clone();
                 running.spawn(async move {
                     if let Err(e) = workers.forward_batch(&holder, leased).await {
-                        tracing::warn!(error = %e, "paced forwarding: database error; retrying");
+                        tracing::warn!(error = %e, "paced forwarding failed; retrying");
                     }
                 });
             }
@@ -48,7 +48,7 @@ impl Workers {
 
     /// One round of `pace`, its forwards awaited (tests drive the gated
     /// destinations with it): how many dispatches it leased.
-    pub async fn pace_once(&self, process: &str) -> Result<usize, sqlx::Error> {
+    pub async fn pace_once(&self, process: &str) -> Result<usize, WorkError> {
         let mut batches = Vec::new();
         let leased = self.lease_paced(process, &mut batches).await;
         let count = batches.iter().map(|(_, b)| b.len()).sum();

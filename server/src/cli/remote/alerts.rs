@@ -23,7 +23,7 @@ pub async fn run(remote: &Remote, action: AlertsAction, as_json: bool) -> Result
                 .map(|a| {
                     vec![
                         a.id.to_string(),
-                        a.state.clone(),
+                        a.state.to_string(),
                         a.rule.clone(),
                         a.source.clone(),
                         shown(&a.started_at),

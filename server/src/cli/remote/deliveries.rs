@@ -90,7 +90,7 @@ fn cells(d: &DeliveryRow, paint: &Paint) -> Vec<String> {
         shown_ms(&d.received_at),
         d.source.clone(),
         or_dash(d.idem_key.as_ref()),
-        paint.outcome(&d.outcome),
+        paint.outcome(d.outcome),
         d.http_status.to_string(),
         or_dash(d.event_id),
     ]

@@ -97,7 +97,7 @@ async fn list(remote: &Remote, filter: ListFilter, as_json: bool) -> Result<(), 
                 e.id.to_string(),
                 e.source,
                 e.idem_key,
-                e.state,
+                e.state.to_string(),
                 e.attempt_count.to_string(),
                 e.receive_count.to_string(),
                 shown_ms(&e.first_seen_at),
@@ -146,7 +146,7 @@ fn show(detail: EventDetail) {
                 "{}  delivery {:<8} {} {}{}",
                 shown_ms(&d.received_at),
                 d.id,
-                paint.outcome(&d.outcome),
+                paint.outcome(d.outcome),
                 d.http_status,
                 d.redelivery_of
                     .map(|of| format!(" (re-delivery of {of})"))

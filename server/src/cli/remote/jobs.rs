@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use replaysafe_types::actions::RedeliveryResult;
 use replaysafe_types::jobs::{BulkJob, JobResults, RESULTS_PAGE};
+use replaysafe_types::states::JobState;
 use serde_json::json;
 
 use super::client::{Remote, RemoteError};
@@ -61,7 +62,7 @@ fn print_jobs(jobs: &[BulkJob]) {
         .map(|j| {
             vec![
                 j.id.to_string(),
-                j.state.clone(),
+                j.state.to_string(),
                 shown(&j.created_at),
                 j.started_by.clone(),
                 if j.filter.source.is_empty() {
@@ -179,28 +180,28 @@ pub async fn follow(remote: &Remote, mut job: BulkJob, as_json: bool) -> Result<
                 r.message
             );
         }
-        let ending = match job.state.as_str() {
-            "cancelled" => format!(
+        let ending = match job.state {
+            JobState::Cancelled => format!(
                 " (job {} cancelled by {})",
                 job.id,
                 job.cancelled_by.clone().unwrap_or_default()
             ),
-            "failed" => format!(
+            JobState::Failed => format!(
                 " (job {} failed: {})",
                 job.id,
                 job.error.clone().unwrap_or_default()
             ),
-            _ => String::new(),
+            JobState::Queued | JobState::Running | JobState::Done => String::new(),
         };
         println!(
             "{} dead events: {requeued} queued again, {refused} refused{ending}",
             results.len()
         );
     }
-    match (job.state.as_str(), refused) {
-        ("cancelled" | "failed", _) => Err(RemoteError::Unfinished {
+    match (job.state, refused) {
+        (JobState::Cancelled | JobState::Failed, _) => Err(RemoteError::Unfinished {
             id: job.id,
-            state: job.state,
+            state: job.state.to_string(),
         }),
         (_, 0) => Ok(()),
         (_, refused) => Err(RemoteError::SomeRefused {

@@ -3,6 +3,8 @@
 
 use std::io::IsTerminal;
 
+use replaysafe_types::states::Outcome;
+
 /// Prints rows under a header, each column as wide as its widest cell.
 pub fn table(header: &[&str], rows: &[Vec<String>]) {
     let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
@@ -53,14 +55,14 @@ impl Paint {
 
     /// An outcome in its colour: claimed green, refusals and rejects red,
     /// duplicates dim, in progress yellow.
-    pub fn outcome(&self, outcome: &str) -> String {
+    pub fn outcome(&self, outcome: Outcome) -> String {
         let code = match outcome {
-            "claimed" => "32",
-            "completed" => "2",
-            "in_progress" => "33",
-            "dead" | "rejected" | "unavailable" => "31",
-            _ => "0",
+            Outcome::Claimed => "32",
+            Outcome::Completed => "2",
+            Outcome::InProgress => "33",
+            Outcome::Dead | Outcome::Rejected | Outcome::Unavailable | Outcome::Refused => "31",
         };
+        let outcome = outcome.as_str();
         if self.on {
             format!("\x1b[{code}m{outcome}\x1b[0m")
         } else {

@@ -30,6 +30,7 @@ use replaysafe_core::ops::Cx;
 use replaysafe_types::auth::Caller;
 
 use super::AppState;
+use replaysafe_types::states::Outcome;
 
 /// What the API's handlers share.
 #[derive(Clone)]
@@ -303,12 +304,12 @@ impl IntoResponse for ApiError {
             ApiError::Refused(result) => (
                 StatusCode::CONFLICT,
                 ErrorBody {
-                    code: match result.outcome.as_str() {
-                        "completed" => "already_completed",
-                        "in_progress" => "in_progress",
-                        "dead" => "dead_lettered",
-                        "rejected" => "rejected",
-                        _ => "refused",
+                    code: match result.outcome {
+                        Outcome::Completed => "already_completed",
+                        Outcome::InProgress => "in_progress",
+                        Outcome::Dead => "dead_lettered",
+                        Outcome::Rejected => "rejected",
+                        Outcome::Claimed | Outcome::Unavailable | Outcome::Refused => "refused",
                     }
                     .into(),
                     detail: result.message.clone(),

@@ -26,6 +26,7 @@ use replaysafe_core::ops;
 use super::{ApiCx, ApiError, ApiJson, ApiPath, ApiQuery, ApiResult, ApiState};
 use axum::http::{header, StatusCode};
 use axum::Json;
+use replaysafe_types::states::Outcome;
 
 pub fn router() -> OpenApiRouter<ApiState> {
     OpenApiRouter::new()
@@ -267,7 +268,7 @@ struct RedeliverBody {
 /// 200 when the dedup layer claimed it (a dead event queued again exactly
 /// once); 409 with its answer when it refused.
 fn answered(result: RedeliveryResult) -> ApiResult<RedeliveryResult> {
-    if result.outcome == "claimed" {
+    if result.outcome == Outcome::Claimed {
         Ok(Json(result))
     } else {
         Err(ApiError::Refused(result))
