@@ -33,7 +33,9 @@ pub mod ssr {
 
     use axum::extract::ConnectInfo;
     use leptos::prelude::*;
-    use replaysafe_core::accounts::{self, ClientAddr, PublicUrl, SignInLimits, USER_KEY};
+    use replaysafe_core::accounts::{
+        self, ClientAddr, PublicUrl, SignInLimits, PASSWORD_EPOCH_KEY, USER_KEY,
+    };
     use replaysafe_core::error::OpError;
     use tower_sessions::Session;
 
@@ -60,7 +62,8 @@ pub mod ssr {
             .map(|ConnectInfo(addr)| addr.ip().to_string())
     }
 
-    /// The user a session holds, if the account still exists and is enabled.
+    /// The user a session holds, if the account still exists, is enabled
+    /// and has the password the session signed in with (`accounts::user_of`).
     pub async fn caller_of(
         pool: &replaysafe_core::ops::PgPool,
         session: &Session,
@@ -68,7 +71,13 @@ pub mod ssr {
         let Ok(Some(id)) = session.get::<i64>(USER_KEY).await else {
             return Ok(None);
         };
-        Ok(accounts::user_of(pool, id).await?)
+        let epoch = session
+            .get::<i32>(PASSWORD_EPOCH_KEY)
+            .await
+            .ok()
+            .flatten()
+            .unwrap_or(0);
+        Ok(accounts::user_of(pool, id, epoch).await?)
     }
 
     pub async fn session_user() -> Result<Option<Caller>, ServerFnError> {
@@ -103,6 +112,10 @@ pub mod ssr {
             session.cycle_id().await.map_err(unstarted)?;
             session
                 .insert(USER_KEY, signed.user.id)
+                .await
+                .map_err(unstarted)?;
+            session
+                .insert(PASSWORD_EPOCH_KEY, signed.password_epoch)
                 .await
                 .map_err(unstarted)?;
             Ok::<_, ServerFnError>(())

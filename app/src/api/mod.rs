@@ -23,6 +23,17 @@ pub async fn list_sources() -> Result<Vec<SourceSummary>, ServerFnError> {
         .map_err(fail)
 }
 
+/// A destination's whole URL (admin; audit-logged).
+#[server(endpoint = "reveal-destination-url")]
+pub async fn reveal_destination_url(
+    slug: String,
+    destination: String,
+) -> Result<String, ServerFnError> {
+    replaysafe_core::ops::reveal_destination_url(&cx().await?, &slug, &destination)
+        .await
+        .map_err(fail)
+}
+
 /// A server function's `Cx`: the services the server provides as context,
 /// and the request's caller and address.
 #[cfg(feature = "ssr")]

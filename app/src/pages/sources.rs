@@ -4,7 +4,7 @@ use replaysafe_types::time::shown;
 
 use crate::api::actions::{SetBreaker, SetSourcePaused};
 use crate::api::overview::{load_overview, SourceFigures};
-use crate::api::{list_sources, SourceSummary};
+use crate::api::{list_sources, RevealDestinationUrl, SourceSummary};
 use crate::auth::Role;
 use crate::components::*;
 
@@ -119,7 +119,8 @@ fn SourceRow(s: SourceSummary, f: Option<SourceFigures>) -> impl IntoView {
                         <ul class="destinations">
                             {s.destinations.into_iter().map(|d| view! {
                                 <li data-destination=d.name.clone()>
-                                    <strong>{d.name.clone()}</strong> " " <code>{d.url}</code>
+                                    <strong>{d.name.clone()}</strong> " "
+                                    <DestinationUrl slug=slug.clone() destination=d.name.clone() shown=d.url/>
                                     {d.filter.map(|f| view! { <div class="muted small">{f}</div> })}
                                     {d.limits.map(|l| view! { <div class="muted small">{l}</div> })}
                                     <BreakerControl slug=slug.clone() destination=d.name.clone()
@@ -164,6 +165,38 @@ fn PauseButton(slug: String, paused: bool) -> impl IntoView {
                 }
             }
         </IfRole>
+    }
+}
+
+/// A destination's URL, its credentials masked; an admin may reveal it
+/// whole (audit-logged).
+#[component]
+fn DestinationUrl(slug: String, destination: String, shown: String) -> impl IntoView {
+    let reveal = ServerAction::<RevealDestinationUrl>::new();
+    let label = format!("Reveal the URL of {slug}/{destination}");
+    let masked = shown.contains("***");
+    view! {
+        <code data-testid="destination-url">
+            {move || match reveal.value().get() {
+                Some(Ok(url)) => url,
+                _ => shown.clone(),
+            }}
+        </code>
+        {move || reveal.value().get().and_then(Result::err).map(|e| view! { <ErrorBox message=error_text(&e)/> })}
+        {masked.then(|| view! {
+            <IfRole role=Role::Admin>
+                {
+                    let (slug, destination, label) = (slug.clone(), destination.clone(), label.clone());
+                    view! {
+                        <ActionForm action=reveal attr:class="inline">
+                            <input type="hidden" name="slug" value=slug/>
+                            <input type="hidden" name="destination" value=destination/>
+                            <button type="submit" class="secondary" aria-label=label>"Reveal"</button>
+                        </ActionForm>
+                    }
+                }
+            </IfRole>
+        })}
     }
 }
 

@@ -13,7 +13,7 @@ use crate::config::alerts::{AlertChannel, ChannelKind, SmtpSecurity};
 const TIMEOUT: Duration = Duration::from_secs(15);
 
 pub fn client() -> reqwest::Client {
-    reqwest::Client::builder()
+    crate::telemetry::outgoing_client()
         .timeout(TIMEOUT)
         .user_agent(concat!("replaysafe-alerts/", env!("CARGO_PKG_VERSION")))
         .build()

@@ -11,6 +11,29 @@ use super::{check_http_url, Mode, Secret};
 /// The name the single-string `destination` goes by.
 pub const DEFAULT_NAME: &str = "default";
 
+/// A destination's URL as anyone but an admin's audit-logged reveal sees
+/// it: scheme, host, port and path; credentials in its userinfo or query
+/// (`https://user:pass@app/hook?token=...`) masked, for whoever reads it
+/// could post straight to the application.
+pub fn shown_url(url: &str) -> String {
+    let Ok(parsed) = url::Url::parse(url) else {
+        return "(not a URL)".into();
+    };
+    let userinfo = if parsed.username().is_empty() && parsed.password().is_none() {
+        ""
+    } else {
+        "***@"
+    };
+    let host = parsed.host_str().unwrap_or_default();
+    let port = parsed.port().map(|p| format!(":{p}")).unwrap_or_default();
+    let query = if parsed.query().is_some() { "?***" } else { "" };
+    format!(
+        "{}://{userinfo}{host}{port}{}{query}",
+        parsed.scheme(),
+        parsed.path()
+    )
+}
+
 #[derive(Debug, Clone)]
 pub struct Destination {
     /// Unique within its source; attempts and dispatches are recorded by it.
@@ -500,6 +523,23 @@ fn check_pointer(text: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_shown_url_keeps_where_it_goes_and_masks_its_credentials() {
+        assert_eq!(
+            shown_url("https://user:pass@app.example.com:8443/hook?token=abc#x"),
+            "https://***@app.example.com:8443/hook?***"
+        );
+        assert_eq!(
+            shown_url("http://127.0.0.1:8080/hooks"),
+            "http://127.0.0.1:8080/hooks"
+        );
+        assert_eq!(
+            shown_url("https://app.example.com/h?"),
+            "https://app.example.com/h?***"
+        );
+        assert_eq!(shown_url("https://[::1]:9/x"), "https://[::1]:9/x");
+    }
 
     fn filter_of(text: &str) -> Filter {
         #[derive(Deserialize)]

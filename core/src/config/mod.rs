@@ -64,6 +64,9 @@ impl Mode {
 pub struct Config {
     /// The file this came from, or None when no file exists and defaults apply.
     pub path: Option<PathBuf>,
+    /// The keys whose secret is written in the file itself (not `env:` or
+    /// `file:`), for `secrets_exposed`.
+    pub inline_secrets: Vec<String>,
     pub listen: SocketAddr,
     pub database_url: Option<Secret>,
     /// A standby for the dashboard's and the API's reads (actions always
@@ -300,7 +303,13 @@ pub fn parse_and_validate(
         key: key.to_owned(),
         problem,
     };
-    let secret = |key: &str, value: &str| secrets::resolve(path, env, &invalid, key, value);
+    let inline_secrets = std::cell::RefCell::new(Vec::new());
+    let secret = |key: &str, value: &str| {
+        if !value.starts_with("env:") && !value.starts_with("file:") {
+            inline_secrets.borrow_mut().push(key.to_owned());
+        }
+        secrets::resolve(path, env, &invalid, key, value)
+    };
 
     let listen_text = raw.listen.unwrap_or_else(|| "127.0.0.1:3000".into());
     let listen: SocketAddr = listen_text.parse().map_err(|_| {
@@ -314,7 +323,17 @@ pub fn parse_and_validate(
     let postgres_url = |key: &str, variable: &str, file: Option<&str>| {
         let url = match env(variable).filter(|v| !v.is_empty()) {
             Some(url) => Some(Secret::new(url)),
-            None => file.map(|v| secret(key, v)).transpose()?,
+            // Written inline, a URL is a secret only with a password in it.
+            None => file
+                .map(|v| {
+                    let with_password = url::Url::parse(v).is_ok_and(|u| u.password().is_some());
+                    if with_password {
+                        secret(key, v)
+                    } else {
+                        secrets::resolve(path, env, &invalid, key, v)
+                    }
+                })
+                .transpose()?,
         };
         if let Some(url) = &url {
             let u = url.expose();
@@ -481,6 +500,7 @@ pub fn parse_and_validate(
 
     Ok(Config {
         path: path.map(Path::to_owned),
+        inline_secrets: inline_secrets.take(),
         listen,
         database_url,
         read_database_url,
@@ -563,6 +583,22 @@ fn parse_network(text: &str) -> Option<ipnet::IpNet> {
 }
 
 impl Config {
+    /// Why the config file gives its secrets away, if it does: it holds
+    /// some inline and other users may read it (group or others).
+    pub fn secrets_exposed(&self) -> Option<String> {
+        use std::os::unix::fs::PermissionsExt;
+        let path = self.path.as_ref()?;
+        let mode = std::fs::metadata(path).ok()?.permissions().mode() & 0o777;
+        (!self.inline_secrets.is_empty() && mode & 0o044 != 0).then(|| {
+            format!(
+                "{} is readable by other users (mode {mode:03o}) and holds secrets in \
+                 itself ({}): write them as env:NAME or file:PATH, or chmod 600 it",
+                path.display(),
+                self.inline_secrets.join(", ")
+            )
+        })
+    }
+
     /// The peer is a proxy whose `X-Forwarded-For` is believed.
     pub fn is_trusted_proxy(&self, peer: std::net::IpAddr) -> bool {
         let peer = peer.to_canonical();
@@ -776,9 +812,63 @@ mod tests {
     }
 
     #[test]
+    fn a_config_file_others_can_read_must_not_hold_secrets_itself() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("replaysafe.toml");
+        let read = |text: &str, mode: u32| {
+            std::fs::write(&path, text).unwrap();
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+            let env = |name: &str| (name == "GH_SECRET").then(|| "from-env".to_owned());
+            parse_and_validate(Some(&path), text, &env)
+                .unwrap()
+                .secrets_exposed()
+        };
+        let inline = "[[source]]\nslug = \"gh\"\nprovider = \"github\"\nsecrets = [\"inline\"]\n";
+        let why = read(inline, 0o644).expect("exposed");
+        assert!(
+            why.contains("mode 644") && why.contains("source[0].secrets[0]"),
+            "{why}"
+        );
+        assert!(
+            !why.contains("inline\""),
+            "the secret itself is never said: {why}"
+        );
+        assert!(
+            read(inline, 0o640).is_some(),
+            "group members are others too"
+        );
+        assert_eq!(read(inline, 0o600), None);
+        let from_env = inline.replace("\"inline\"", "\"env:GH_SECRET\"");
+        assert_eq!(read(&from_env, 0o644), None);
+    }
+
+    #[test]
     fn the_example_config_parses_and_shows_every_key() {
         let example = include_str!("../../../replaysafe.example.toml");
-        let config = parse(example, &[]).unwrap_or_else(|e| panic!("{e}"));
+        // Every secret in it is an env: one (a copied example gives none away).
+        let whsec = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+        let vars = [
+            ("ALERT_WEBHOOK_SECRET", whsec),
+            (
+                "SLACK_WEBHOOK_URL",
+                "https://hooks.slack.com/services/T000/B000/XXXX",
+            ),
+            ("SMTP_PASSWORD", "smtp-password"),
+            ("STRIPE_WEBHOOK_SECRET", "whsec_example_stripe_secret"),
+            ("STRIPE_DESTINATION_SECRET", whsec),
+            ("GITHUB_WEBHOOK_SECRET", "github-secret"),
+            ("SHOPIFY_WEBHOOK_SECRET", "shopify-secret"),
+            ("SLACK_SIGNING_SECRET", "slack-secret"),
+            ("STANDARD_WEBHOOK_SECRET", whsec),
+            ("TWILIO_AUTH_TOKEN", "twilio-token"),
+        ];
+        let config = parse(example, &vars).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            config.inline_secrets,
+            Vec::<String>::new(),
+            "inline secrets"
+        );
         assert_eq!(config.sources.len(), 7);
         assert_eq!(config.alerts.channels.len(), 3);
         assert_eq!(

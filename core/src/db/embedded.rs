@@ -5,7 +5,7 @@
 use std::ffi::CString;
 use std::io::Write;
 use std::net::TcpListener;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -31,6 +31,8 @@ pub enum EmbeddedError {
     NoPostgresUser,
     #[error("the `postgres` user cannot write to {0}: give it access to the path (every parent directory needs o+x) or choose another data_dir")]
     NotAccessible(PathBuf),
+    #[error("{0} is not this user's alone (owned by uid {1}, mode {2:03o}): the embedded PostgreSQL's password and cluster live there; chown it to this user and chmod go-w it, or choose another data_dir")]
+    NotPrivate(PathBuf, u32, u32),
     #[error("{0}")]
     Io(String),
     #[error("`{command}` failed: {detail}")]
@@ -70,10 +72,16 @@ impl EmbeddedPostgres {
         } else {
             None
         };
-        std::fs::create_dir_all(data_dir).map_err(|e| io("cannot create", data_dir, e))?;
+        // Others may enter (the postgres user, when run as root), never write.
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o755)
+            .create(data_dir)
+            .map_err(|e| io("cannot create", data_dir, e))?;
         let data_dir = data_dir
             .canonicalize()
             .map_err(|e| io("cannot resolve", data_dir, e))?;
+        check_private(&data_dir)?;
         let cluster_dir = data_dir.join(CLUSTER_DIR);
         let password_path = data_dir.join(PASSWORD_FILE);
 
@@ -90,8 +98,7 @@ impl EmbeddedPostgres {
         if !cluster_dir.join("PG_VERSION").exists() {
             pg.init(&data_dir, &password_path)?;
         }
-        let password = std::fs::read_to_string(&password_path)
-            .map_err(|e| io("cannot read the cluster password from", &password_path, e))?;
+        let password = read_private(&password_path)?;
 
         let running_port = if matches!(pg.pg_ctl(&["status"]), Ok(o) if o.status.success()) {
             read_port(&cluster_dir)
@@ -294,16 +301,59 @@ fn chown(path: &Path, account: Account) -> Result<(), EmbeddedError> {
         .map_err(|e| io("cannot hand to the postgres user", path, e))
 }
 
+/// `data_dir` must be owned by the running user and writable by no one
+/// else: whoever could write there could plant a symlink where the
+/// password is written, or replace the cluster.
+fn check_private(data_dir: &Path) -> Result<(), EmbeddedError> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(data_dir).map_err(|e| io("cannot read", data_dir, e))?;
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    if meta.uid() != me || meta.mode() & 0o022 != 0 {
+        return Err(EmbeddedError::NotPrivate(
+            data_dir.to_owned(),
+            meta.uid(),
+            meta.mode() & 0o777,
+        ));
+    }
+    Ok(())
+}
+
+/// Writes a new file only this user reads: never through a symlink planted
+/// at `path` (`O_NOFOLLOW`, `O_EXCL`); one left by an earlier try goes first.
 fn write_private(path: &Path, text: &str) -> Result<(), EmbeddedError> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            return Err(io("cannot replace", path, e))
+        }
+        _ => {}
+    }
     let mut f = std::fs::OpenOptions::new()
         .write(true)
-        .create(true)
-        .truncate(true)
+        .create_new(true)
+        .custom_flags(libc::O_NOFOLLOW)
         .mode(0o600)
         .open(path)
         .map_err(|e| io("cannot write", path, e))?;
     f.write_all(text.as_bytes())
         .map_err(|e| io("cannot write", path, e))
+}
+
+/// Reads the password file, never through a symlink, making sure on the
+/// way that only this user can read it (0600, on the open file).
+fn read_private(path: &Path) -> Result<String, EmbeddedError> {
+    use std::io::Read;
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+        .map_err(|e| io("cannot read the cluster password from", path, e))?;
+    f.set_permissions(std::fs::Permissions::from_mode(0o600))
+        .map_err(|e| io("cannot restrict", path, e))?;
+    let mut text = String::new();
+    f.read_to_string(&mut text)
+        .map_err(|e| io("cannot read the cluster password from", path, e))?;
+    Ok(text)
 }
 
 fn random_password() -> String {
@@ -325,4 +375,42 @@ fn free_port() -> Result<u16, EmbeddedError> {
 fn read_port(cluster_dir: &Path) -> Option<u16> {
     let pid_file = std::fs::read_to_string(cluster_dir.join("postmaster.pid")).ok()?;
     pid_file.lines().nth(3)?.trim().parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secrets_are_never_written_or_read_through_a_planted_symlink() {
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, "untouched").unwrap();
+        let planted = dir.path().join("postgres.password");
+        std::os::unix::fs::symlink(&victim, &planted).unwrap();
+        assert!(read_private(&planted).is_err(), "read through a symlink");
+        // Written over: the link goes, a new private file takes its place.
+        write_private(&planted, "secret").unwrap();
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "untouched");
+        assert!(!std::fs::symlink_metadata(&planted).unwrap().is_symlink());
+        let mode = std::fs::metadata(&planted).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        std::fs::set_permissions(&planted, std::fs::Permissions::from_mode(0o644)).unwrap();
+        assert_eq!(read_private(&planted).unwrap(), "secret");
+        let mode = std::fs::metadata(&planted).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "re-asserted on read");
+    }
+
+    #[test]
+    fn a_data_dir_others_can_write_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(check_private(dir.path()).is_ok());
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+        assert!(matches!(
+            check_private(dir.path()),
+            Err(EmbeddedError::NotPrivate(_, _, 0o777))
+        ));
+        let refused = EmbeddedPostgres::start(dir.path()).unwrap_err();
+        assert!(refused.to_string().contains("chmod go-w"), "{refused}");
+    }
 }

@@ -88,7 +88,8 @@ pub async fn sync(pool: &PgPool, config: &Config) -> Result<(), sqlx::Error> {
             &s.slug,
             s.provider.name,
             s.mode.as_str(),
-            s.destination().map(|d| d.url.as_str()),
+            s.destination()
+                .map(|d| crate::config::destination::shown_url(&d.url)),
             i32::try_from(s.attempt_timeout().as_secs()).unwrap_or(i32::MAX),
             s.paused,
             serde_json::to_value(s.destinations.iter().map(summary).collect::<Vec<_>>())
@@ -134,7 +135,7 @@ fn summary(d: &crate::config::Destination) -> replaysafe_types::DestinationSumma
     }
     replaysafe_types::DestinationSummary {
         name: d.name.clone(),
-        url: d.url.clone(),
+        url: crate::config::destination::shown_url(&d.url),
         filter,
         limits: (!limits.is_empty()).then(|| limits.join(", ")),
         breaker: Default::default(),

@@ -87,7 +87,9 @@ pub async fn add(
         return Err(UserError::Exists(username.into()));
     }
     sqlx::query!(
-        "UPDATE users SET password_hash = $2, role = $3 WHERE username = $1",
+        // A new password ends the sessions signed in with the old one.
+        "UPDATE users SET password_hash = $2, role = $3, password_epoch = password_epoch + 1
+         WHERE username = $1",
         username,
         &hash,
         role.as_str()

@@ -71,6 +71,35 @@ pub async fn sources(cx: &Cx) -> Result<Vec<SourceSummary>, OpError> {
     source_rows(&cx.services.reads.pool(), None).await
 }
 
+/// A destination's whole URL, credentials and all, as this process's
+/// config names it (admin; audit-logged): everyone else sees
+/// `config::destination::shown_url`.
+pub async fn reveal_destination_url(
+    cx: &Cx,
+    slug: &str,
+    destination: &str,
+) -> Result<String, OpError> {
+    let caller = cx.require(Role::Admin)?;
+    let url = cx
+        .services
+        .config
+        .sources
+        .iter()
+        .find(|s| s.slug == slug)
+        .and_then(|s| s.destinations.iter().find(|d| d.name == destination))
+        .map(|d| d.url.clone())
+        .ok_or_else(|| OpError::NotFound(format!("no destination {slug}/{destination}")))?;
+    cx.audit(
+        caller,
+        "destination.reveal",
+        Some(&format!("destination {slug}/{destination}")),
+        "succeeded",
+        serde_json::json!({}),
+    )
+    .await?;
+    Ok(url)
+}
+
 /// One source, or 404.
 pub async fn source(cx: &Cx, slug: &str) -> Result<SourceSummary, OpError> {
     cx.require(Role::Viewer)?;

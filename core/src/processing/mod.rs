@@ -95,13 +95,12 @@ impl Services {
     }
 }
 
-/// The client every forward goes through: redirects are not followed (a
-/// destination answers, it does not send replaysafe elsewhere).
+/// The client every forward goes through (a destination answers, it does
+/// not send replaysafe elsewhere: `outgoing_client` follows no redirect).
 pub fn http_client() -> reqwest::Client {
-    reqwest::Client::builder()
+    crate::telemetry::outgoing_client()
         .pool_max_idle_per_host(64)
         .connect_timeout(Duration::from_secs(5))
-        .redirect(reqwest::redirect::Policy::none())
         .build()
         .expect("building the HTTP client")
 }

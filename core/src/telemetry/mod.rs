@@ -8,6 +8,13 @@ use std::time::Duration;
 
 use tracing_subscriber::EnvFilter;
 
+/// The one way replaysafe makes an outgoing HTTP client (forwards, alert
+/// channels, the OTLP exporter): it follows no redirect, so a request goes
+/// to the URL the config names and nowhere that URL points on to.
+pub fn outgoing_client() -> reqwest::ClientBuilder {
+    reqwest::Client::builder().redirect(reqwest::redirect::Policy::none())
+}
+
 /// How log lines are written: for people, or one JSON object a line
 /// (`timestamp`, `level`, `target`, `message` and the event's fields at the
 /// top level, the span's under `span`) for a log pipeline.

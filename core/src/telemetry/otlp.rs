@@ -28,7 +28,7 @@ pub fn traces_url(endpoint: &url::Url) -> url::Url {
 /// runtime, on which its requests run.
 pub fn provider(endpoint: &url::Url) -> Result<SdkTracerProvider, String> {
     let client = Client {
-        http: reqwest::Client::builder()
+        http: super::outgoing_client()
             .timeout(EXPORT_TIMEOUT)
             .build()
             .map_err(|e| e.to_string())?,

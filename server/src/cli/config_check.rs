@@ -7,6 +7,9 @@ use replaysafe_core::config::Config;
 
 /// What `serve` would run with, secrets hidden.
 pub fn print(config: &Config) {
+    if let Some(why) = config.secrets_exposed() {
+        eprintln!("warning: {why}");
+    }
     let shown = |s: &Option<replaysafe_core::secret::Secret>| {
         if s.is_some() {
             "(set, hidden)"
@@ -73,7 +76,11 @@ pub fn print(config: &Config) {
             println!("  destination     (none: nothing is forwarded)");
         }
         for d in &s.destinations {
-            println!("  destination     {} -> {}", d.name, d.url);
+            println!(
+                "  destination     {} -> {}",
+                d.name,
+                replaysafe_core::config::destination::shown_url(&d.url)
+            );
             println!("    signing       {}", shown(&d.secret));
             println!(
                 "    attempts      {} of {} s each",

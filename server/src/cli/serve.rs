@@ -32,6 +32,16 @@ impl Default for ServeArgs {
 }
 
 pub async fn run(config: Config, args: ServeArgs) -> Result<(), CliError> {
+    if let Some(why) = config.secrets_exposed() {
+        tracing::warn!("{why}");
+    }
+    if !crate::web::metrics::open_to_all(&config) {
+        tracing::warn!(
+            listen = %config.listen,
+            "/metrics answers this machine's clients only: set metrics_token (a bearer \
+             token) or metrics_listen (an address of its own) to scrape it from elsewhere"
+        );
+    }
     for s in &config.sources {
         for d in s.destinations.iter().filter(|d| d.secret.is_none()) {
             tracing::warn!(

@@ -21,9 +21,9 @@ pub enum TokenAction {
         /// viewer (reads), operator (re-delivers, pauses), admin (forces)
         #[arg(long, value_parser = ["viewer", "operator", "admin"])]
         role: String,
-        /// Expire after this long (90d, 12h; at most 10 years); never when left out
-        #[arg(long, value_parser = lifetime)]
-        expires: Option<Duration>,
+        /// Expire after this long (90d, 12h; at most 10 years), or `never`
+        #[arg(long, value_parser = lifetime, default_value = "90d")]
+        expires: Lifetime,
     },
     /// List tokens: name, role, prefix, created, last used, expires, state
     List,
@@ -34,11 +34,17 @@ pub enum TokenAction {
     },
 }
 
-/// A token's lifetime: a second to ten years.
-fn lifetime(text: &str) -> Result<Duration, String> {
+/// A token's lifetime: a second to ten years, or (None) `never`.
+#[derive(Clone, Copy, Debug)]
+pub struct Lifetime(Option<Duration>);
+
+fn lifetime(text: &str) -> Result<Lifetime, String> {
     const MAX: Duration = Duration::from_secs(10 * 366 * 24 * 3600);
+    if text == "never" {
+        return Ok(Lifetime(None));
+    }
     match humantime::parse_duration(text) {
-        Ok(d) if d >= Duration::from_secs(1) && d <= MAX => Ok(d),
+        Ok(d) if d >= Duration::from_secs(1) && d <= MAX => Ok(Lifetime(Some(d))),
         Ok(_) => Err("expected between 1s and 10 years".into()),
         Err(e) => Err(format!("{e} (write it like 90d or 12h)")),
     }
@@ -53,7 +59,13 @@ pub async fn run(pool: &PgPool, action: TokenAction) -> Result<(), TokenError> {
             expires,
         } => {
             let role = Role::parse(&role).expect("clap checked the role");
-            let secs = expires.map(|d| d.as_secs() as i64);
+            let secs = expires.0.map(|d| d.as_secs() as i64);
+            if secs.is_none() {
+                eprintln!(
+                    "warning: this token never expires; revoke it (`replaysafe token revoke \
+                     --name {name}`) when it is no longer needed"
+                );
+            }
             let (token, row) = tokens::create(pool, &name, role, secs, Who::named(&actor)).await?;
             eprintln!(
                 "token {} ({}) created{}; it is shown this once:",

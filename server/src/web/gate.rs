@@ -71,6 +71,44 @@ pub fn same_origin(headers: &HeaderMap, origins: &[String]) -> bool {
         .any(|accepted| origin_of(accepted).as_ref() == Some(&claimed))
 }
 
+/// One warning line per client address and minute for refused cross-site
+/// requests: a page elsewhere posting in a loop must not flood the log.
+static CROSS_SITE_NOTED: NotedOncePerMinute = NotedOncePerMinute::new();
+
+struct NotedOncePerMinute(
+    std::sync::Mutex<Option<std::collections::HashMap<std::net::IpAddr, std::time::Instant>>>,
+);
+
+impl NotedOncePerMinute {
+    const fn new() -> Self {
+        Self(std::sync::Mutex::new(None))
+    }
+
+    fn first_this_minute(&self, request: &Request) -> bool {
+        const MINUTE: std::time::Duration = std::time::Duration::from_secs(60);
+        const KEPT: usize = 10_000;
+        let Some(replaysafe_core::accounts::ClientAddr(ip)) = request.extensions().get().copied()
+        else {
+            return true;
+        };
+        let bucket = replaysafe_core::config::address::bucket(ip);
+        let now = std::time::Instant::now();
+        let mut noted = self.0.lock().expect("never poisoned");
+        let noted = noted.get_or_insert_with(Default::default);
+        if noted
+            .get(&bucket)
+            .is_some_and(|at| now.duration_since(*at) < MINUTE)
+        {
+            return false;
+        }
+        if noted.len() >= KEPT {
+            noted.retain(|_, at| now.duration_since(*at) < MINUTE);
+        }
+        noted.insert(bucket, now);
+        true
+    }
+}
+
 pub async fn gate(
     State(state): State<AppState>,
     session: Session,
@@ -88,19 +126,15 @@ pub async fn gate(
             &state.services.config.dashboard_origins(),
         )
     {
-        tracing::warn!(%path, "refused a cross-site request");
+        if CROSS_SITE_NOTED.first_this_minute(&request) {
+            tracing::warn!(%path, "refused a cross-site request");
+        }
         return (StatusCode::FORBIDDEN, "cross-site request refused").into_response();
     }
     if is_public(&path) {
         return next.run(request).await;
     }
-    let user = match session
-        .get::<i64>(replaysafe_core::accounts::USER_KEY)
-        .await
-    {
-        Ok(Some(id)) => replaysafe_core::accounts::user_of(&state.services.pool, id).await,
-        _ => Ok(None),
-    };
+    let user = app::auth::ssr::caller_of(&state.services.pool, &session).await;
     match user {
         Ok(Some(user)) => {
             // Server functions read it from here instead of asking again.

@@ -1,17 +1,40 @@
 //! `GET /metrics`: the Prometheus exposition of `telemetry::metrics`,
-//! behind `metrics_token` when one is configured.
+//! behind `metrics_token` when one is configured; with neither a token nor
+//! `metrics_listen`, beside a receiver listening beyond loopback, only to
+//! this machine's own clients.
 
 use axum::extract::State;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
+use axum::Extension;
 use sha2::{Digest, Sha256};
 
 use super::AppState;
+use replaysafe_core::accounts::ClientAddr;
+use replaysafe_core::config::Config;
 use replaysafe_core::ops::overview::refresh_gauges;
 use replaysafe_core::telemetry::metrics::install;
 
-pub async fn handler(State(state): State<AppState>, headers: HeaderMap) -> Response {
-    if let Some(token) = &state.services.config.metrics_token {
+/// Whether `/metrics` is open to anyone who reaches the receiver: it lists
+/// every source's slug and traffic, so it is when a token guards it, it is
+/// served on an address of its own, or the receiver listens on loopback.
+pub fn open_to_all(config: &Config) -> bool {
+    config.metrics_token.is_some()
+        || config.metrics_listen.is_some()
+        || config.listen.ip().is_loopback()
+}
+
+pub async fn handler(
+    State(state): State<AppState>,
+    client: Option<Extension<ClientAddr>>,
+    headers: HeaderMap,
+) -> Response {
+    let config = &state.services.config;
+    let local = client.is_some_and(|Extension(ClientAddr(ip))| ip.to_canonical().is_loopback());
+    if !open_to_all(config) && !local {
+        return StatusCode::NOT_FOUND.into_response();
+    }
+    if let Some(token) = &config.metrics_token {
         if !bearer_is(&headers, token.expose()) {
             return (
                 StatusCode::UNAUTHORIZED,
@@ -48,4 +71,29 @@ fn bearer_is(headers: &HeaderMap, token: &str) -> bool {
         .map(|(_, token)| token)
         .unwrap_or_default();
     Sha256::digest(given.trim().as_bytes()) == Sha256::digest(token.as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(extra: &str) -> Config {
+        let text = format!(
+            "{extra}\n[[source]]\nslug = \"gh\"\nprovider = \"github\"\nsecrets = [\"s\"]\n"
+        );
+        replaysafe_core::config::parse_and_validate(None, &text, &|_| None).unwrap()
+    }
+
+    #[test]
+    fn metrics_beside_a_public_receiver_need_a_token_or_an_address_of_their_own() {
+        assert!(open_to_all(&config("listen = \"127.0.0.1:3000\"")));
+        assert!(!open_to_all(&config("listen = \"0.0.0.0:3000\"")));
+        assert!(!open_to_all(&config("listen = \"[::]:3000\"")));
+        assert!(open_to_all(&config(
+            "listen = \"0.0.0.0:3000\"\nmetrics_token = \"t0123456789abcdef\""
+        )));
+        assert!(open_to_all(&config(
+            "listen = \"0.0.0.0:3000\"\nmetrics_listen = \"127.0.0.1:9464\""
+        )));
+    }
 }

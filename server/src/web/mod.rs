@@ -91,10 +91,15 @@ fn router(state: AppState, role: Role) -> Router {
         if state.services.config.metrics_listen.is_none() {
             router = router.route("/metrics", get(metrics::handler));
         }
+        let https = state.services.config.public_url.starts_with("https://");
+        let config = state.services.config.clone();
         return trace::traced(
             router
                 .with_state(state)
-                .layer(axum::middleware::map_response(security_headers)),
+                .layer(axum::middleware::from_fn(move |request, next| {
+                    security_headers(https, request, next)
+                })),
+            config,
         );
     }
     let routes = DASHBOARD_ROUTES.clone();
@@ -155,15 +160,39 @@ fn router(state: AppState, role: Role) -> Router {
     } else {
         router
     };
-    trace::traced(router.layer(axum::middleware::map_response(security_headers)))
+    let https = config.public_url.starts_with("https://");
+    trace::traced(
+        router.layer(axum::middleware::from_fn(move |request, next| {
+            security_headers(https, request, next)
+        })),
+        config,
+    )
 }
 
 /// On every response: no content sniffing, no referrer beyond this site,
 /// no framing; a page sets its own Content Security Policy (with the nonce
 /// of its inline scripts), anything else gets one that allows nothing.
-async fn security_headers(mut response: axum::response::Response) -> axum::response::Response {
+/// Nothing but the UI bundle is stored by a browser or a proxy (a page or
+/// an API answer shows payloads and who did what), and behind an https
+/// `public_url` the browser is told to use nothing else (HSTS).
+async fn security_headers(
+    https: bool,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
     use axum::http::{header, HeaderValue};
+    let bundle = request.uri().path().starts_with("/pkg/");
+    let mut response = next.run(request).await;
     let headers = response.headers_mut();
+    if !bundle {
+        headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    }
+    if https {
+        headers.insert(
+            header::STRICT_TRANSPORT_SECURITY,
+            HeaderValue::from_static("max-age=31536000"),
+        );
+    }
     headers.insert(
         header::X_CONTENT_TYPE_OPTIONS,
         HeaderValue::from_static("nosniff"),
@@ -183,10 +212,13 @@ async fn security_headers(mut response: axum::response::Response) -> axum::respo
 
 /// `/metrics` alone, for `metrics_listen`.
 fn metrics_router(state: AppState) -> Router {
+    let https = state.services.config.public_url.starts_with("https://");
     Router::new()
         .route("/metrics", get(metrics::handler))
         .with_state(state)
-        .layer(axum::middleware::map_response(security_headers))
+        .layer(axum::middleware::from_fn(move |request, next| {
+            security_headers(https, request, next)
+        }))
 }
 
 /// A bound, not yet running server; tests bind port 0 and read `addr`.

@@ -447,6 +447,39 @@ async fn failed_sign_ins_are_rate_limited_per_user_and_address(pool: PgPool) {
     assert_eq!(app.login("alice", PASSWORD, None).await.0, 429);
 }
 
+/// A new password ends every session signed in with the old one, on its
+/// next request; signing in with the new one works at once.
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn a_password_change_ends_the_sessions_of_the_old_one(pool: PgPool) {
+    let app = spawn_app(
+        pool.clone(),
+        config("http://127.0.0.1:9/x", r#""gh-secret""#),
+    )
+    .await;
+    let old = app.session("viewer").await;
+    let other = app.session("operator").await;
+    let sources = |cookie: String| {
+        let app = &app;
+        async move { app.server_fn_as(Some(&cookie), "sources", "").await.0 }
+    };
+    assert_eq!(sources(old.clone()).await, 200);
+    let new_password = "a new password, long enough";
+    replaysafe_core::db::users::add(
+        &pool,
+        "viewer-user",
+        new_password,
+        replaysafe_types::auth::Role::Viewer,
+        true,
+    )
+    .await
+    .unwrap();
+    assert_eq!(sources(old).await, 401, "the old password's session ended");
+    assert_eq!(sources(other).await, 200, "another user's goes on");
+    let (status, fresh) = app.login("viewer-user", new_password, None).await;
+    assert_eq!(status, 200);
+    assert_eq!(sources(fresh.unwrap()).await, 200);
+}
+
 #[sqlx::test(migrator = "MIGRATOR")]
 async fn a_parallel_burst_of_guesses_gets_no_more_tries_than_a_serial_one(pool: PgPool) {
     let app = spawn_app(
@@ -742,4 +775,71 @@ async fn bulk_redelivery_applies_the_guard_to_each_dead_event(pool: PgPool) {
             .unwrap();
     assert_eq!(completed, 25);
     assert_eq!(destination.count(), 50);
+}
+
+/// Pages, server functions and API answers show payloads and who did what:
+/// no browser or proxy keeps them (`Cache-Control: no-store`); the UI
+/// bundle alone may be cached. Behind an https `public_url`, the browser is
+/// told to use https only (HSTS); over plain http it is not.
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn nothing_but_the_bundle_is_stored_and_https_asks_for_https_only(pool: PgPool) {
+    let mut secure = config("http://127.0.0.1:9/x", r#""gh-secret""#);
+    secure.public_url = "https://hooks.example.com".into();
+    for (config, https) in [
+        (config("http://127.0.0.1:9/x", r#""gh-secret""#), false),
+        (secure, true),
+    ] {
+        let app = spawn_app(pool.clone(), config).await;
+        for path in [
+            "/login",
+            "/overview",
+            "/api/v1/sources",
+            "/api/me",
+            "/healthz",
+        ] {
+            let response = app.client.get(app.url(path)).send().await.unwrap();
+            let headers = response.headers();
+            assert_eq!(headers["cache-control"], "no-store", "{path}");
+            assert_eq!(
+                headers
+                    .get("strict-transport-security")
+                    .map(|v| v.to_str().unwrap()),
+                https.then_some("max-age=31536000"),
+                "{path}"
+            );
+        }
+        let bundle = app
+            .client
+            .get(app.url("/pkg/replaysafe.js"))
+            .send()
+            .await
+            .unwrap();
+        assert!(
+            bundle
+                .headers()
+                .get("cache-control")
+                .is_none_or(|v| v != "no-store"),
+            "the bundle may be cached"
+        );
+    }
+}
+
+/// A request id is a proxy's to give: a stranger's is replaced by a new
+/// one, so no one outside writes what the logs tie together.
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn a_strangers_request_id_is_replaced(pool: PgPool) {
+    // No proxy trusted (this machine is, by default): the test is a stranger.
+    let mut config = config("http://127.0.0.1:9/x", r#""gh-secret""#);
+    config.trusted_proxies.clear();
+    let app = spawn_app(pool, config).await;
+    let answer = app
+        .client
+        .get(app.url("/healthz"))
+        .header("x-request-id", "from-a-stranger")
+        .send()
+        .await
+        .unwrap();
+    let id = answer.headers()["x-request-id"].to_str().unwrap();
+    assert_ne!(id, "from-a-stranger");
+    assert_eq!(id.len(), 36, "a UUID: {id}");
 }

@@ -598,13 +598,22 @@ max_attempts = 1
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn alert_test_sends_a_signed_test_message_to_one_channel() {
     let webhook = Destination::start(vec![]).await;
+    // A channel whose URL answers with a redirect: the alert goes nowhere else.
+    let elsewhere = Destination::start(vec![]).await;
+    let redirecting = Destination::start(vec![Scripted {
+        status: 307,
+        headers: vec![("location", elsewhere.url.clone())],
+        delay: Duration::ZERO,
+    }])
+    .await;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("replaysafe.toml");
     std::fs::write(
         &path,
         format!(
-            "[[alerts.channel]]\nname = \"hook\"\nkind = \"webhook\"\nurl = \"{}\"\nsecret = \"{WEBHOOK_SECRET}\"\n",
-            webhook.url
+            "[[alerts.channel]]\nname = \"hook\"\nkind = \"webhook\"\nurl = \"{}\"\nsecret = \"{WEBHOOK_SECRET}\"\n\
+             [[alerts.channel]]\nname = \"moved\"\nkind = \"webhook\"\nurl = \"{}\"\nsecret = \"{WEBHOOK_SECRET}\"\n",
+            webhook.url, redirecting.url
         ),
     )
     .unwrap();
@@ -628,7 +637,11 @@ async fn alert_test_sends_a_signed_test_message_to_one_channel() {
     assert_eq!(v["type"], "alert.test");
     let unknown = run("pager");
     assert!(!unknown.status.success());
-    assert!(String::from_utf8_lossy(&unknown.stderr).contains("(the config has: hook)"));
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("(the config has: hook, moved)"));
+    let moved = run("moved");
+    assert!(!moved.status.success(), "a redirect is no delivery");
+    assert_eq!(redirecting.count(), 1);
+    assert_eq!(elsewhere.count(), 0, "the redirect was followed");
 }
 
 #[sqlx::test(migrator = "MIGRATOR")]

@@ -115,6 +115,7 @@ impl JsonServe {
         let port = crate::helpers::free_port();
         let path = config_file(
             dir.path(),
+            // This machine is a trusted proxy by default: its ids are kept.
             &format!("listen = \"127.0.0.1:{port}\"\nlog_format = \"json\"\ndatabase_url = \"{database_url}\""),
         );
         let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_replaysafe"))
@@ -232,6 +233,14 @@ async fn each_request_has_an_id_echoed_back_and_named_in_its_log_lines() {
         .await
         .unwrap();
     assert_eq!(given.headers()["x-request-id"], "req-from-the-proxy-1");
+    // Not of a shape that reads safely in a log: a new one instead.
+    let odd = client
+        .get(format!("{base}/healthz"))
+        .header("x-request-id", "req 1\"><script>")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(odd.headers()["x-request-id"].len(), 36, "a UUID");
     let seen = serve.lines_within(Duration::from_secs(3)).await;
     assert!(seen.iter().all(|l| !l.contains("never-logged")), "{seen:?}");
     // readyz logs that the database is unreachable, inside the request's span.

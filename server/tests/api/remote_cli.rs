@@ -268,6 +268,27 @@ async fn events_list_and_redeliver_exit_with_the_code_of_what_refused_them(pool:
         })
         .unwrap();
     assert_eq!(code, 5, "{stderr}");
+    // The token never goes over plain http to another machine (refused
+    // before any connection: exit 2); to this one, by any name, it does.
+    let over = |url: String, extra: &'static [&'static str]| {
+        let mut command = cli(&app, &token);
+        command
+            .env("REPLAYSAFE_URL", url)
+            .args(["sources", "list"])
+            .args(extra);
+        async move {
+            let o = command.output().await.unwrap();
+            (
+                o.status.code().unwrap_or(-1),
+                String::from_utf8_lossy(&o.stderr).into_owned(),
+            )
+        }
+    };
+    let (code, stderr) = over("http://192.0.2.1:9".into(), &[]).await;
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("--insecure"), "{stderr}");
+    let (code, stderr) = over(format!("http://localhost:{}", app.addr.port()), &[]).await;
+    assert_eq!(code, 0, "{stderr}");
 
     let (code, stdout, _) = run(&app, &token, &["sources", "pause", "gh"]).await;
     assert_eq!(code, 0);

@@ -100,6 +100,11 @@ const ROUTES: &[(&str, &str, &str)] = &[
         "/sources/{slug}/destinations/{destination}/breaker/close",
         "operator",
     ),
+    (
+        "get",
+        "/sources/{slug}/destinations/{destination}/url",
+        "admin",
+    ),
     ("get", "/deliveries", "viewer"),
     ("get", "/deliveries/{id}", "viewer"),
     ("post", "/deliveries/{id}/redeliver", "operator"),
@@ -606,4 +611,132 @@ async fn the_apis_times_are_rfc3339_with_milliseconds_and_z(pool: PgPool) {
             schemas[schema]["properties"][field]
         );
     }
+}
+
+/// `replaysafe token create` gives a token 90 days unless told otherwise;
+/// `--expires never` is a choice, said out loud.
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn tokens_expire_after_90_days_unless_made_to_live_forever(pool: PgPool) {
+    let url = crate::helpers::database_url(&pool).await;
+    let create = |name: &str, extra: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_replaysafe"))
+            .args(["token", "create", "--name", name, "--role", "viewer"])
+            .args(extra)
+            .env("DATABASE_URL", &url)
+            .env_remove("REPLAYSAFE_CONFIG")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let said = create("default-life", &[]);
+    assert!(!said.contains("never expires"), "{said}");
+    create("short-life", &["--expires", "12h"]);
+    let said = create("long-life", &["--expires", "never"]);
+    assert!(said.contains("never expires"), "{said}");
+    let days: Vec<(String, Option<f64>)> = sqlx::query_as(
+        "SELECT name, extract(epoch FROM expires_at - created_at)::float8 / 86400
+         FROM api_tokens ORDER BY name",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        days,
+        [
+            ("default-life".to_owned(), Some(90.0)),
+            ("long-life".to_owned(), None),
+            ("short-life".to_owned(), Some(0.5)),
+        ]
+    );
+}
+
+/// A destination's URL is a credential when it carries one
+/// (`https://user:pass@app/hook?token=...`): a viewer, the API, the
+/// database and `config check` see scheme, host, port and path only; an
+/// admin may reveal it whole, and that is audit-logged.
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn destination_credentials_are_shown_to_an_admins_logged_reveal_only(pool: PgPool) {
+    let secret_url = "http://hook-user:hook-pass@127.0.0.1:9/hook?token=tok-123";
+    let app = spawn_app(pool.clone(), gh_config(secret_url, "")).await;
+    let viewer = token(&app, "v", "viewer", None).await;
+    let operator = token(&app, "o", "operator", None).await;
+    let admin = token(&app, "a", "admin", None).await;
+    let shown = "http://***@127.0.0.1:9/hook?***";
+    let sources = call(&app, "get", "/sources", Some(&viewer), None).await;
+    assert_eq!(
+        sources.body[0]["destinations"][0]["url"], shown,
+        "{}",
+        sources.body
+    );
+    assert_eq!(sources.body[0]["destination"], shown);
+    let stored: String =
+        sqlx::query_scalar("SELECT destinations::text || destination FROM sources")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert!(
+        !stored.contains("hook-pass") && !stored.contains("tok-123"),
+        "{stored}"
+    );
+
+    let path = "/sources/gh/destinations/default/url";
+    assert_eq!(
+        call(&app, "get", path, Some(&operator), None).await.status,
+        403
+    );
+    let revealed = call(&app, "get", path, Some(&admin), None).await;
+    assert_eq!(
+        (revealed.status, &revealed.body["url"]),
+        (200, &json!(secret_url))
+    );
+    let logged: Vec<(String, String)> =
+        sqlx::query_as("SELECT action, target FROM audit_log WHERE action = 'destination.reveal'")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        logged,
+        [("destination.reveal".into(), "destination gh/default".into())]
+    );
+    let nothing = call(
+        &app,
+        "get",
+        "/sources/gh/destinations/nope/url",
+        Some(&admin),
+        None,
+    )
+    .await;
+    assert_eq!(nothing.status, 404);
+
+    // config check prints it masked too.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("replaysafe.toml");
+    std::fs::write(
+        &file,
+        format!("[[source]]\nslug = \"gh\"\nprovider = \"github\"\nsecrets = [\"env:GH\"]\ndestination = \"{secret_url}\"\n"),
+    )
+    .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_replaysafe"))
+        .args(["config", "check", "--config"])
+        .arg(&file)
+        .env("GH", "gh-secret")
+        .env_remove("DATABASE_URL")
+        .output()
+        .unwrap();
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(printed.contains(shown), "{printed}");
+    assert!(
+        !printed.contains("hook-pass") && !printed.contains("tok-123"),
+        "{printed}"
+    );
 }

@@ -68,6 +68,18 @@ impl Remote {
                 "{text:?} is not an http(s) URL"
             )));
         }
+        let loopback = match base.host() {
+            Some(url::Host::Domain(name)) => name.eq_ignore_ascii_case("localhost"),
+            Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+            Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+            None => false,
+        };
+        if base.scheme() == "http" && !loopback && !target.insecure {
+            return Err(RemoteError::BadUrl(format!(
+                "{text:?} is plain http to another machine: the token would travel readable; \
+                 use https, or --insecure to send it anyway"
+            )));
+        }
         // So that joining "api/v1/..." keeps a path prefix (behind a proxy).
         if !base.path().ends_with('/') {
             base.set_path(&format!("{}/", base.path()));

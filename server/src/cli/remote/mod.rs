@@ -38,6 +38,10 @@ pub struct Target {
     /// Print JSON (one document; JSON lines for `tail`) instead of tables
     #[arg(long, global = true)]
     pub json: bool,
+    /// Send the token over plain http to a host that is not this machine
+    /// (anyone on the way can read it and act as it)
+    #[arg(long, global = true)]
+    pub insecure: bool,
 }
 
 #[derive(Subcommand, Debug)]

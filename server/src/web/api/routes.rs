@@ -38,6 +38,7 @@ pub fn router() -> OpenApiRouter<ApiState> {
         .routes(routes!(resume_source))
         .routes(routes!(open_breaker))
         .routes(routes!(close_breaker))
+        .routes(routes!(reveal_destination_url))
         .routes(routes!(list_deliveries))
         .routes(routes!(show_delivery))
         .routes(routes!(redeliver_delivery))
@@ -130,6 +131,25 @@ async fn close_breaker(
     ApiPath((slug, destination)): ApiPath<(String, String)>,
 ) -> ApiResult<SourceSummary> {
     set_breaker(&cx, slug, destination, false).await
+}
+
+#[derive(Serialize, ToSchema)]
+struct RevealedUrl {
+    url: String,
+}
+
+/// A destination's whole URL, credentials included (admin; audit-logged):
+/// everywhere else it is shown with its userinfo and query masked.
+#[utoipa::path(get, path = "/sources/{slug}/destinations/{destination}/url", tag = "sources",
+    params(("slug" = String, Path), ("destination" = String, Path)),
+    responses((status = 200, body = RevealedUrl), (status = 403, body = super::ErrorBody),
+              (status = 404, body = super::ErrorBody)))]
+async fn reveal_destination_url(
+    ApiCx(cx): ApiCx,
+    ApiPath((slug, destination)): ApiPath<(String, String)>,
+) -> ApiResult<RevealedUrl> {
+    let url = ops::reveal_destination_url(&cx, &slug, &destination).await?;
+    Ok(Json(RevealedUrl { url }))
 }
 
 #[derive(Deserialize, IntoParams)]
