@@ -91,16 +91,8 @@ fn router(state: AppState, role: Role) -> Router {
         if state.services.config.metrics_listen.is_none() {
             router = router.route("/metrics", get(metrics::handler));
         }
-        let https = state.services.config.public_url.starts_with("https://");
         let config = state.services.config.clone();
-        return trace::traced(
-            router
-                .with_state(state)
-                .layer(axum::middleware::from_fn(move |request, next| {
-                    security_headers(https, request, next)
-                })),
-            config,
-        );
+        return trace::traced(secured(router.with_state(state), &config), config);
     }
     let routes = DASHBOARD_ROUTES.clone();
     let services = state.services.clone();
@@ -160,13 +152,15 @@ fn router(state: AppState, role: Role) -> Router {
     } else {
         router
     };
+    trace::traced(secured(router, &config), config)
+}
+
+/// `router` with `security_headers` on every answer.
+fn secured(router: Router, config: &replaysafe_core::config::Config) -> Router {
     let https = config.public_url.starts_with("https://");
-    trace::traced(
-        router.layer(axum::middleware::from_fn(move |request, next| {
-            security_headers(https, request, next)
-        })),
-        config,
-    )
+    router.layer(axum::middleware::from_fn(move |request, next| {
+        security_headers(https, request, next)
+    }))
 }
 
 /// On every response: no content sniffing, no referrer beyond this site,
@@ -212,13 +206,11 @@ async fn security_headers(
 
 /// `/metrics` alone, for `metrics_listen`.
 fn metrics_router(state: AppState) -> Router {
-    let https = state.services.config.public_url.starts_with("https://");
-    Router::new()
+    let config = state.services.config.clone();
+    let router = Router::new()
         .route("/metrics", get(metrics::handler))
-        .with_state(state)
-        .layer(axum::middleware::from_fn(move |request, next| {
-            security_headers(https, request, next)
-        }))
+        .with_state(state);
+    secured(router, &config)
 }
 
 /// A bound, not yet running server; tests bind port 0 and read `addr`.
