@@ -8,6 +8,11 @@ Driven by bench/hostile, against a release binary on a fresh database:
              wrk beside it for what real deliveries saw).
   flood      unsigned 1 MiB requests; the database's growth for them.
   signin     parallel sign-ins with a wrong password; the server's peak memory.
+  faketokens N clients from other loopback addresses sending API requests
+             with made-up bearer tokens and pages with made-up session
+             cookies on kept-alive connections, as fast as they are answered,
+             for --hold seconds; the answers by status (bench/hostile runs
+             wrk beside it for what real deliveries saw).
 Prints one JSON object per phase.
 """
 import argparse, asyncio, json, os, time, urllib.request
@@ -131,9 +136,65 @@ async def signin(args):
     }))
 
 
+async def fake_client(port, source, n, until, counts):
+    """One stranger: a kept-alive connection from `source`, a made-up
+    credential per request, the next sent as soon as the last is answered."""
+    while time.monotonic() < until:
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port, local_addr=(source, 0))
+        except OSError:
+            await asyncio.sleep(0.1)
+            continue
+        try:
+            i = 0
+            while time.monotonic() < until:
+                i += 1
+                if i % 2:
+                    head = b"GET /api/v1/events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer rs_madeup%d_%d\r\n\r\n" % (n, i)
+                else:
+                    head = b"GET /overview HTTP/1.1\r\nHost: x\r\nCookie: replaysafe_session=madeup%d_%d\r\n\r\n" % (n, i)
+                writer.write(head)
+                await writer.drain()
+                status_line = await reader.readline()
+                if not status_line:
+                    break
+                status = int(status_line.split()[1])
+                length = 0
+                while True:
+                    line = await reader.readline()
+                    if line in (b"\r\n", b""):
+                        break
+                    name, _, value = line.partition(b":")
+                    if name.strip().lower() == b"content-length":
+                        length = int(value.strip())
+                if length:
+                    await reader.readexactly(length)
+                counts[status] = counts.get(status, 0) + 1
+        except (ConnectionError, OSError, asyncio.IncompleteReadError, ValueError, IndexError):
+            pass
+        finally:
+            writer.close()
+
+
+async def faketokens(args):
+    sources = [f"127.0.0.{2 + i}" for i in range(args.addresses)]
+    until = time.monotonic() + args.hold
+    counts = {}
+    await asyncio.gather(*[
+        fake_client(args.port, sources[i % len(sources)], i, until, counts)
+        for i in range(args.connections)
+    ])
+    total = sum(counts.values())
+    print(json.dumps({
+        "phase": "faketokens", "clients": args.connections, "addresses": args.addresses,
+        "attack_seconds": args.hold, "requests": total,
+        "per_second": round(total / args.hold), "statuses": counts,
+    }))
+
+
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("phase", choices=["slowloris", "flood", "signin"])
+    p.add_argument("phase", choices=["slowloris", "flood", "signin", "faketokens"])
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--connections", type=int, default=5000)
     p.add_argument("--addresses", type=int, default=25)
@@ -148,6 +209,8 @@ def main():
         asyncio.run(slowloris(args))
     elif args.phase == "flood":
         flood(args)
+    elif args.phase == "faketokens":
+        asyncio.run(faketokens(args))
     else:
         asyncio.run(signin(args))
 

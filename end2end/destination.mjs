@@ -1,7 +1,7 @@
 // The application replaysafe forwards to in the browser tests: it counts what
 // it receives per Idempotency-Key and answers by the key's name: "refuse-once"
-// gets 400 the first time only, "refuse" always 400 (dead letters), "slow"
-// waits 3 s, anything else 200. At /refuse-once every key gets 400 the first
+// gets 400 the first time only, "refuse" always 400 (dead letters), "poison"
+// always 500 (retried until dead-lettered), "slow" waits 3 s, anything else 200. At /refuse-once every key gets 400 the first
 // time; requests there are counted apart, as `/refuse-once {key}`.
 import { createServer } from 'node:http';
 
@@ -29,6 +29,7 @@ createServer((req, res) => {
     const answer = () => {
       const refuse = apart || key.includes('refuse-once') ? count === 1 : key.includes('refuse');
       if (refuse) { res.statusCode = 400; return res.end('refused by the e2e destination'); }
+      if (key.includes('poison')) { res.statusCode = 500; return res.end('the e2e destination cannot take this one'); }
       res.end('ok');
     };
     if (key.includes('slow')) setTimeout(answer, 3000); else answer();

@@ -76,6 +76,21 @@ name = "crm"
 url = "${destinationURL}/hook"
 secret = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD"
 
+# An ordered destination: an event it keeps refusing ("poison" keys, 500)
+# blocks its account's later events until an operator dead-letters it.
+[[source]]
+slug = "e2e-ordered"
+provider = "standard"
+secrets = ["${e2eSources.standardSecret}"]
+max_attempts = 20
+
+[[source.destination]]
+name = "ledger"
+url = "${destinationURL}/hook"
+secret = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD"
+ordering = "per_key"
+ordering_key = "/account"
+
 [[source]]
 slug = "e2e-github"
 provider = "github"

@@ -328,3 +328,40 @@ test('an operator finds a dead destination among dead letters and re-delivers to
   expect((await received(request, `/refuse-once ${key}`)).count).toBe(2);
   expect((await received(request, key)).count).toBe(1);
 });
+
+test('an event that blocks an ordered key is shown as blocking, and an operator dead-letters it so the key goes on', async ({ page, request }) => {
+  await signIn(page, 'operator');
+  const account = eventId('acct');
+  const poison = eventId('poison');
+  const after = eventId('after');
+  await sendSigned(request, 'e2e-ordered', poison, JSON.stringify({ account }));
+  await sendSigned(request, 'e2e-ordered', after, JSON.stringify({ account }));
+  // The poison event failed and waits to be retried; the next of its key waits behind it.
+  await expect(async () => {
+    await page.goto(`/deliveries?key=${poison}`);
+    await page.getByTestId('deliveries-table').getByRole('link', { name: poison }).first().click();
+    await expect(page.getByTestId('blocking')).toContainText('1 wait behind it', { timeout: 2_000 });
+  }).toPass({ timeout: 20_000 });
+  const eventUrl = page.url();
+  expect((await received(request, `e2e-ordered:${after}`)).count).toBe(0);
+
+  await openHydrated(page, '/sources');
+  const blocked = page.getByTestId('blocked-keys').locator('tr').filter({ hasText: poison });
+  await expect(blocked).toContainText(account);
+  await expect(blocked).toContainText('ledger');
+
+  await openHydrated(page, new URL(eventUrl).pathname);
+  const form = page.getByTestId('dead-letter');
+  await form.locator('summary').click();
+  await form.getByLabel('Reason').fill('the ledger cannot parse this payload');
+  await form.getByRole('button', { name: 'Dead-letter' }).click();
+  await expect(form.getByRole('status')).toContainText('dead-lettered');
+  await expect.poll(async () => (await received(request, `e2e-ordered:${after}`)).count, { timeout: 15_000 }).toBe(1);
+  await page.reload();
+  await expect(page.getByTestId('event-facts')).toContainText('the ledger cannot parse this payload');
+
+  await page.getByRole('link', { name: 'Audit log' }).click();
+  const row = page.getByTestId('audit-table').locator('tr[data-action="dead_letter"]').first();
+  await expect(row).toContainText('e2e-operator');
+  await expect(row).toContainText(poison);
+});

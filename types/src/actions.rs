@@ -24,6 +24,16 @@ pub struct RedeliveryResult {
     pub past_window: bool,
 }
 
+/// What an operator's dead-letter by hand did.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct DeadLetterResult {
+    pub event_id: i64,
+    /// The destinations whose dispatch went dead (sorted).
+    pub destinations: Vec<String>,
+    pub message: String,
+}
+
 /// Which dead events a bulk re-delivery takes. Empty means any.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

@@ -126,6 +126,14 @@ pub struct DispatchRow {
     /// same key received before it ('' : all of its events share one order).
     #[serde(default)]
     pub ordering_key: Option<String>,
+    /// Ordered and not settled: the key's events received after this one,
+    /// which wait behind it.
+    #[serde(default)]
+    pub waiting_behind: Option<i64>,
+    /// Ordered and waiting behind an earlier event of its key: that
+    /// event's id (it goes once that one completes or is dead-lettered).
+    #[serde(default)]
+    pub held_by: Option<i64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -146,6 +146,31 @@ pub struct DestinationBacklog {
     pub oldest_due_secs: Option<f64>,
     /// Its dead dispatches.
     pub dead_letters: i64,
+    /// An ordered destination's keys held by an event that failed and waits
+    /// to be retried: the key's later events wait behind it.
+    #[serde(default)]
+    pub blocked_keys: i64,
+}
+
+/// A key of an ordered destination held by an event that failed and waits
+/// to be retried; the key's events received after it wait behind it until
+/// it completes or is dead-lettered (by its attempts or by hand).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct BlockedKey {
+    pub source: String,
+    pub destination: String,
+    /// The key ('' : the destination orders all of its events as one).
+    pub ordering_key: String,
+    /// The event holding it.
+    pub event_id: i64,
+    pub idem_key: String,
+    pub attempt_count: i32,
+    #[serde(with = "crate::time::wire")]
+    pub next_attempt_at: chrono::DateTime<chrono::Utc>,
+    pub last_error: Option<String>,
+    /// The key's events waiting behind it.
+    pub waiting: i64,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

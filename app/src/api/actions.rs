@@ -1,6 +1,7 @@
 //! What operators and admins change (spec section 6): pause and resume,
 //! re-delivery through the dedup layer (single and bulk), forced
-//! re-execution, and the audit log that records all of it.
+//! re-execution, dead-letter by hand, and the audit log that records all of
+//! it.
 
 #[cfg(feature = "ssr")]
 use crate::api::fail;
@@ -56,6 +57,21 @@ pub async fn force_reexecution(
 ) -> Result<String, ServerFnError> {
     let cx = crate::api::cx().await?;
     ops::force(&cx, event_id, confirm_key, reason, destination)
+        .await
+        .map_err(fail)
+}
+
+/// An operator gives up on a waiting event: it goes dead with the reason,
+/// so an ordered destination's key it holds goes on (audit-logged).
+/// `destination`: only its waiting dispatch there (empty: every one).
+#[server(endpoint = "dead-letter")]
+pub async fn dead_letter_event(
+    event_id: i64,
+    reason: String,
+    #[server(default)] destination: String,
+) -> Result<DeadLetterResult, ServerFnError> {
+    let cx = crate::api::cx().await?;
+    ops::dead_letter(&cx, event_id, reason, destination)
         .await
         .map_err(fail)
 }

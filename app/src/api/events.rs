@@ -47,3 +47,14 @@ pub async fn list_dead(
         .await
         .map_err(fail)
 }
+
+/// The keys of ordered destinations held by an event that failed and waits
+/// to be retried, oldest holder first (`source`: only its own).
+#[server(endpoint = "blocked-keys")]
+pub async fn list_blocked_keys(
+    source: Option<String>,
+) -> Result<Vec<replaysafe_types::overview::BlockedKey>, ServerFnError> {
+    ops::blocked_keys(&crate::api::cx().await?, source.as_deref())
+        .await
+        .map_err(fail)
+}

@@ -3,7 +3,7 @@ use leptos_router::hooks::use_params_map;
 use replaysafe_types::states::{Outcome, State};
 use replaysafe_types::time::shown_ms;
 
-use crate::api::actions::ForceReexecution;
+use crate::api::actions::{DeadLetterEvent, ForceReexecution};
 use crate::auth::Role;
 
 use crate::api::events::{
@@ -111,6 +111,14 @@ fn EventBody(detail: EventDetail) -> impl IntoView {
                 .collect();
             (!completed.is_empty()).then(|| view! { <ForceForm event_id=event.id completed/> })
         }
+        {
+            let waiting: Vec<String> = dispatches
+                .iter()
+                .filter(|d| matches!(d.state, State::Queued | State::Retrying))
+                .map(|d| d.destination.clone())
+                .collect();
+            (!waiting.is_empty()).then(|| view! { <DeadLetterForm event_id=event.id waiting/> })
+        }
         <h2>"Destinations"</h2>
         <table class="lanes" data-testid="dispatches">
             <thead><tr><th>"Destination"</th><th>"State"</th><th>"Attempts"</th><th>"Details"</th><th><span class="visually-hidden">"Actions"</span></th></tr></thead>
@@ -128,7 +136,20 @@ fn EventBody(detail: EventDetail) -> impl IntoView {
                     };
                     let order = d.ordering_key.clone().map(|key| {
                         let key = if key.is_empty() { "all of its events".to_owned() } else { format!("key {key:?}") };
-                        view! { <br/><span class="muted">{format!("in receipt order with {key}")}</span> }
+                        let held = match (d.held_by, d.waiting_behind) {
+                            (Some(holder), _) => Some(view! {
+                                <br/><span class="warn-text" data-testid="held-by">
+                                    "waits behind " <a href=format!("/events/{holder}")>{format!("event {holder}")}</a>
+                                </span>
+                            }.into_any()),
+                            (None, Some(n)) if n > 0 && d.state == State::Retrying => Some(view! {
+                                <br/><span class="bad-text" data-testid="blocking">
+                                    {format!("holds its key: {} wait behind it until it completes or is dead-lettered", fmt_count(n))}
+                                </span>
+                            }.into_any()),
+                            _ => None,
+                        };
+                        view! { <br/><span class="muted">{format!("in receipt order with {key}")}</span>{held} }
                     });
                     // Only this destination's dispatch is revived.
                     let revive = (d.state == State::Dead)
@@ -217,6 +238,45 @@ fn ForceForm(event_id: i64, completed: Vec<String>) -> impl IntoView {
                         </select>
                     </label>
                     <button type="submit" class="danger" disabled=move || action.pending().get()>"Force re-execution"</button>
+                </ActionForm>
+                {result}
+            </details>
+        </IfRole>
+    }
+}
+
+/// Gives up on a waiting event by hand (operator; audit-logged): it goes
+/// dead with the reason, and an ordered key it holds goes on.
+#[component]
+fn DeadLetterForm(event_id: i64, waiting: Vec<String>) -> impl IntoView {
+    let action = ServerAction::<DeadLetterEvent>::new();
+    let waiting = StoredValue::new(waiting);
+    let result = move || {
+        action.value().get().map(|r| match r {
+            Ok(done) => view! { <p class="result ok" role="status">{done.message}</p> }.into_any(),
+            Err(e) => {
+                view! { <p class="result refused" role="alert">{error_text(&e)}</p> }.into_any()
+            }
+        })
+    };
+    view! {
+        <IfRole role=Role::Operator>
+            <details class="force" data-testid="dead-letter">
+                <summary>"Dead-letter by hand"</summary>
+                <p class="small">
+                    "Stop retrying: the event goes dead with your reason, and events of its ordering key "
+                    "waiting behind it go on. It can be re-delivered later."
+                </p>
+                <ActionForm action=action>
+                    <input type="hidden" name="event_id" value=event_id/>
+                    <label>"Reason" <input name="reason" required size="40"/></label>
+                    <label>"Destination"
+                        <select name="destination">
+                            <option value="">"every waiting one"</option>
+                            {waiting.get_value().into_iter().map(|d| view! { <option value=d.clone()>{d.clone()}</option> }).collect_view()}
+                        </select>
+                    </label>
+                    <button type="submit" class="danger" disabled=move || action.pending().get()>"Dead-letter"</button>
                 </ActionForm>
                 {result}
             </details>

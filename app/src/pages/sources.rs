@@ -1,8 +1,10 @@
 use leptos::prelude::*;
+use replaysafe_types::overview::BlockedKey;
 use replaysafe_types::states::Breaker;
-use replaysafe_types::time::shown;
+use replaysafe_types::time::{shown, shown_ms};
 
 use crate::api::actions::{SetBreaker, SetSourcePaused};
+use crate::api::events::list_blocked_keys;
 use crate::api::overview::{load_overview, SourceFigures};
 use crate::api::{list_sources, RevealDestinationUrl, SourceSummary};
 use crate::auth::Role;
@@ -18,6 +20,7 @@ pub fn SourcesPage() -> impl IntoView {
         |_| list_sources(),
     );
     let figures = Resource::new(|| (), |_| load_overview(None, "day".into()));
+    let blocked = Resource::new(|| (), |_| list_blocked_keys(None));
     provide_context(toggle);
     provide_context(breaker);
     let failure = move || {
@@ -51,7 +54,53 @@ pub fn SourcesPage() -> impl IntoView {
                     }
                 })}
             </Transition>
+            <Transition fallback=|| ()>
+                {move || Suspend::new(async move {
+                    blocked.await.ok().filter(|keys| !keys.is_empty()).map(|keys| view! { <BlockedKeys keys/> })
+                })}
+            </Transition>
         </section>
+    }
+}
+
+/// Ordered destinations' keys held by an event that keeps failing: the
+/// key's later events wait until it completes or is dead-lettered.
+#[component]
+fn BlockedKeys(keys: Vec<BlockedKey>) -> impl IntoView {
+    view! {
+        <h2>"Blocked ordered keys"</h2>
+        <p class="small">
+            "Each key below is held by an event that failed and waits to be retried; the key's later events wait behind it. "
+            "Open the event to dead-letter it by hand if it cannot succeed."
+        </p>
+        <table class="data" data-testid="blocked-keys">
+            <thead>
+                <tr>
+                    <th scope="col">"Source"</th>
+                    <th scope="col">"Destination"</th>
+                    <th scope="col">"Key"</th>
+                    <th scope="col">"Held by"</th>
+                    <th scope="col">"Attempts"</th>
+                    <th scope="col">"Next attempt (UTC)"</th>
+                    <th scope="col">"Waiting behind"</th>
+                    <th scope="col">"Last error"</th>
+                </tr>
+            </thead>
+            <tbody>
+                {keys.into_iter().map(|k| view! {
+                    <tr>
+                        <td><code>{k.source.clone()}</code></td>
+                        <td><code>{k.destination.clone()}</code></td>
+                        <td><code>{if k.ordering_key.is_empty() { "(all events)".to_owned() } else { k.ordering_key.clone() }}</code></td>
+                        <td><a href=format!("/events/{}", k.event_id)><code>{k.idem_key.clone()}</code></a></td>
+                        <td>{k.attempt_count}</td>
+                        <td>{shown_ms(&k.next_attempt_at)}</td>
+                        <td>{fmt_count(k.waiting)}</td>
+                        <td class="small">{k.last_error.clone().unwrap_or_default()}</td>
+                    </tr>
+                }).collect_view()}
+            </tbody>
+        </table>
     }
 }
 

@@ -4,12 +4,14 @@
 //! 401 or 403 through `authorize`, the one role check.
 
 mod audit;
+pub mod bad_credentials;
 mod password;
 mod sign_in;
 mod throttle;
 pub mod tokens;
 
 pub use audit::{record, Entry};
+pub use bad_credentials::BadCredentials;
 pub use password::{hash_password, verify_password};
 pub use sign_in::*;
 pub use throttle::{prune as prune_sign_in_attempts, unlock};

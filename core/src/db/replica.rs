@@ -45,6 +45,14 @@ impl Reads {
         }
     }
 
+    /// The same replica, with `primary` to fall back on.
+    pub fn on_primary(&self, primary: PgPool) -> Self {
+        Self {
+            primary,
+            replica: self.replica.clone(),
+        }
+    }
+
     /// Reads from `replica` once the watcher finds it answering.
     pub fn with_replica(primary: PgPool, replica: PgPool) -> Self {
         Self {

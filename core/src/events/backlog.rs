@@ -7,11 +7,14 @@
 //! *in flight* (leased, an attempt under way) and *waiting* (the rest:
 //! backing off, source paused, breaker open or half-open). A **dead letter**
 //! is an event: dead when any of its dispatches is, counted once, with each
-//! destination's dead dispatches beside it.
+//! destination's dead dispatches beside it. A **blocked key** is an
+//! ordered destination's key whose oldest unsettled event failed and waits
+//! to be retried: the key's later events wait behind it.
 
 use sqlx::PgPool;
 
-use replaysafe_types::overview::{DestinationBacklog, COUNT_CAP};
+use replaysafe_types::overview::{BlockedKey, DestinationBacklog, COUNT_CAP};
+use replaysafe_types::time::Time;
 
 /// Each (source, destination) with a backlog or dead dispatches, ordered by
 /// source and destination. Every count stops at `COUNT_CAP`: counting a huge
@@ -60,7 +63,19 @@ pub async fn by_destination(pool: &PgPool) -> Result<Vec<DestinationBacklog>, sq
                    FROM dispatches d
                    WHERE d.source = x.source AND d.destination = x.destination
                      AND d.state IN ('queued', 'retrying') AND d.next_attempt_at <= now())
-                      AS oldest_ready_secs
+                      AS oldest_ready_secs,
+                  (SELECT count(*) FROM (
+                       SELECT 1 FROM dispatches h
+                       WHERE h.source = x.source AND h.destination = x.destination
+                         AND h.ordering_key IS NOT NULL AND h.state = 'retrying'
+                         AND NOT EXISTS (SELECT 1 FROM dispatches o
+                                         WHERE o.source = h.source
+                                           AND o.destination = h.destination
+                                           AND o.ordering_key = h.ordering_key
+                                           AND o.ordering_key IS NOT NULL
+                                           AND o.state IN ('queued', 'processing', 'retrying')
+                                           AND o.event_id < h.event_id)
+                       LIMIT $1) c) AS "blocked_keys!"
            FROM pairs x
            LEFT JOIN in_flight f ON f.source = x.source AND f.destination = x.destination
            LEFT JOIN sources s ON s.slug = x.source
@@ -96,6 +111,7 @@ pub async fn by_destination(pool: &PgPool) -> Result<Vec<DestinationBacklog>, sq
                 in_flight: r.in_flight,
                 oldest_due_secs: r.oldest_ready_secs.filter(|_| r.runnable && due > 0),
                 dead_letters: 0,
+                blocked_keys: r.blocked_keys,
             }
         })
         .collect();
@@ -115,6 +131,42 @@ pub async fn by_destination(pool: &PgPool) -> Result<Vec<DestinationBacklog>, sq
     }
     rows.sort_by(|a, b| (&a.source, &a.destination).cmp(&(&b.source, &b.destination)));
     Ok(rows)
+}
+
+/// The keys of ordered destinations (of `source`, or every one) held by
+/// an event that failed and waits to be retried, oldest holder first, up
+/// to `limit`.
+pub async fn blocked_keys(
+    pool: &PgPool,
+    source: Option<&str>,
+    limit: i64,
+) -> Result<Vec<BlockedKey>, sqlx::Error> {
+    sqlx::query_as!(
+        BlockedKey,
+        r#"SELECT h.source, h.destination, h.ordering_key AS "ordering_key!", h.event_id,
+                  e.idem_key, h.attempt_count, h.next_attempt_at AS "next_attempt_at: Time",
+                  h.last_error,
+                  (SELECT count(*) FROM dispatches q
+                   WHERE q.source = h.source AND q.destination = h.destination
+                     AND q.ordering_key = h.ordering_key AND q.ordering_key IS NOT NULL
+                     AND q.state IN ('queued', 'processing', 'retrying')
+                     AND q.event_id > h.event_id) AS "waiting!"
+           FROM dispatches h JOIN events e ON e.id = h.event_id
+           WHERE h.ordering_key IS NOT NULL AND h.state = 'retrying'
+             AND ($1::text IS NULL OR h.source = $1)
+             AND NOT EXISTS (SELECT 1 FROM dispatches o
+                             WHERE o.source = h.source AND o.destination = h.destination
+                               AND o.ordering_key = h.ordering_key
+                               AND o.ordering_key IS NOT NULL
+                               AND o.state IN ('queued', 'processing', 'retrying')
+                               AND o.event_id < h.event_id)
+           ORDER BY h.event_id
+           LIMIT $2"#,
+        source,
+        limit
+    )
+    .fetch_all(pool)
+    .await
 }
 
 /// Each source's dead events (an event once, however many of its dispatches

@@ -21,6 +21,7 @@
 //!                               ▲                        (finish from processing)   │
 //!                               └───────────── force (admin) ───────────────────────┘
 //!
+//!   queued, retrying ──dead_letter (operator, by hand)──▶ dead
 //!   completed, dead ──prune (retention, after dedup_ttl_days)──▶ (none)
 //! ```
 //!
@@ -35,7 +36,8 @@
 //! - **sync holder** (the request that holds a sync claim): `start_inline`,
 //!   `finish`, `complete_inline`; a paused source is released to the workers
 //!   (`release_paused`).
-//! - **operator**: `revive` (re-delivery of a dead event).
+//! - **operator**: `revive` (re-delivery of a dead event); `dead_letter`
+//!   (gives up on a waiting event by hand, so an ordered key it holds goes on).
 //! - **admin**: `force` (a completed event runs once more).
 //! - **retention**: `prune` forgets settled keys.
 
@@ -49,7 +51,7 @@ pub use claim::{
     claim, claim_batch, duplicate, guard, prune_guard, revive, BatchClaim, BatchRow, Duplicate,
     InlineLease, Planned,
 };
-pub use operator::{force, prune, Forced};
+pub use operator::{dead_letter, force, prune, DeadLettered, Forced};
 pub use work::{
     adopt_orphans, complete_inline, finish, finish_each, lease, lease_gated, lease_probe,
     release_paused, release_unbegun, start_inline, AttemptRecord, Done, Gate, Inline, Leased, Next,

@@ -1,4 +1,5 @@
-//! The admin's forced re-execution and retention's pruning of settled keys.
+//! The admin's forced re-execution, the operator's dead-letter by hand and
+//! retention's pruning of settled keys.
 
 use sqlx::PgPool;
 
@@ -90,19 +91,7 @@ pub async fn force(
             forced
         }
     };
-    let found = sqlx::query!(
-        r#"SELECT count(*) AS "dispatches!",
-                  count(*) FILTER (WHERE state = 'completed') AS "completed!",
-                  CASE WHEN count(*) FILTER (WHERE state <> 'filtered') > 0
-                       THEN event_state(array_agg(state) FILTER (WHERE state <> 'filtered'))
-                  END AS "state: State"
-           FROM dispatches
-           WHERE event_id = $1 AND ($2::text IS NULL OR destination = $2)"#,
-        event_id,
-        destination
-    )
-    .fetch_one(&mut *tx)
-    .await?;
+    let found = lanes(&mut tx, event_id, destination).await?;
     tx.commit().await?;
     if let (Some(delivery_id), false) = (payload, forced.is_empty()) {
         return Ok(Forced::Queued {
@@ -119,6 +108,100 @@ pub async fn force(
     } else {
         Forced::NotCompleted(found.state.unwrap_or(State::Queued))
     })
+}
+
+/// What a dead-letter by hand did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DeadLettered {
+    /// These dispatches (sorted) went from waiting to dead.
+    Dead(Vec<String>),
+    /// An attempt is in flight: its holder decides, and the operator may
+    /// try again once it ended.
+    InFlight,
+    /// Nothing waits: the event's (or the destination's) dispatches are in
+    /// this state.
+    NotWaiting(State),
+    NotFound,
+}
+
+/// An operator gives up on a waiting event (its queued or retrying
+/// dispatches, or only `destination`'s): they go dead with the reason, so
+/// that an ordered destination's key it held goes on. A dispatch in flight
+/// is left to its holder; a dead one may be re-delivered later, as any.
+pub async fn dead_letter(
+    pool: &PgPool,
+    event_id: i64,
+    destination: Option<&str>,
+    reason: &str,
+) -> Result<DeadLettered, sqlx::Error> {
+    let mut tx = pool.begin().await?;
+    // Under the event's row lock, as a revive and a force: their moves and
+    // this one serialise.
+    let found = sqlx::query_scalar!(
+        "SELECT id FROM events WHERE id = $1 FOR NO KEY UPDATE",
+        event_id
+    )
+    .fetch_optional(&mut *tx)
+    .await?;
+    if found.is_none() {
+        return Ok(DeadLettered::NotFound);
+    }
+    let mut dead = sqlx::query_scalar!(
+        "UPDATE dispatches SET state = 'dead', state_changed_at = now(),
+             dead_reason = $3, last_error = $3, lease_owner = NULL, lease_expires_at = NULL
+         WHERE event_id = $1 AND state IN ('queued', 'retrying')
+           AND ($2::text IS NULL OR destination = $2)
+         RETURNING destination",
+        event_id,
+        destination,
+        reason
+    )
+    .fetch_all(&mut *tx)
+    .await?;
+    let left = lanes(&mut tx, event_id, destination).await?;
+    tx.commit().await?;
+    Ok(if !dead.is_empty() {
+        dead.sort();
+        DeadLettered::Dead(dead)
+    } else if left.dispatches == 0 {
+        DeadLettered::NotFound
+    } else if left.in_flight > 0 {
+        DeadLettered::InFlight
+    } else {
+        DeadLettered::NotWaiting(left.state.unwrap_or(State::Filtered))
+    })
+}
+
+/// An event's dispatches (or only `destination`'s) as an action left them.
+struct Lanes {
+    dispatches: i64,
+    completed: i64,
+    in_flight: i64,
+    /// The event's state over its dispatches that are not filtered; None
+    /// when every one is.
+    state: Option<State>,
+}
+
+async fn lanes(
+    tx: &mut sqlx::PgConnection,
+    event_id: i64,
+    destination: Option<&str>,
+) -> Result<Lanes, sqlx::Error> {
+    sqlx::query_as!(
+        Lanes,
+        r#"SELECT count(*) AS "dispatches!",
+                  count(*) FILTER (WHERE state = 'completed') AS "completed!",
+                  count(*) FILTER (WHERE state = 'processing') AS "in_flight!",
+                  CASE WHEN count(*) FILTER (WHERE state <> 'filtered') > 0
+                       THEN event_state(array_agg(state) FILTER (WHERE state <> 'filtered'))
+                  END AS "state: State"
+           FROM dispatches
+           WHERE event_id = $1 AND ($2::text IS NULL OR destination = $2)"#,
+        event_id,
+        destination
+    )
+    .fetch_one(tx)
+    .await
 }
 
 /// Retention forgets up to `limit` settled keys last seen more than

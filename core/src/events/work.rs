@@ -163,7 +163,9 @@ pub async fn lease(
 }
 
 /// A half-open breaker's probe (`breaker::take_probes`): one due dispatch
-/// of the runnable destination, which is otherwise left alone.
+/// of the runnable destination, which is otherwise left alone: of its
+/// oldest due ones, the one that failed least (a poison event that failed
+/// every time is probed with only when nothing else waits).
 pub async fn lease_probe(
     pool: &PgPool,
     worker: &str,
@@ -175,7 +177,12 @@ pub async fn lease_probe(
     Ok(leased)
 }
 
-/// `probing`: leases of destinations whose breaker is not closed too.
+/// The due dispatches a probe chooses from, oldest first: the one of them
+/// that failed least is sent.
+const PROBE_CANDIDATES: i64 = 100;
+
+/// `probing`: leases of destinations whose breaker is not closed too, the
+/// least failed of the oldest due dispatches first.
 async fn lease_on(
     conn: &mut PgConnection,
     worker: &str,
@@ -217,7 +224,7 @@ async fn lease_on(
                               AND q.state IN ('queued', 'processing', 'retrying')
                               AND q.event_id <> w.event_id
                               AND (q.event_id < w.event_id OR q.state = 'processing')))
-                  ORDER BY w.next_attempt_at LIMIT $2) c)
+                  ORDER BY w.next_attempt_at LIMIT $9) c)
              UNION ALL
              (SELECT event_id, destination FROM dispatches
               WHERE state = 'processing' AND lease_expires_at < now() - make_interval(secs => $6)
@@ -240,6 +247,9 @@ async fn lease_on(
                     OR (state = 'processing' AND lease_expires_at < now() - make_interval(secs => $6))
                     OR (state = 'retrying' AND forwarder = 'request'
                         AND state_changed_at < now() - make_interval(secs => $5)))
+             -- A probe takes the dispatch that failed least: an event the
+             -- application keeps refusing never holds the breaker open.
+             ORDER BY CASE WHEN $8 THEN attempt_count END, next_attempt_at
              LIMIT $2
              FOR UPDATE SKIP LOCKED
          ),
@@ -321,7 +331,8 @@ async fn lease_on(
         runnable.request_grace.as_secs_f64(),
         runnable.takeover_grace.as_secs_f64(),
         &runnable.destinations,
-        probing
+        probing,
+        if probing { PROBE_CANDIDATES } else { limit }
     )
     .fetch_all(conn)
     .await

@@ -1,6 +1,7 @@
 //! What operators and admins change (spec section 6): pause and resume,
 //! re-delivery through the dedup layer (single and bulk), forced
-//! re-execution, and the audit log that records all of it.
+//! re-execution, dead-letter by hand, and the audit log that records all of
+//! it.
 
 use replaysafe_types::actions::*;
 use replaysafe_types::auth::Role;
@@ -241,6 +242,86 @@ pub async fn redeliver_each(
     )
     .await?;
     Ok(results)
+}
+
+/// The longest dead-letter reason kept (the rest is cut at a character).
+const REASON_MAX: usize = 500;
+
+/// An operator gives up on a waiting event (every queued or retrying
+/// dispatch of it, or only `destination`'s), with a reason: it goes dead,
+/// so an ordered destination's key it held goes on; audit-logged either
+/// way. It may be re-delivered later like any dead event.
+pub async fn dead_letter(
+    cx: &Cx,
+    event_id: i64,
+    reason: String,
+    destination: String,
+) -> Result<DeadLetterResult, OpError> {
+    use crate::events::DeadLettered;
+    let user = cx.require(Role::Operator)?;
+    let reason = reason.trim();
+    if reason.is_empty() {
+        return Err(OpError::BadRequest(
+            "give a reason: it is kept as the dead-letter reason and goes into the audit log"
+                .into(),
+        ));
+    }
+    let reason: String = reason.chars().take(REASON_MAX).collect();
+    let destination = Some(destination.trim().to_owned()).filter(|d| !d.is_empty());
+    let key = sqlx::query_scalar!("SELECT idem_key FROM events WHERE id = $1", event_id)
+        .fetch_optional(&cx.services.pool)
+        .await?
+        .ok_or_else(|| OpError::not_found("event"))?;
+    let stored = format!("dead-lettered by hand by {}: {reason}", user.username);
+    let done =
+        crate::events::dead_letter(&cx.services.pool, event_id, destination.as_deref(), &stored)
+            .await?;
+    let refused = match &done {
+        DeadLettered::Dead(_) => None,
+        DeadLettered::InFlight => Some(OpError::Conflict(
+            "an attempt is in flight: try again once it ended".into(),
+        )),
+        DeadLettered::NotWaiting(state) => Some(OpError::Conflict(match &destination {
+            Some(name) => format!(
+                "only a waiting dispatch can be dead-lettered; the one to {name} is {state}"
+            ),
+            None => format!("only a waiting event can be dead-lettered; this one is {state}"),
+        })),
+        DeadLettered::NotFound => Some(OpError::NotFound(match &destination {
+            Some(name) => format!("the event has no dispatch to {name:?}"),
+            None => "event not found".into(),
+        })),
+    };
+    let outcome = match &refused {
+        None => "dead-lettered".to_owned(),
+        Some(e) => format!("refused: {}", e.message()),
+    };
+    let destinations = match done {
+        DeadLettered::Dead(d) => d,
+        _ => Vec::new(),
+    };
+    cx.audit(
+        user,
+        "dead_letter",
+        Some(&format!("event {event_id} ({key})")),
+        &outcome,
+        serde_json::json!({ "reason": reason, "destination": destination, "dead": destinations }),
+    )
+    .await?;
+    if let Some(e) = refused {
+        return Err(e);
+    }
+    metrics::counter!("replaysafe_dead_lettered_by_hand_total").increment(1);
+    // An ordered key it held lets the next event of the key go.
+    cx.services.wake.work();
+    Ok(DeadLetterResult {
+        event_id,
+        message: format!(
+            "dead-lettered at {}: re-deliver it to queue it again",
+            destinations.join(", ")
+        ),
+        destinations,
+    })
 }
 
 /// An admin's forced re-execution of a completed event, confirmed by

@@ -48,6 +48,24 @@ pub async fn dead_letters(
     .await?)
 }
 
+/// The most keys of ordered destinations listed as blocked at once.
+pub const BLOCKED_KEYS_SHOWN: i64 = 500;
+
+/// The keys of ordered destinations (of `source`, or every one) held by an
+/// event that failed and waits to be retried, oldest holder first.
+pub async fn blocked_keys(
+    cx: &Cx,
+    source: Option<&str>,
+) -> Result<Vec<replaysafe_types::overview::BlockedKey>, OpError> {
+    cx.require(Role::Viewer)?;
+    Ok(crate::events::backlog::blocked_keys(
+        &cx.services.reads.pool(),
+        source.filter(|s| !s.is_empty()),
+        BLOCKED_KEYS_SHOWN,
+    )
+    .await?)
+}
+
 /// Stored headers are `[[name, value], ...]`.
 fn header_pairs(value: serde_json::Value) -> Vec<(String, String)> {
     match value {
@@ -197,16 +215,31 @@ async fn event(
     .await?;
     let dispatches = sqlx::query_as!(
         DispatchRow,
-        r#"SELECT destination, state AS "state: State",
-                  state_changed_at AS "state_changed_at!: Time",
-                  attempt_count,
-                  CASE WHEN state IN ('queued', 'retrying')
-                       THEN next_attempt_at END
+        r#"SELECT p.destination, p.state AS "state: State",
+                  p.state_changed_at AS "state_changed_at!: Time",
+                  p.attempt_count,
+                  CASE WHEN p.state IN ('queued', 'retrying')
+                       THEN p.next_attempt_at END
                       AS "next_attempt_at: Time",
-                  last_error, dead_reason,
-                  completed_at AS "completed_at: Time",
-                  ordering_key
-           FROM dispatches WHERE event_id = $1 ORDER BY destination"#,
+                  p.last_error, p.dead_reason,
+                  p.completed_at AS "completed_at: Time",
+                  p.ordering_key,
+                  CASE WHEN p.ordering_key IS NOT NULL
+                            AND p.state IN ('queued', 'processing', 'retrying') THEN
+                      (SELECT count(*) FROM dispatches q
+                       WHERE q.source = p.source AND q.destination = p.destination
+                         AND q.ordering_key = p.ordering_key AND q.ordering_key IS NOT NULL
+                         AND q.state IN ('queued', 'processing', 'retrying')
+                         AND q.event_id > p.event_id)
+                  END AS waiting_behind,
+                  CASE WHEN p.ordering_key IS NOT NULL AND p.state IN ('queued', 'retrying') THEN
+                      (SELECT min(o.event_id) FROM dispatches o
+                       WHERE o.source = p.source AND o.destination = p.destination
+                         AND o.ordering_key = p.ordering_key AND o.ordering_key IS NOT NULL
+                         AND o.state IN ('queued', 'processing', 'retrying')
+                         AND o.event_id < p.event_id)
+                  END AS held_by
+           FROM dispatches p WHERE p.event_id = $1 ORDER BY p.destination"#,
         id
     )
     .fetch_all(pool)

@@ -250,17 +250,23 @@ pub async fn refresh_gauges(pool: &PgPool, read: &GaugesRead) -> Result<(), sqlx
             &labels,
             [row.due, row.waiting, row.in_flight],
             row.dead_letters,
+            row.blocked_keys,
         );
         now_set.insert(labels);
     }
     for gone in state.destinations.difference(&now_set) {
-        set_destination(gone, [0, 0, 0], 0);
+        set_destination(gone, [0, 0, 0], 0, 0);
     }
     state.destinations = now_set;
     Ok(())
 }
 
-fn set_destination((source, destination): &(String, String), backlog: [i64; 3], dead: i64) {
+fn set_destination(
+    (source, destination): &(String, String),
+    backlog: [i64; 3],
+    dead: i64,
+    blocked_keys: i64,
+) {
     for (state, n) in ["due", "waiting", "in_flight"].into_iter().zip(backlog) {
         metrics::gauge!("replaysafe_backlog", "source" => source.clone(),
             "destination" => destination.clone(), "state" => state)
@@ -269,4 +275,7 @@ fn set_destination((source, destination): &(String, String), backlog: [i64; 3], 
     metrics::gauge!("replaysafe_dead_letter_dispatches", "source" => source.clone(),
         "destination" => destination.clone())
     .set(dead as f64);
+    metrics::gauge!("replaysafe_ordering_blocked_keys", "source" => source.clone(),
+        "destination" => destination.clone())
+    .set(blocked_keys as f64);
 }

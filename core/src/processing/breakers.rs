@@ -92,17 +92,30 @@ impl Breakers {
         // (failures, successes, failures since the last success), in the
         // order the attempts ended.
         let mut counts: HashMap<(&str, &str), (i32, i32, i32)> = HashMap::new();
-        for d in done {
-            let Some(broken) = verdict(d) else { continue };
-            let c = counts
-                .entry((d.leased.source.as_str(), d.leased.destination.as_str()))
-                .or_default();
-            if broken {
-                c.0 += 1;
-                c.2 += 1;
-            } else {
-                c.1 += 1;
-                c.2 = 0;
+        {
+            let not_closed = self.not_closed.lock().expect("never poisoned");
+            for d in done {
+                let Some(broken) = verdict(d) else { continue };
+                // An event's failures count once: one the application keeps
+                // refusing (a poison event) says nothing new about the
+                // destination after the first. A probe's failure always counts.
+                let repeated = d.leased.attempt > 1;
+                if broken
+                    && repeated
+                    && !not_closed.contains(&key(&d.leased.source, &d.leased.destination))
+                {
+                    continue;
+                }
+                let c = counts
+                    .entry((d.leased.source.as_str(), d.leased.destination.as_str()))
+                    .or_default();
+                if broken {
+                    c.0 += 1;
+                    c.2 += 1;
+                } else {
+                    c.1 += 1;
+                    c.2 = 0;
+                }
             }
         }
         let mut seen: Vec<Outcomes> = {

@@ -56,6 +56,13 @@ pub struct Services {
     pub recorder: recorder::Recorder,
     /// Where the dashboard's and the API's reads go (`db::replica`).
     pub reads: crate::db::replica::Reads,
+    /// The dashboard's and the API's own pool (`for_dashboard`): a flood
+    /// of their requests waits for its connections, never for the ones the
+    /// receiver claims with or the workers record with. The same pool as
+    /// `pool` unless the server sets one (`serve` does).
+    pub dashboard_pool: PgPool,
+    /// Made-up tokens and session cookies, counted per address.
+    pub bad_credentials: Arc<crate::accounts::BadCredentials>,
 }
 
 impl Services {
@@ -86,12 +93,26 @@ impl Services {
             recorder: recorder::Recorder::start(pool.clone()),
             rejections: Arc::new(Rejections::new(config.rejections)),
             reads: crate::db::replica::Reads::primary_only(pool.clone()),
+            dashboard_pool: pool.clone(),
+            bad_credentials: Default::default(),
             pool,
             config,
             wake,
             client: http_client(),
             policy: Arc::new(policy),
         }
+    }
+}
+
+impl Services {
+    /// These services as the dashboard and the API use them: their
+    /// database work (sessions, tokens, pages, actions) goes through
+    /// `dashboard_pool`, reads to the replica as before.
+    pub fn for_dashboard(&self) -> Self {
+        let mut services = self.clone();
+        services.pool = self.dashboard_pool.clone();
+        services.reads = self.reads.on_primary(self.dashboard_pool.clone());
+        services
     }
 }
 

@@ -12,6 +12,11 @@ use replaysafe_core::db;
 use replaysafe_core::processing::worker::Workers;
 use replaysafe_core::processing::Services;
 
+/// The receiver's, the workers' and the background jobs' connections.
+const CONNECTIONS: u32 = 32;
+/// The dashboard's and the API's own (`Services::dashboard_pool`).
+const DASHBOARD_CONNECTIONS: u32 = 8;
+
 #[derive(clap::Args, Debug, Clone)]
 pub struct ServeArgs {
     /// Workers forwarding events in this process; 0 runs a receiver only
@@ -74,7 +79,7 @@ pub async fn run(config: Config, args: ServeArgs) -> Result<(), CliError> {
     }
     let config = Arc::new(config);
     let database = db::locate(&config).await?;
-    let pool = db::pool(&database.url, 32).await?;
+    let pool = db::pool(&database.url, CONNECTIONS).await?;
     let shutdown = CancellationToken::new();
     let wake = Arc::new(replaysafe_core::processing::wake::Wake::for_config(&config));
     let role = if args.worker_only {
@@ -83,6 +88,7 @@ pub async fn run(config: Config, args: ServeArgs) -> Result<(), CliError> {
         Role::Full
     };
     let mut services = Services::new(pool.clone(), config.clone(), wake);
+    services.dashboard_pool = db::pool(&database.url, DASHBOARD_CONNECTIONS).await?;
     if let Some(url) = &config.read_database_url {
         services.reads = replaysafe_core::db::replica::Reads::with_replica(
             pool.clone(),

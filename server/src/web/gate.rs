@@ -109,6 +109,16 @@ impl NotedOncePerMinute {
     }
 }
 
+/// Whether the request sends a `replaysafe_session` cookie.
+fn carries_session_cookie(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(tower_sessions::cookie::Cookie::split_parse)
+        .any(|c| c.is_ok_and(|c| c.name() == COOKIE))
+}
+
 pub async fn gate(
     State(state): State<AppState>,
     session: Session,
@@ -134,7 +144,30 @@ pub async fn gate(
     if is_public(&path) {
         return next.run(request).await;
     }
+    // A session cookie that does not verify is counted against its address,
+    // which is refused (429) past the limit before the session is looked up.
+    let cookie_from = carries_session_cookie(request.headers())
+        .then(|| {
+            request
+                .extensions()
+                .get::<replaysafe_core::accounts::ClientAddr>()
+                .map(|a| a.0)
+        })
+        .flatten();
+    let bad = &state.services.bad_credentials;
+    if let Some(wait) = cookie_from.and_then(|a| bad.refused(a)) {
+        let secs = wait.as_secs_f64().ceil().max(1.0).to_string();
+        return (
+            StatusCode::TOO_MANY_REQUESTS,
+            [(header::RETRY_AFTER, secs)],
+            "too many session cookies that do not verify from this address",
+        )
+            .into_response();
+    }
     let user = app::auth::ssr::caller_of(&state.services.pool, &session).await;
+    if let (Ok(None), Some(address)) = (&user, cookie_from) {
+        bad.failed(address);
+    }
     match user {
         Ok(Some(user)) => {
             // Server functions read it from here instead of asking again.

@@ -94,20 +94,26 @@ fn router(state: AppState, role: Role) -> Router {
         let config = state.services.config.clone();
         return trace::traced(secured(router.with_state(state), &config), config);
     }
+    // The dashboard and the API on a pool of their own: strangers' floods
+    // of them never hold the connections the receiver claims with.
+    let dashboard_state = AppState {
+        services: state.services.for_dashboard(),
+        ..state.clone()
+    };
     let routes = DASHBOARD_ROUTES.clone();
-    let services = state.services.clone();
+    let services = dashboard_state.services.clone();
     // Checked at start: public_url is an http(s) URL.
     let public_url = replaysafe_core::accounts::PublicUrl(
         url::Url::parse(&state.services.config.public_url).expect("config checked public_url"),
     );
     let sign_in = replaysafe_core::accounts::SignInLimits::default();
-    let api = api::router(&state);
+    let api = api::router(&dashboard_state);
     let options = state.leptos_options.clone();
     let config = state.services.config.clone();
     // The dashboard: pages and server functions, behind sessions and the gate.
     let dashboard = Router::new()
         .leptos_routes_with_context(
-            &state,
+            &dashboard_state,
             routes,
             move || {
                 provide_context(services.clone());
@@ -120,17 +126,18 @@ fn router(state: AppState, role: Role) -> Router {
             app::shell,
         ))
         .layer(axum::middleware::from_fn_with_state(
-            state.clone(),
+            dashboard_state.clone(),
             body::bounded,
         ))
         .layer(axum::middleware::from_fn_with_state(
-            state.clone(),
+            dashboard_state.clone(),
             gate::gate,
         ))
         .layer(gate::session_layer(
             &config,
-            PostgresStore::new(state.services.pool.clone()),
-        ));
+            PostgresStore::new(dashboard_state.services.pool.clone()),
+        ))
+        .with_state(dashboard_state);
     // Providers and probes: no sessions, no cookies.
     let mut router = Router::new()
         .route("/healthz", get(health::healthz))
@@ -141,8 +148,8 @@ fn router(state: AppState, role: Role) -> Router {
     }
     let state_for_demo = state.clone();
     let router = router
-        .merge(dashboard)
         .with_state(state)
+        .merge(dashboard)
         .nest("/api/v1", api);
     let router = if config.demo_destination {
         router.merge(demo::router().layer(axum::middleware::from_fn_with_state(

@@ -5,7 +5,7 @@
 use replaysafe_core::db::MIGRATOR;
 use sqlx::PgPool;
 
-use crate::helpers::{spawn_app, test_config, Destination, Scripted, TestApp, PASSWORD};
+use crate::helpers::{spawn_app, state_of, test_config, Destination, Scripted, TestApp, PASSWORD};
 
 fn config(destination: &str, secrets: &str) -> replaysafe_core::config::Config {
     test_config(
@@ -30,14 +30,6 @@ async fn deliver(app: &TestApp, id: &str, secret: &[u8]) -> u16 {
 
 async fn first_delivery(pool: &PgPool, key: &str) -> (i64, i64) {
     sqlx::query_as("SELECT id, first_delivery_id FROM events WHERE idem_key = $1")
-        .bind(key)
-        .fetch_one(pool)
-        .await
-        .unwrap()
-}
-
-async fn state(pool: &PgPool, key: &str) -> String {
-    sqlx::query_scalar("SELECT state FROM event_summaries WHERE idem_key = $1")
         .bind(key)
         .fetch_one(pool)
         .await
@@ -537,7 +529,7 @@ async fn a_dead_event_is_requeued_exactly_once_however_many_operators_click(pool
     let app = spawn_app(pool.clone(), config(&destination.url, r#""gh-secret""#)).await;
     deliver(&app, "d-1", b"gh-secret").await;
     app.drain().await;
-    assert_eq!(state(&pool, "d-1").await, "dead");
+    assert_eq!(state_of(&pool, "d-1").await, "dead");
     let (_, delivery) = first_delivery(&pool, "d-1").await;
     let operator = app.session("operator").await;
 
@@ -566,7 +558,7 @@ async fn a_dead_event_is_requeued_exactly_once_however_many_operators_click(pool
         }
     }
     app.drain().await;
-    assert_eq!(state(&pool, "d-1").await, "completed");
+    assert_eq!(state_of(&pool, "d-1").await, "completed");
     assert_eq!(
         destination.count(),
         2,
@@ -643,7 +635,7 @@ async fn a_rejected_delivery_that_now_verifies_is_claimed(pool: PgPool) {
     assert_eq!(result["outcome"], "claimed", "{result}");
     assert_eq!(result["requeued"], false);
     rotated.drain().await;
-    assert_eq!(state(&pool, "r-1").await, "completed");
+    assert_eq!(state_of(&pool, "r-1").await, "completed");
     assert_eq!(destination.count(), 1);
 }
 
@@ -705,7 +697,7 @@ async fn forced_reexecution_needs_an_admin_the_typed_key_and_a_reason(pool: PgPo
     let forced = destination.received.lock().unwrap().last().unwrap().clone();
     assert_eq!(forced.headers["x-replaysafe-forced"], "true");
     assert_eq!(forced.headers["idempotency-key"], "gh:f-1");
-    assert_eq!(state(&pool, "f-1").await, "completed");
+    assert_eq!(state_of(&pool, "f-1").await, "completed");
     // Completed again: a provider's duplicate is still not forwarded.
     deliver(&app, "f-1", b"gh-secret").await;
     app.drain().await;

@@ -10,7 +10,7 @@ use replaysafe_core::processing::worker::Workers;
 use sha2::Sha256;
 use sqlx::PgPool;
 
-use crate::helpers::{spawn_app, test_config, Destination, Scripted, TestApp};
+use crate::helpers::{spawn_app, state_of, test_config, Destination, Scripted, TestApp};
 
 fn github_source(slug: &str, destination: &str, timeout_secs: u32, max_attempts: u32) -> String {
     format!(
@@ -48,14 +48,6 @@ async fn interact(app: &TestApp, body: &str) -> reqwest::Response {
 
 async fn scalar_i64(pool: &PgPool, sql: &str) -> i64 {
     sqlx::query_scalar(sql).fetch_one(pool).await.unwrap()
-}
-
-async fn state_of(pool: &PgPool, key: &str) -> String {
-    sqlx::query_scalar("SELECT state FROM event_summaries WHERE idem_key = $1")
-        .bind(key)
-        .fetch_one(pool)
-        .await
-        .unwrap()
 }
 
 /// The event id and first delivery id holding `key`.

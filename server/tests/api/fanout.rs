@@ -5,7 +5,9 @@
 use replaysafe_core::db::MIGRATOR;
 use sqlx::PgPool;
 
-use crate::helpers::{hmac_hex, spawn_app, test_config, Destination, Outage, Scripted, TestApp};
+use crate::helpers::{
+    hmac_hex, spawn_app, state_of, test_config, Destination, Outage, Scripted, TestApp,
+};
 
 struct Three {
     billing: Destination,
@@ -76,14 +78,6 @@ async fn dispatches(pool: &PgPool, key: &str) -> Vec<(String, String)> {
     .fetch_all(pool)
     .await
     .unwrap()
-}
-
-async fn state_of(pool: &PgPool, key: &str) -> String {
-    sqlx::query_scalar("SELECT state FROM event_summaries WHERE idem_key = $1")
-        .bind(key)
-        .fetch_one(pool)
-        .await
-        .unwrap()
 }
 
 fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {

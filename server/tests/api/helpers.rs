@@ -278,7 +278,12 @@ pub async fn spawn_app_with(pool: PgPool, mut config: Config) -> TestApp {
     }
     let config = Arc::new(config);
     let shutdown = CancellationToken::new();
-    let services = Services::new(pool.clone(), config.clone(), Default::default());
+    let mut services = Services::new(pool.clone(), config.clone(), Default::default());
+    // As `serve` runs: the dashboard and the API on a pool of their own.
+    services.dashboard_pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(4)
+        .acquire_timeout(replaysafe_core::db::ACQUIRE_TIMEOUT)
+        .connect_lazy_with((*pool.connect_options()).clone());
     let app = Application::on(listener, services.clone(), replaysafe::web::Role::Full)
         .expect("a bound listener");
     let addr = app.addr;
@@ -645,4 +650,13 @@ impl Outage {
     pub fn answered(&self) -> Vec<(String, u16)> {
         self.seen.lock().unwrap().clone()
     }
+}
+
+/// The state of the event holding `key`.
+pub async fn state_of(pool: &PgPool, key: &str) -> String {
+    sqlx::query_scalar("SELECT state FROM event_summaries WHERE idem_key = $1")
+        .bind(key)
+        .fetch_one(pool)
+        .await
+        .unwrap()
 }

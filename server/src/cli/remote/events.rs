@@ -1,4 +1,4 @@
-//! `replaysafe events list|show|redeliver|force` over the API.
+//! `replaysafe events list|show|redeliver|force|dead-letter` over the API.
 
 use replaysafe_types::actions::RedeliveryResult;
 use replaysafe_types::events::{EventDetail, EventPage, EventSummary, TimelineEntry};
@@ -73,6 +73,24 @@ pub async fn run(remote: &Remote, action: EventsAction, as_json: bool) -> Result
                 output::json(&forced);
             } else {
                 println!("{}", forced["message"].as_str().unwrap_or_default());
+            }
+            Ok(())
+        }
+        EventsAction::DeadLetter {
+            id,
+            reason,
+            destination,
+        } => {
+            let dead: Value = remote
+                .post(
+                    &format!("events/{id}/dead-letter"),
+                    json!({"reason": reason, "destination": destination.unwrap_or_default()}),
+                )
+                .await?;
+            if as_json {
+                output::json(&dead);
+            } else {
+                println!("{}", dead["message"].as_str().unwrap_or_default());
             }
             Ok(())
         }

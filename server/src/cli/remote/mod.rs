@@ -67,6 +67,18 @@ pub enum EventsAction {
         #[arg(long)]
         destination: Option<String>,
     },
+    /// Give up on a waiting event (operator): it goes dead with the reason,
+    /// so an ordered destination's key it holds goes on; audit-logged
+    #[command(name = "dead-letter")]
+    DeadLetter {
+        id: i64,
+        /// Why: kept as the dead-letter reason and in the audit log
+        #[arg(long)]
+        reason: String,
+        /// Only its waiting dispatch to this destination (default: every waiting one)
+        #[arg(long)]
+        destination: Option<String>,
+    },
 }
 
 #[derive(Subcommand, Debug)]

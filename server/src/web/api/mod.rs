@@ -36,10 +36,8 @@ use replaysafe_types::states::Outcome;
 #[derive(Clone)]
 pub struct ApiState {
     services: replaysafe_core::processing::Services,
-    /// Requests per token. A stranger's made-up tokens are not limited
-    /// here: a token cannot be guessed (238 bits), and refusing one costs a
-    /// single index probe, less than the receiver's record of any unsigned
-    /// request, which strangers may send too.
+    /// Requests per token. A stranger's made-up tokens are counted per
+    /// address instead (`Services::bad_credentials`).
     limiter: Arc<limiter::Limiter<i64>>,
 }
 
@@ -209,6 +207,8 @@ async fn as_error_body(response: Response) -> Response {
 
 /// Resolves the bearer token to its caller (401 unless live) and applies
 /// the token's rate (429); the caller goes into the request's extensions.
+/// An address that sent `bad_credentials::LIMIT` tokens that did not
+/// verify within a minute gets 429 without a look-up for the rest of it.
 async fn authenticate(State(api): State<ApiState>, mut request: Request, next: Next) -> Response {
     let presented = request
         .headers()
@@ -225,10 +225,26 @@ async fn authenticate(State(api): State<ApiState>, mut request: Request, next: N
         ))
         .into_response();
     };
+    let address = request
+        .extensions()
+        .get::<replaysafe_core::accounts::ClientAddr>()
+        .map(|a| a.0);
+    let bad = &api.services.bad_credentials;
+    if let Some(wait) = address.and_then(|a| bad.refused(a)) {
+        return too_many(
+            "too many tokens that do not verify from this address".into(),
+            wait,
+        );
+    }
     let caller =
         match replaysafe_core::accounts::tokens::caller(&api.services.pool, &presented).await {
             Ok(caller) => caller,
-            Err(refusal) => return ApiError::from(refusal).into_response(),
+            Err(refusal) => {
+                if let (OpError::Unauthorized(_), Some(address)) = (&refusal, address) {
+                    bad.failed(address);
+                }
+                return ApiError::from(refusal).into_response();
+            }
         };
     if let Err(wait) = api.limiter.take(caller.id) {
         return too_many(

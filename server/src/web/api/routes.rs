@@ -8,7 +8,7 @@ use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use replaysafe_types::actions::{AuditPage, DeadFilter, RedeliveryResult};
+use replaysafe_types::actions::{AuditPage, DeadFilter, DeadLetterResult, RedeliveryResult};
 use replaysafe_types::alerts::{AlertsPage, SilenceRow};
 use replaysafe_types::auth::{Caller, Role};
 use replaysafe_types::deliveries::{DeliveryFilter, DeliveryPage};
@@ -16,7 +16,7 @@ use replaysafe_types::events::{
     DeadLetterPage, DeliveryDetail, EventDetail, EventFilter, EventPage,
 };
 use replaysafe_types::jobs::{BulkJob, JobResults};
-use replaysafe_types::overview::{Overview, Window};
+use replaysafe_types::overview::{BlockedKey, Overview, Window};
 use replaysafe_types::tokens::TokenRow;
 use replaysafe_types::SourceSummary;
 
@@ -46,7 +46,9 @@ pub fn router() -> OpenApiRouter<ApiState> {
         .routes(routes!(show_event))
         .routes(routes!(redeliver_event))
         .routes(routes!(force_event))
+        .routes(routes!(dead_letter_event))
         .routes(routes!(list_dead_letters))
+        .routes(routes!(list_blocked_keys))
         .routes(routes!(redeliver_dead_letters))
         .routes(routes!(list_jobs))
         .routes(routes!(show_job, cancel_job))
@@ -404,6 +406,35 @@ async fn force_event(
     Ok(Json(Forced { message }))
 }
 
+#[derive(Deserialize, ToSchema)]
+struct DeadLetterBody {
+    /// Why: kept as the dead-letter reason and in the audit log.
+    reason: String,
+    /// Only the event's waiting dispatch to this destination; without it,
+    /// every waiting one.
+    #[serde(default)]
+    destination: String,
+}
+
+/// Gives up on a waiting (queued or retrying) event by hand (operator;
+/// audit-logged): it goes dead with the reason, so an ordered
+/// destination's key it held goes on. A dead event may be re-delivered.
+#[utoipa::path(post, path = "/events/{id}/dead-letter", tag = "events",
+    params(("id" = i64, Path)), request_body(content = DeadLetterBody),
+    responses((status = 200, body = DeadLetterResult),
+              (status = 400, description = "No reason given", body = super::ErrorBody),
+              (status = 404, body = super::ErrorBody),
+              (status = 409, description = "Not waiting, or an attempt is in flight", body = super::ErrorBody)))]
+async fn dead_letter_event(
+    ApiCx(cx): ApiCx,
+    ApiPath(id): ApiPath<i64>,
+    ApiJson(body): ApiJson<DeadLetterBody>,
+) -> ApiResult<DeadLetterResult> {
+    Ok(Json(
+        ops::actions::dead_letter(&cx, id, body.reason, body.destination).await?,
+    ))
+}
+
 #[derive(Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 struct DeadParams {
@@ -438,6 +469,28 @@ async fn list_dead_letters(
     };
     Ok(Json(
         ops::events::dead_letters(&cx, &filter, p.before.zip(p.before_id)).await?,
+    ))
+}
+
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+struct BlockedParams {
+    /// Only this source's destinations.
+    source: Option<String>,
+}
+
+/// The keys of ordered destinations held by an event that failed and waits
+/// to be retried, oldest holder first (at most 500): the key's later events
+/// wait behind it until it completes or is dead-lettered
+/// (`POST /events/{id}/dead-letter`).
+#[utoipa::path(get, path = "/blocked-keys", tag = "events", params(BlockedParams),
+    responses((status = 200, body = Vec<BlockedKey>)))]
+async fn list_blocked_keys(
+    ApiCx(cx): ApiCx,
+    ApiQuery(p): ApiQuery<BlockedParams>,
+) -> ApiResult<Vec<BlockedKey>> {
+    Ok(Json(
+        ops::events::blocked_keys(&cx, p.source.as_deref()).await?,
     ))
 }
 
