@@ -10,9 +10,10 @@ Driven by bench/hostile, against a release binary on a fresh database:
   signin     parallel sign-ins with a wrong password; the server's peak memory.
   faketokens N clients from other loopback addresses sending API requests
              with made-up bearer tokens and pages with made-up session
-             cookies on kept-alive connections, as fast as they are answered,
-             for --hold seconds; the answers by status (bench/hostile runs
-             wrk beside it for what real deliveries saw).
+             cookies (--credentials none: API requests with none) on
+             kept-alive connections, as fast as they are answered or at
+             --rate in all, for --hold seconds; the answers by status
+             (bench/hostile runs wrk beside it for what real deliveries saw).
 Prints one JSON object per phase.
 """
 import argparse, asyncio, json, os, time, urllib.request
@@ -136,9 +137,11 @@ async def signin(args):
     }))
 
 
-async def fake_client(port, source, n, until, counts):
+async def fake_client(port, source, n, until, counts, every, credentials):
     """One stranger: a kept-alive connection from `source`, a made-up
-    credential per request, the next sent as soon as the last is answered."""
+    credential per request (none with credentials="none"), the next sent as
+    soon as the last is answered, or `every` s after the last was sent."""
+    next_at = time.monotonic()
     while time.monotonic() < until:
         try:
             reader, writer = await asyncio.open_connection("127.0.0.1", port, local_addr=(source, 0))
@@ -148,8 +151,13 @@ async def fake_client(port, source, n, until, counts):
         try:
             i = 0
             while time.monotonic() < until:
+                if every:
+                    next_at += every
+                    await asyncio.sleep(max(0.0, next_at - time.monotonic()))
                 i += 1
-                if i % 2:
+                if credentials == "none":
+                    head = b"GET /api/v1/events HTTP/1.1\r\nHost: x\r\n\r\n"
+                elif i % 2:
                     head = b"GET /api/v1/events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer rs_madeup%d_%d\r\n\r\n" % (n, i)
                 else:
                     head = b"GET /overview HTTP/1.1\r\nHost: x\r\nCookie: replaysafe_session=madeup%d_%d\r\n\r\n" % (n, i)
@@ -180,13 +188,15 @@ async def faketokens(args):
     sources = [f"127.0.0.{2 + i}" for i in range(args.addresses)]
     until = time.monotonic() + args.hold
     counts = {}
+    every = args.connections / args.rate if args.rate else 0.0
     await asyncio.gather(*[
-        fake_client(args.port, sources[i % len(sources)], i, until, counts)
+        fake_client(args.port, sources[i % len(sources)], i, until, counts, every, args.credentials)
         for i in range(args.connections)
     ])
     total = sum(counts.values())
     print(json.dumps({
-        "phase": "faketokens", "clients": args.connections, "addresses": args.addresses,
+        "phase": "faketokens", "credentials": args.credentials, "rate_asked": args.rate or "unpaced",
+        "clients": args.connections, "addresses": args.addresses,
         "attack_seconds": args.hold, "requests": total,
         "per_second": round(total / args.hold), "statuses": counts,
     }))
@@ -204,6 +214,8 @@ def main():
     p.add_argument("--database")
     p.add_argument("--attempts", type=int, default=200)
     p.add_argument("--pid", type=int)
+    p.add_argument("--rate", type=float, default=0, help="faketokens: requests a second in all (0: unpaced)")
+    p.add_argument("--credentials", choices=["fake", "none"], default="fake")
     args = p.parse_args()
     if args.phase == "slowloris":
         asyncio.run(slowloris(args))

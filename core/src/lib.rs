@@ -9,6 +9,8 @@
 //!   caller's role first (`ops::Cx::require`).
 //! - `jobs`: retention, rollups, the session sweeper, bulk re-delivery and
 //!   its queue.
+//! - `reconcile`: comparing a source's events with its provider's own list
+//!   of what it sent, and recovering what never arrived.
 //! - `alerts`: the rules' conditions, the evaluator and its channels
 //!   (webhook, Slack, email).
 //! - `processing`: receiving end to end, forwarding, retries, workers and
@@ -33,5 +35,6 @@ pub mod ops;
 pub mod processing;
 pub mod providers;
 pub mod receiver;
+pub mod reconcile;
 pub mod secret;
 pub mod telemetry;

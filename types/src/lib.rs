@@ -11,6 +11,7 @@ pub mod deliveries;
 pub mod events;
 pub mod jobs;
 pub mod overview;
+pub mod reconcile;
 pub mod states;
 pub mod time;
 pub mod tokens;

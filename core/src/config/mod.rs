@@ -15,6 +15,7 @@ pub use crate::secret::Secret;
 pub mod address;
 pub mod alerts;
 pub mod destination;
+pub mod reconcile;
 mod secrets;
 mod sources;
 
@@ -178,6 +179,8 @@ pub struct SourceConfig {
     /// duplicate. Off only where the provider may send one content twice
     /// as two events.
     pub replay_guard: bool,
+    /// Compared with its provider's own list of what it sent (issue 34).
+    pub reconcile: Option<Arc<reconcile::Reconcile>>,
 }
 
 impl SourceConfig {
@@ -261,6 +264,7 @@ struct RawSource {
     public_url: Option<String>,
     /// This source's alert rules over `[alerts.rules]`.
     alerts: Option<alerts::RawRules>,
+    reconcile: Option<reconcile::RawReconcile>,
 }
 
 /// Where the config comes from: `--config`, else `$REPLAYSAFE_CONFIG` (clap
@@ -491,7 +495,7 @@ pub fn parse_and_validate(
             .collect::<Result<Vec<_>, _>>()?,
     };
 
-    let (sources, source_rules) = sources::build(raw.source, &invalid, &secret)?;
+    let (sources, source_rules) = sources::build(raw.source, dedup_ttl_days, &invalid, &secret)?;
 
     let (alert_rules, alerts) = alerts::build(raw.alerts, &source_rules, &invalid, &secret)?;
     if let Some(url) = &raw.otlp_endpoint {
@@ -893,6 +897,7 @@ mod tests {
         for (file, structs) in [
             (include_str!("mod.rs"), &["RawConfig", "RawSource"][..]),
             (include_str!("destination.rs"), &["RawDestination"][..]),
+            (include_str!("reconcile.rs"), &["RawReconcile"][..]),
             (
                 include_str!("alerts.rs"),
                 &[

@@ -4,13 +4,16 @@
 use std::sync::Arc;
 
 use super::alerts::{Invalid, RawRules, SecretOf};
-use super::{check_http_url, destination, valid_slug, ConfigError, Mode, RawSource, SourceConfig};
+use super::{
+    check_http_url, destination, reconcile, valid_slug, ConfigError, Mode, RawSource, SourceConfig,
+};
 use crate::providers::{self, Settings};
 
 /// The sources, and each one's own alert rules (for `alerts::build`).
 #[allow(clippy::type_complexity)]
 pub(super) fn build(
     raw: Vec<RawSource>,
+    dedup_ttl_days: u32,
     invalid: Invalid,
     secret: SecretOf,
 ) -> Result<(Vec<SourceConfig>, Vec<(String, Option<RawRules>)>), ConfigError> {
@@ -76,6 +79,12 @@ pub(super) fn build(
             invalid,
             secret,
         )?;
+        let reconcile = s
+            .reconcile
+            .take()
+            .map(|r| reconcile::build(r, provider, dedup_ttl_days, &at, invalid, secret))
+            .transpose()?
+            .map(Arc::new);
         sources.push(SourceConfig {
             slug: s.slug,
             provider,
@@ -85,6 +94,7 @@ pub(super) fn build(
             tolerance_secs: s.tolerance_secs.unwrap_or(300),
             paused: s.paused,
             replay_guard: s.replay_guard.unwrap_or(true),
+            reconcile,
         });
     }
 

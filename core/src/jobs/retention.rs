@@ -162,6 +162,14 @@ pub async fn prune(
         Ok(deleted.rows_affected())
     })
     .await?;
+    // Reconciliation runs go with the deliveries they recovered.
+    sqlx::query!(
+        "DELETE FROM reconcile_runs
+         WHERE finished_at < now() - make_interval(days => $1)",
+        retention_days as i32
+    )
+    .execute(pool)
+    .await?;
     // The sign-in throttle's counts past their window, of addresses not
     // tried since (one statement: a window's attempts are few).
     crate::accounts::prune_sign_in_attempts(pool).await?;

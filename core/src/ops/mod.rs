@@ -9,6 +9,7 @@ pub mod deliveries;
 pub mod events;
 pub mod mask;
 pub mod overview;
+pub mod reconcile;
 pub mod redeliver;
 pub mod tokens;
 

@@ -15,8 +15,8 @@ use rsa::{Pkcs1v15Sign, RsaPublicKey};
 use sha2::{Digest, Sha256};
 
 use super::{
-    check_form_size, decode_base64, form_pairs, matched, Answer, Inbound, Provider, Rejection,
-    Scheme, SettingError, Settings, Window,
+    check_form_size, decode_base64, form_pairs, matched, Answer, Inbound, Provider, Reconciler,
+    Rejection, Scheme, SettingError, Settings, Window,
 };
 
 pub const PROVIDER: Provider = Provider {
@@ -27,6 +27,9 @@ pub const PROVIDER: Provider = Provider {
     signature_headers: &[],
     credential_fields: &[],
     event_type,
+    reconciler: Reconciler::None(
+        "Alipay can be asked about one trade (alipay.trade.query), but no API lists the notifications it sent",
+    ),
     #[cfg(test)]
     contract: tests::contract,
 };

@@ -6,7 +6,7 @@
 use ed25519_dalek::{Signature, VerifyingKey};
 
 use super::{
-    check_timestamp, decode_hex, matched, Answer, Inbound, Provider, Rejection, Scheme,
+    check_timestamp, decode_hex, matched, Answer, Inbound, Provider, Reconciler, Rejection, Scheme,
     SettingError, Settings, Window,
 };
 
@@ -17,6 +17,9 @@ pub const PROVIDER: Provider = Provider {
     signature_headers: &["x-signature-ed25519"],
     credential_fields: &["token"],
     event_type,
+    reconciler: Reconciler::None(
+        "Discord interactions are answered inside their request and expire in minutes: nothing lists or replays them later",
+    ),
     #[cfg(test)]
     contract: tests::contract,
 };

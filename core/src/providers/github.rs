@@ -6,8 +6,8 @@ use std::borrow::Cow;
 use hmac::Mac;
 
 use super::{
-    any_key_signs, decode_hex, hmac_sha256, key_slices, matched, Inbound, Provider, Rejection,
-    Scheme, SettingError, Settings, Signed, Window,
+    any_key_signs, decode_hex, hmac_sha256, key_slices, matched, Inbound, Provider, Reconciler,
+    Rejection, Scheme, SettingError, Settings, Signed, Window,
 };
 
 pub const PROVIDER: Provider = Provider {
@@ -17,6 +17,7 @@ pub const PROVIDER: Provider = Provider {
     signature_headers: &["x-hub-signature-256", "x-hub-signature"],
     credential_fields: &[],
     event_type,
+    reconciler: Reconciler::GitHubDeliveries,
     #[cfg(test)]
     contract: tests::contract,
 };

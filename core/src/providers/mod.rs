@@ -45,6 +45,21 @@ pub fn find(name: &str) -> Option<&'static Provider> {
 }
 
 /// A provider's entry in the registry.
+/// How a source's events are compared with what its provider says it
+/// sent (issue 34). Each provider states its own: one added later has none
+/// until it brings one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reconciler {
+    /// `GET /v1/events`: every event, by the id replaysafe claims; a missing
+    /// one is claimed from the list.
+    StripeEvents,
+    /// A hook's deliveries, by guid (the key); GitHub is asked to deliver a
+    /// missing one again, signed.
+    GitHubDeliveries,
+    /// Nothing to compare with, and why.
+    None(&'static str),
+}
+
 pub struct Provider {
     /// Its name in the config (`provider = "..."`) and on the dashboard.
     pub name: &'static str,
@@ -67,6 +82,8 @@ pub struct Provider {
     /// `type`, GitHub's `X-GitHub-Event` and `action`, ...); only asked of
     /// verified requests.
     pub event_type: fn(&Inbound) -> Option<String>,
+    /// What its own API can say about what it sent (`[source.reconcile]`).
+    pub reconciler: Reconciler,
     /// Signed requests and settings for the contract every provider passes.
     #[cfg(test)]
     pub contract: fn() -> contract::Contract,

@@ -7,8 +7,8 @@ use std::borrow::Cow;
 use hmac::Mac;
 
 use super::{
-    any_key_signs, decode_base64, hmac_sha256, key_slices, matched, Inbound, Provider, Rejection,
-    Scheme, SettingError, Settings, Signed, Window,
+    any_key_signs, decode_base64, hmac_sha256, key_slices, matched, Inbound, Provider, Reconciler,
+    Rejection, Scheme, SettingError, Settings, Signed, Window,
 };
 
 pub const PROVIDER: Provider = Provider {
@@ -18,6 +18,9 @@ pub const PROVIDER: Provider = Provider {
     signature_headers: &["x-shopify-hmac-sha256"],
     credential_fields: &[],
     event_type,
+    reconciler: Reconciler::None(
+        "Shopify's Admin API lists no webhooks it sent (only its Partner Dashboard shows delivery metrics): there is nothing to compare with",
+    ),
     #[cfg(test)]
     contract: tests::contract,
 };

@@ -7,7 +7,7 @@ use hmac::Mac;
 
 use super::{
     any_key_signs, check_timestamp, decode_base64, hmac_sha256, key_slices, matched, Inbound,
-    Provider, Rejection, Scheme, SettingError, Settings, Signed, Window,
+    Provider, Reconciler, Rejection, Scheme, SettingError, Settings, Signed, Window,
 };
 
 pub const PROVIDER: Provider = Provider {
@@ -18,6 +18,9 @@ pub const PROVIDER: Provider = Provider {
     signature_headers: &["webhook-signature"],
     credential_fields: &[],
     event_type,
+    reconciler: Reconciler::None(
+        "Standard Webhooks names no API for listing what a sender sent: a sender's own (Svix's, for one) is not part of the standard",
+    ),
     #[cfg(test)]
     contract: tests::contract,
 };

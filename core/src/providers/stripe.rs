@@ -5,7 +5,7 @@ use hmac::Mac;
 
 use super::{
     any_key_signs, check_timestamp, decode_hex, hmac_sha256, key_slices, matched, Inbound,
-    Provider, Rejection, Scheme, SettingError, Settings, Signed, Window,
+    Provider, Reconciler, Rejection, Scheme, SettingError, Settings, Signed, Window,
 };
 
 pub const PROVIDER: Provider = Provider {
@@ -16,6 +16,7 @@ pub const PROVIDER: Provider = Provider {
     signature_headers: &["stripe-signature"],
     credential_fields: &[],
     event_type,
+    reconciler: Reconciler::StripeEvents,
     #[cfg(test)]
     contract: tests::contract,
 };

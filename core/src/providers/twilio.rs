@@ -24,7 +24,8 @@ use base64::Engine;
 
 use super::{
     check_form_size, decode_base64, decode_hex, form_pairs, key_slices, matched, sha256_hex,
-    FormPairs, Inbound, Provider, Rejection, Scheme, SettingError, Settings, Signed, Window,
+    FormPairs, Inbound, Provider, Reconciler, Rejection, Scheme, SettingError, Settings, Signed,
+    Window,
 };
 
 pub const PROVIDER: Provider = Provider {
@@ -34,6 +35,9 @@ pub const PROVIDER: Provider = Provider {
     signature_headers: &["x-twilio-signature"],
     credential_fields: &[],
     event_type,
+    reconciler: Reconciler::None(
+        "Twilio's logs list messages and calls, not the webhook requests it made under the key replaysafe claims (I-Twilio-Idempotency-Token)",
+    ),
     #[cfg(test)]
     contract: tests::contract,
 };

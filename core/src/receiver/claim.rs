@@ -52,6 +52,16 @@ pub struct NewDelivery<'a> {
     pub event_type: Option<String>,
     /// A re-delivery's chosen destination (`Redelivery::destination`), by name.
     pub revives: Option<&'a str>,
+    /// Claimed from its provider's own list by a reconciliation run.
+    pub recovered: Option<Recovered>,
+}
+
+/// Where a recovered event came from: the run, and the request that listed
+/// it (never a credential).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Recovered {
+    pub run_id: i64,
+    pub from: String,
 }
 
 /// Where a verified event goes: one of its source's destinations, whether
@@ -277,9 +287,9 @@ async fn insert_delivery(
                                  http_status, ack_micros, verified, verification, query,
                                  content_type, headers, body, body_size, remote_addr,
                                  redelivery_of, redelivered_by, reject_kind, truncated,
-                                 body_sha256, bulk_job_id)
+                                 body_sha256, bulk_job_id, reconcile_run_id, recovered_from)
          VALUES (coalesce($18, nextval('deliveries_id_seq')), $1, $2, $3, $4, $5, $6, $7, $8, $9,
-                 $10, $11, $12, $13, $14, $15, $16, $17, $19, $20, $21, $22)
+                 $10, $11, $12, $13, $14, $15, $16, $17, $19, $20, $21, $22, $23, $24)
          RETURNING id",
         d.source,
         event_id,
@@ -302,7 +312,9 @@ async fn insert_delivery(
         d.reject_kind,
         d.truncated,
         d.body_sha256.as_deref(),
-        d.redelivery.and_then(|r| r.bulk_job)
+        d.redelivery.and_then(|r| r.bulk_job),
+        d.recovered.as_ref().map(|r| r.run_id),
+        d.recovered.as_ref().map(|r| r.from.as_str())
     )
     .fetch_one(conn)
     .await

@@ -193,6 +193,7 @@ pub async fn accept(
         plan: Vec::new(),
         event_type: None,
         revives: None,
+        recovered: None,
     };
     let result = match checked {
         // Beyond its address's rate a stranger's rejection is only counted;
@@ -305,6 +306,60 @@ pub async fn accept(
     })
 }
 
+/// Why a recovered event was not claimed.
+#[derive(Debug, thiserror::Error)]
+pub enum NotRecovered {
+    /// It holds no key a delivery of it would be claimed under.
+    #[error("no key: {0}")]
+    Key(String),
+    #[error(transparent)]
+    Database(#[from] sqlx::Error),
+}
+
+/// An event its provider's own list holds and no delivery brought
+/// (reconciliation): keyed as a delivery of it is and claimed like one, in
+/// one transaction on the same unique key, so a delivery racing it makes
+/// one dedup decision with it. Not verified: it came from the provider's
+/// API over an authenticated connection, not from a stranger. Forwarded by
+/// the workers, as a re-delivery is (no provider waits on an answer).
+pub async fn accept_recovered(
+    pool: &PgPool,
+    source: &SourceConfig,
+    inbound: &Inbound,
+    recovered: claim::Recovered,
+) -> Result<Claimed, NotRecovered> {
+    let key = idempotency_key(source, inbound).map_err(|r| NotRecovered::Key(r.reason))?;
+    let (plan, event_type) = plan(source, inbound);
+    let verification = format!(
+        "recovered from the provider's event list (reconciliation run {})",
+        recovered.run_id
+    );
+    let delivery = NewDelivery {
+        source: &source.slug,
+        idem_key: Some(&key),
+        verified: true,
+        verification,
+        reject_reason: None,
+        reject_kind: None,
+        query: None,
+        content_type: inbound.header("content-type"),
+        headers: stored_headers(&inbound.headers),
+        body: Some(&inbound.body),
+        body_size: inbound.body.len(),
+        remote_addr: None,
+        started: Instant::now(),
+        redelivery: None,
+        replay_digest: replay_digest(source, inbound),
+        truncated: false,
+        body_sha256: None,
+        plan,
+        event_type,
+        revives: None,
+        recovered: Some(recovered),
+    };
+    Ok(claim::claim(pool, source.mode, &delivery, None).await?)
+}
+
 /// A request rejected before it could be read whole (over the body limit).
 pub async fn record_oversized(
     pool: &PgPool,
@@ -341,6 +396,7 @@ pub async fn record_oversized(
         plan: Vec::new(),
         event_type: None,
         revives: None,
+        recovered: None,
     };
     // The sender's mistake stays a 413 even when it cannot be recorded.
     if let Err(e) = claim::record_rejected(pool, &delivery, rejection.status).await {

@@ -118,6 +118,29 @@ pub fn print(config: &Config) {
         if s.paused {
             println!("  paused");
         }
+        if let Some(r) = &s.reconcile {
+            use replaysafe_core::config::reconcile::{EventList, GitHubHook};
+            let what = match &r.list {
+                EventList::Stripe { types, .. } if types.is_empty() => "every event".to_owned(),
+                EventList::Stripe { types, .. } => format!("events {}", types.join(", ")),
+                EventList::GitHub {
+                    hook: GitHubHook::Repository { owner, name },
+                    hook_id,
+                } => format!("hook {hook_id} of {owner}/{name}"),
+                EventList::GitHub {
+                    hook: GitHubHook::Organization(org),
+                    hook_id,
+                } => format!("hook {hook_id} of organization {org}"),
+            };
+            let every = r.every.map_or("on demand only".to_owned(), |e| {
+                format!("every {} min", e.as_secs() / 60)
+            });
+            println!(
+                "  reconcile     {what} from {}, {every}, {} h back (credential set, hidden)",
+                r.api_base,
+                r.lookback.as_secs() / 3600
+            );
+        }
         if let Some(rules) = config.alert_rules.per_source.get(&s.slug) {
             let on: Vec<&str> = replaysafe_types::alerts::RULES
                 .iter()

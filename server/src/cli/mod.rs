@@ -149,6 +149,14 @@ pub enum Command {
         #[command(subcommand)]
         action: remote::SourcesAction,
     },
+    /// Compare a source's events with its provider's own list and recover
+    /// what never arrived, through the dedup layer (over the API; operator)
+    Reconcile {
+        #[command(flatten)]
+        target: remote::Target,
+        #[command(flatten)]
+        args: remote::ReconcileArgs,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -219,7 +227,7 @@ impl CliError {
                     _ => exit::ERROR,
                 },
                 R::SomeRefused { .. } => exit::REFUSED,
-                R::Unfinished { .. } | R::Decode(_) | R::Io(_) => exit::ERROR,
+                R::Unfinished { .. } | R::Stopped(_) | R::Decode(_) | R::Io(_) => exit::ERROR,
             },
             _ => exit::ERROR,
         }
@@ -282,6 +290,9 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
         }
         Command::Jobs { target, action } => {
             Ok(remote::run(target, remote::Command::Jobs(action)).await?)
+        }
+        Command::Reconcile { target, args } => {
+            Ok(remote::run(target, remote::Command::Reconcile(args)).await?)
         }
         Command::Sources { target, action } => {
             Ok(remote::run(target, remote::Command::Sources(action)).await?)

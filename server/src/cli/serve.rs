@@ -145,6 +145,10 @@ pub async fn run(config: Config, args: ServeArgs) -> Result<(), CliError> {
                 services.rejections.clone(),
                 shutdown.clone(),
             ));
+            let reconciling = tokio::spawn(replaysafe_core::reconcile::run_on_schedule(
+                services.clone(),
+                shutdown.clone(),
+            ));
             let mut workers = Workers::new(&services).spawn(args.workers, shutdown);
             tracing::info!(
                 workers = args.workers,
@@ -156,6 +160,7 @@ pub async fn run(config: Config, args: ServeArgs) -> Result<(), CliError> {
             let _ = alerts.await;
             let _ = sessions.await;
             let _ = unrecorded.await;
+            let _ = reconciling.await;
         }
     });
     tokio::select! {

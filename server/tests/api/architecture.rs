@@ -22,9 +22,10 @@ const CRATES: [(&str, &str, &[&str]); 4] = [
 ];
 
 /// `core`'s modules, highest first: a module may use any after it, none before.
-const CORE_LAYERS: [&str; 13] = [
+const CORE_LAYERS: [&str; 14] = [
     "jobs",
     "ops",
+    "reconcile",
     "alerts",
     "processing",
     "receiver",

@@ -25,6 +25,7 @@ mod poison;
 mod processes;
 mod processing;
 mod receiver;
+mod reconcile;
 mod remote_cli;
 mod replica;
 mod rest;

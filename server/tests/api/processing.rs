@@ -671,6 +671,7 @@ async fn sync_mode_retry_takes_over_after_a_failure_or_a_crash(pool: PgPool) {
         }],
         event_type: None,
         revives: None,
+        recovered: None,
     };
     let held = replaysafe_core::receiver::claim::claim(
         &pool,

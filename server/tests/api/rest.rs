@@ -121,6 +121,8 @@ const ROUTES: &[(&str, &str, &str)] = &[
         "/sources/{slug}/destinations/{destination}/url",
         "admin",
     ),
+    ("post", "/sources/{slug}/reconcile", "operator"),
+    ("get", "/sources/{slug}/reconcile", "viewer"),
     ("get", "/deliveries", "viewer"),
     ("get", "/deliveries/{id}", "viewer"),
     ("post", "/deliveries/{id}/redeliver", "operator"),

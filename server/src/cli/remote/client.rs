@@ -45,6 +45,9 @@ pub enum RemoteError {
     /// A bulk job stopped before its end (cancelled or failed).
     #[error("bulk job {id} {state}")]
     Unfinished { id: i64, state: String },
+    /// A reconciliation stopped before its end; its findings were shown.
+    #[error("the reconciliation stopped early: {0}")]
+    Stopped(String),
     /// Some of several actions were refused; each was reported already.
     #[error("{refused} of {of} refused")]
     SomeRefused { refused: usize, of: usize },
@@ -114,7 +117,7 @@ impl Remote {
                 pairs.append_pair(k, v);
             }
         }
-        self.send(Method::GET, url, None).await
+        self.send(Method::GET, url, None, None).await
     }
 
     /// Up to `limit` rows of a list, following its `older` cursor as
@@ -148,12 +151,24 @@ impl Remote {
         body: Value,
     ) -> Result<T, RemoteError> {
         let url = self.url(path)?;
-        self.send(Method::POST, url, Some(body)).await
+        self.send(Method::POST, url, Some(body), None).await
+    }
+
+    /// `post`, waiting up to `wait` for the answer (a reconciliation runs
+    /// for minutes).
+    pub async fn post_waiting<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: Value,
+        wait: std::time::Duration,
+    ) -> Result<T, RemoteError> {
+        let url = self.url(path)?;
+        self.send(Method::POST, url, Some(body), Some(wait)).await
     }
 
     pub async fn delete<T: DeserializeOwned>(&self, path: &str) -> Result<T, RemoteError> {
         let url = self.url(path)?;
-        self.send(Method::DELETE, url, None).await
+        self.send(Method::DELETE, url, None, None).await
     }
 
     /// Sends, waiting out a 429 or 503 as its `Retry-After` says (a long
@@ -163,12 +178,13 @@ impl Remote {
         method: Method,
         url: url::Url,
         body: Option<Value>,
+        wait: Option<std::time::Duration>,
     ) -> Result<T, RemoteError> {
         let mut tries = 0;
         loop {
             tries += 1;
             match self
-                .send_once(method.clone(), url.clone(), body.clone())
+                .send_once(method.clone(), url.clone(), body.clone(), wait)
                 .await
             {
                 Err(RemoteError::Refused {
@@ -191,9 +207,13 @@ impl Remote {
         method: Method,
         url: url::Url,
         body: Option<Value>,
+        wait: Option<std::time::Duration>,
     ) -> Result<T, RemoteError> {
         let shown = url.to_string();
         let mut request = self.http.request(method, url).bearer_auth(&self.token);
+        if let Some(wait) = wait {
+            request = request.timeout(wait);
+        }
         if let Some(body) = body {
             request = request.json(&body);
         }

@@ -12,12 +12,14 @@ mod events;
 mod jobs;
 mod output;
 mod overview;
+mod reconcile;
 mod sources;
 
 use clap::{Args, Subcommand};
 
 use client::Remote;
 pub use client::RemoteError;
+pub use reconcile::ReconcileArgs;
 
 /// Where the server is and the token to call it with.
 #[derive(Args, Debug, Clone)]
@@ -164,6 +166,7 @@ pub enum Command {
     Jobs(JobsAction),
     Deliveries(DeliveriesAction),
     Sources(SourcesAction),
+    Reconcile(reconcile::ReconcileArgs),
 }
 
 pub async fn run(target: Target, command: Command) -> Result<(), RemoteError> {
@@ -177,6 +180,7 @@ pub async fn run(target: Target, command: Command) -> Result<(), RemoteError> {
         Command::Jobs(action) => jobs::run(&remote, action, json).await,
         Command::Deliveries(action) => deliveries::run(&remote, action, json).await,
         Command::Sources(action) => sources::run(&remote, action, json).await,
+        Command::Reconcile(args) => reconcile::run(&remote, args, json).await,
     }
 }
 
@@ -221,7 +225,7 @@ impl ListFilter {
 
 /// A `--since`/`--until` value as the API takes it: `2h` (ago), or a time
 /// passed through (RFC 3339, or `2026-11-30T14:05` in UTC).
-fn when(value: &str) -> Result<String, RemoteError> {
+pub(super) fn when(value: &str) -> Result<String, RemoteError> {
     let Ok(ago) = humantime::parse_duration(value.trim()) else {
         return Ok(value.trim().to_owned());
     };

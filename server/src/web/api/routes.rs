@@ -17,6 +17,7 @@ use replaysafe_types::events::{
 };
 use replaysafe_types::jobs::{BulkJob, JobResults};
 use replaysafe_types::overview::{BlockedKey, Overview, Window};
+use replaysafe_types::reconcile::{ReconcileRequest, ReconcileRun};
 use replaysafe_types::tokens::TokenRow;
 use replaysafe_types::SourceSummary;
 
@@ -39,6 +40,7 @@ pub fn router() -> OpenApiRouter<ApiState> {
         .routes(routes!(open_breaker))
         .routes(routes!(close_breaker))
         .routes(routes!(reveal_destination_url))
+        .routes(routes!(reconcile_source, reconcile_runs))
         .routes(routes!(list_deliveries))
         .routes(routes!(show_delivery))
         .routes(routes!(redeliver_delivery))
@@ -470,6 +472,43 @@ async fn list_dead_letters(
     Ok(Json(
         ops::events::dead_letters(&cx, &filter, p.before.zip(p.before_id)).await?,
     ))
+}
+
+/// Compares the source's events with its provider's own list of what it
+/// sent over the window and recovers what never arrived through the same
+/// claim (operator; audit-logged). A run the provider stopped early answers
+/// 200 with its `error`; one already running for the source, 409.
+#[utoipa::path(post, path = "/sources/{slug}/reconcile", tag = "sources",
+    params(("slug" = String, Path)), request_body(content = ReconcileRequest),
+    responses((status = 200, body = ReconcileRun),
+              (status = 400, description = "since is not an RFC 3339 time within the lookback", body = super::ErrorBody),
+              (status = 404, body = super::ErrorBody),
+              (status = 409, description = "No [source.reconcile], or a run of the source is under way", body = super::ErrorBody)))]
+async fn reconcile_source(
+    ApiCx(cx): ApiCx,
+    ApiPath(slug): ApiPath<String>,
+    ApiJson(request): ApiJson<ReconcileRequest>,
+) -> ApiResult<ReconcileRun> {
+    Ok(Json(ops::reconcile::run(&cx, &slug, request).await?))
+}
+
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+struct RunsParams {
+    /// The next page: the last run's id.
+    before: Option<i64>,
+}
+
+/// The source's past reconciliation runs, newest first (50 at a time).
+#[utoipa::path(get, path = "/sources/{slug}/reconcile", tag = "sources",
+    params(("slug" = String, Path), RunsParams),
+    responses((status = 200, body = Vec<ReconcileRun>), (status = 404, body = super::ErrorBody)))]
+async fn reconcile_runs(
+    ApiCx(cx): ApiCx,
+    ApiPath(slug): ApiPath<String>,
+    ApiQuery(p): ApiQuery<RunsParams>,
+) -> ApiResult<Vec<ReconcileRun>> {
+    Ok(Json(ops::reconcile::runs(&cx, &slug, p.before).await?))
 }
 
 #[derive(Deserialize, IntoParams)]

@@ -1,0 +1,89 @@
+//! Reconciliation on demand (spec section 10): an operator runs one for a
+//! source (`POST /api/v1/sources/{slug}/reconcile`, `replaysafe reconcile`),
+//! audit-logged; anyone signed in reads the past runs.
+
+use replaysafe_types::auth::Role;
+use replaysafe_types::reconcile::{ReconcileRequest, ReconcileRun};
+
+use crate::error::OpError;
+use crate::ops::Cx;
+use crate::reconcile::{self, Limits, NotRun};
+
+/// Past runs shown at once.
+pub const RUNS_SHOWN: i64 = 50;
+
+/// Runs one reconciliation of `slug` now and answers its verdict (a run
+/// the provider stopped early answers too, with its `error`).
+pub async fn run(cx: &Cx, slug: &str, request: ReconcileRequest) -> Result<ReconcileRun, OpError> {
+    let caller = cx.require(Role::Operator)?;
+    let source = cx
+        .services
+        .config
+        .sources
+        .iter()
+        .find(|s| s.slug == slug)
+        .ok_or_else(|| OpError::NotFound(format!("no source {slug:?}")))?;
+    let since = match request.since.as_deref().map(str::trim) {
+        None | Some("") => None,
+        Some(text) => Some(
+            chrono::DateTime::parse_from_rfc3339(text)
+                .map_err(|e| {
+                    OpError::BadRequest(format!("since: {text:?} is not an RFC 3339 time ({e})"))
+                })?
+                .to_utc(),
+        ),
+    };
+    let who = caller.who();
+    let started_by = match who.token_id {
+        Some(_) => format!("token {}", caller.username),
+        None => caller.username.clone(),
+    };
+    let verdict = reconcile::run(
+        &cx.services,
+        source,
+        since,
+        request.dry_run,
+        &started_by,
+        Limits::default(),
+    )
+    .await
+    .map_err(|e| match e {
+        NotRun::NotConfigured => OpError::Conflict(format!(
+            "{slug} has no [source.reconcile]: add one to the config to compare with its provider"
+        )),
+        NotRun::Busy => OpError::Conflict(format!(
+            "a reconciliation of {slug} is running: wait for its verdict (GET /api/v1/sources/{slug}/reconcile)"
+        )),
+        NotRun::BadSince(why) => OpError::BadRequest(why),
+        NotRun::Database(e) => OpError::database(e),
+    })?;
+    let outcome = match &verdict.error {
+        None => format!(
+            "seen {}, already received {}, recovered {}, still missing {}",
+            verdict.seen, verdict.already_received, verdict.recovered, verdict.still_missing
+        ),
+        Some(e) => format!("stopped: {e}"),
+    };
+    cx.audit(
+        caller,
+        if verdict.dry_run {
+            "reconcile.dry_run"
+        } else {
+            "reconcile"
+        },
+        Some(&format!("source {slug}")),
+        &outcome,
+        serde_json::to_value(&verdict).unwrap_or_default(),
+    )
+    .await?;
+    Ok(verdict)
+}
+
+/// A source's past runs, newest first; `before`: the next page's cursor.
+pub async fn runs(cx: &Cx, slug: &str, before: Option<i64>) -> Result<Vec<ReconcileRun>, OpError> {
+    cx.require(Role::Viewer)?;
+    if !cx.services.config.sources.iter().any(|s| s.slug == slug) {
+        return Err(OpError::NotFound(format!("no source {slug:?}")));
+    }
+    Ok(reconcile::runs(&cx.services.reads.pool(), slug, before, RUNS_SHOWN).await?)
+}
