@@ -68,16 +68,26 @@ pub mod ssr {
         pool: &replaysafe_core::ops::PgPool,
         session: &Session,
     ) -> Result<Option<Caller>, OpError> {
-        let Ok(Some(id)) = session.get::<i64>(USER_KEY).await else {
+        // The session store is the database: an error there is an outage,
+        // not a stranger's cookie.
+        let unavailable = |_: tower_sessions::session::Error| {
+            OpError::Unavailable("the database is unavailable; try again shortly".into())
+        };
+        let Some(id) = session.get::<i64>(USER_KEY).await.map_err(unavailable)? else {
             return Ok(None);
         };
         let epoch = session
             .get::<i32>(PASSWORD_EPOCH_KEY)
             .await
-            .ok()
-            .flatten()
+            .map_err(unavailable)?
             .unwrap_or(0);
-        Ok(accounts::user_of(pool, id, epoch).await?)
+        let user = accounts::user_of(pool, id, epoch).await?;
+        if user.is_none() {
+            // Ended (disabled, or its password changed): its cookie goes, so a
+            // page left open stops presenting it.
+            session.flush().await.map_err(unavailable)?;
+        }
+        Ok(user)
     }
 
     pub async fn session_user() -> Result<Option<Caller>, ServerFnError> {

@@ -20,7 +20,15 @@ const KEPT: usize = 100_000;
 
 #[derive(Default)]
 pub struct BadCredentials {
-    by_address: Mutex<HashMap<IpAddr, Window>>,
+    by_address: Mutex<Addresses>,
+}
+
+#[derive(Default)]
+struct Addresses {
+    windows: HashMap<IpAddr, Window>,
+    /// When the table, full, was last swept: at most once a second, so a
+    /// stranger with many addresses cannot make every request sweep it.
+    swept: Option<Instant>,
 }
 
 #[derive(Clone, Copy)]
@@ -34,7 +42,9 @@ impl BadCredentials {
     pub fn refused(&self, address: IpAddr) -> Option<Duration> {
         let now = Instant::now();
         let by_address = self.by_address.lock().expect("never poisoned");
-        let w = by_address.get(&crate::config::address::bucket(address))?;
+        let w = by_address
+            .windows
+            .get(&crate::config::address::bucket(address))?;
         let elapsed = now.duration_since(w.started);
         (w.failures >= LIMIT && elapsed < WINDOW).then(|| WINDOW - elapsed)
     }
@@ -44,13 +54,18 @@ impl BadCredentials {
         let now = Instant::now();
         let bucket = crate::config::address::bucket(address);
         let mut by_address = self.by_address.lock().expect("never poisoned");
-        if by_address.len() >= KEPT && !by_address.contains_key(&bucket) {
-            by_address.retain(|_, w| now.duration_since(w.started) < WINDOW);
-            if by_address.len() >= KEPT {
+        let Addresses { windows, swept } = &mut *by_address;
+        if windows.len() >= KEPT && !windows.contains_key(&bucket) {
+            if swept.is_some_and(|at| now.duration_since(at) < Duration::from_secs(1)) {
+                return;
+            }
+            *swept = Some(now);
+            windows.retain(|_, w| now.duration_since(w.started) < WINDOW);
+            if windows.len() >= KEPT {
                 return;
             }
         }
-        let w = by_address.entry(bucket).or_insert(Window {
+        let w = windows.entry(bucket).or_insert(Window {
             started: now,
             failures: 0,
         });

@@ -116,8 +116,10 @@ pub(super) fn build(
     let api_base = url::Url::parse(api_base)
         .ok()
         .filter(|u| {
+            // A loopback address itself: a name is only as local as its
+            // resolution.
             let loopback = u.host().is_some_and(|h| match h {
-                url::Host::Domain(d) => d == "localhost",
+                url::Host::Domain(_) => false,
                 url::Host::Ipv4(ip) => ip.is_loopback(),
                 url::Host::Ipv6(ip) => ip.is_loopback(),
             });
@@ -130,9 +132,14 @@ pub(super) fn build(
         .ok_or_else(|| {
             invalid(
                 &key("api_base"),
-                format!("{api_base:?}: an https URL with no credentials or query (http only to this machine)"),
+                format!("{api_base:?}: an https URL with no credentials or query (http only to a loopback address)"),
             )
         })?;
+    // A base path is kept when the API's paths are joined to it.
+    let mut api_base = api_base;
+    if !api_base.path().ends_with('/') {
+        api_base.set_path(&format!("{}/", api_base.path()));
+    }
     let every = match raw.every_minutes.unwrap_or(DEFAULT_EVERY_MINUTES) {
         0 => None,
         m => Some(Duration::from_secs(u64::from(m) * 60)),

@@ -38,15 +38,23 @@ pub async fn run(cx: &Cx, slug: &str, request: ReconcileRequest) -> Result<Recon
         Some(_) => format!("token {}", caller.username),
         None => caller.username.clone(),
     };
-    let verdict = reconcile::run(
-        &cx.services,
-        source,
-        since,
-        request.dry_run,
-        &started_by,
-        Limits::default(),
-    )
+    // Its own task: a client that hangs up does not stop a run midway.
+    let (services, source) = (cx.services.clone(), source.clone());
+    let dry_run = request.dry_run;
+    let verdict = tokio::spawn(async move {
+        reconcile::run(
+            &services,
+            &source,
+            since,
+            dry_run,
+            &started_by,
+            Limits::default(),
+            None,
+        )
+        .await
+    })
     .await
+    .map_err(|e| OpError::Internal(format!("the reconciliation run failed: {e}")))?
     .map_err(|e| match e {
         NotRun::NotConfigured => OpError::Conflict(format!(
             "{slug} has no [source.reconcile]: add one to the config to compare with its provider"
@@ -55,6 +63,7 @@ pub async fn run(cx: &Cx, slug: &str, request: ReconcileRequest) -> Result<Recon
             "a reconciliation of {slug} is running: wait for its verdict (GET /api/v1/sources/{slug}/reconcile)"
         )),
         NotRun::BadSince(why) => OpError::BadRequest(why),
+        NotRun::NotDue => OpError::Internal("an operator's run is never the schedule's".into()),
         NotRun::Database(e) => OpError::database(e),
     })?;
     let outcome = match &verdict.error {

@@ -24,7 +24,14 @@ pub struct Breakers {
     failing: Mutex<HashSet<String>>,
     /// Destinations whose gate row is known to exist.
     ensured: Mutex<HashSet<String>>,
+    /// By `rests::key`: the events whose failure counted since the
+    /// destination's breaker last moved (as this process saw it).
+    counted: Mutex<HashMap<String, HashSet<i64>>>,
 }
+
+/// Events remembered per destination: past that, the set starts over (an
+/// event may then count once more).
+const COUNTED_KEPT: usize = 100_000;
 
 /// Whether an attempt says the destination is broken (Some(true)), working
 /// (Some(false)), or nothing about it (an event it refused, an attempt
@@ -94,17 +101,22 @@ impl Breakers {
         let mut counts: HashMap<(&str, &str), (i32, i32, i32)> = HashMap::new();
         {
             let not_closed = self.not_closed.lock().expect("never poisoned");
+            let mut counted = self.counted.lock().expect("never poisoned");
             for d in done {
                 let Some(broken) = verdict(d) else { continue };
-                // An event's failures count once: one the application keeps
-                // refusing (a poison event) says nothing new about the
-                // destination after the first. A probe's failure always counts.
-                let repeated = d.leased.attempt > 1;
-                if broken
-                    && repeated
-                    && !not_closed.contains(&key(&d.leased.source, &d.leased.destination))
-                {
-                    continue;
+                // An event's failures count once while the breaker is
+                // closed: one the application keeps refusing (a poison
+                // event) says nothing new about the destination after the
+                // first. A probe's failure always counts.
+                let k = key(&d.leased.source, &d.leased.destination);
+                if broken && !not_closed.contains(&k) {
+                    let events = counted.entry(k).or_default();
+                    if events.len() >= COUNTED_KEPT {
+                        events.clear();
+                    }
+                    if !events.insert(d.leased.event_id) {
+                        continue;
+                    }
                 }
                 let c = counts
                     .entry((d.leased.source.as_str(), d.leased.destination.as_str()))
@@ -194,8 +206,11 @@ impl Breakers {
     /// Takes what moved into this process's view, the metrics and the log.
     pub fn apply(&self, moved: &[Transition]) {
         let mut not_closed = self.not_closed.lock().expect("never poisoned");
+        let mut counted = self.counted.lock().expect("never poisoned");
         for t in moved {
             let k = key(&t.source, &t.destination);
+            // A breaker that moved counts each event's failure anew.
+            counted.remove(&k);
             if t.to == Breaker::Closed {
                 not_closed.remove(&k);
             } else {

@@ -52,6 +52,9 @@ pub enum NotRun {
     NotConfigured,
     #[error("a reconciliation of this source is running")]
     Busy,
+    /// A scheduled run found another process had made it.
+    #[error("the source's scheduled run is not due")]
+    NotDue,
     #[error("since must be in the past and within the source's lookback: {0}")]
     BadSince(String),
     #[error(transparent)]
@@ -69,8 +72,10 @@ struct Counts {
     provider_failed_we_completed: i64,
 }
 
-/// Runs one reconciliation of `source` now: from `since` (default: its
-/// lookback ago) to `SETTLE` ago. `started_by`: `schedule`, or who asked.
+/// Runs one reconciliation of `source` now: from `since` (default, and at
+/// the earliest: its lookback ago) to `SETTLE` ago. `started_by`:
+/// `schedule`, or who asked; `only_if_due`: the schedule's run, made only
+/// if no run started by it within that long (checked under the lock).
 pub async fn run(
     services: &Services,
     source: &SourceConfig,
@@ -78,34 +83,43 @@ pub async fn run(
     dry_run: bool,
     started_by: &str,
     limits: Limits,
+    only_if_due: Option<Duration>,
 ) -> Result<ReconcileRun, NotRun> {
     let reconcile = source.reconcile.as_deref().ok_or(NotRun::NotConfigured)?;
     let now = Utc::now();
     let window_to = now - chrono::Duration::from_std(SETTLE).expect("small");
     let earliest = now - chrono::Duration::from_std(reconcile.lookback).expect("hours");
+    // Earlier than the lookback is the lookback (the window says so): a
+    // `--since 72h` is not refused for the seconds it took to arrive.
     let window_from = match since {
         None => earliest,
-        Some(t) if t < earliest || t >= now => {
+        Some(t) if t >= now => {
             return Err(NotRun::BadSince(format!(
-                "{} is not between {} and now",
-                t.to_rfc3339(),
-                earliest.to_rfc3339()
+                "{} is not in the past",
+                t.to_rfc3339()
             )))
         }
-        Some(t) => t,
+        Some(t) => t.max(earliest),
     };
     let pool = &services.pool;
-    // A session lock on a connection of its own, for the whole run: a
-    // transaction held open for minutes would hold back vacuum.
-    let mut lock = pool.acquire().await?;
-    let taken: bool = sqlx::query_scalar!(
-        r#"SELECT pg_try_advisory_lock(hashtext('replaysafe.reconcile'), hashtext($1)) AS "taken!""#,
+    let Some(lock) = SourceLock::take(pool, &source.slug).await? else {
+        return Err(NotRun::Busy);
+    };
+    // Under the lock: a run left unfinished was stopped with its process.
+    sqlx::query!(
+        "UPDATE reconcile_runs SET finished_at = now(),
+             error = coalesce(error, 'interrupted: the process running it stopped')
+         WHERE source = $1 AND finished_at IS NULL",
         source.slug
     )
-    .fetch_one(&mut *lock)
+    .execute(pool)
     .await?;
-    if !taken {
-        return Err(NotRun::Busy);
+    // A scheduled run another process made meanwhile is this one.
+    if let Some(every) = only_if_due {
+        if !due(pool, &source.slug, every).await? {
+            lock.release().await;
+            return Err(NotRun::NotDue);
+        }
     }
     let outcome = run_locked(
         services,
@@ -118,17 +132,57 @@ pub async fn run(
         limits,
     )
     .await;
-    let unlocked = sqlx::query_scalar!(
-        r#"SELECT pg_advisory_unlock(hashtext('replaysafe.reconcile'), hashtext($1)) AS "unlocked!""#,
-        source.slug
-    )
-    .fetch_one(&mut *lock)
-    .await;
-    if !matches!(unlocked, Ok(true)) {
-        // Never back in the pool holding the lock.
-        drop(lock.detach());
-    }
+    lock.release().await;
     outcome
+}
+
+/// One source's run lock: a session advisory lock on a connection of its
+/// own, for the whole run (a transaction held open for minutes would hold
+/// back vacuum). A run dropped midway (its request gone, shutdown) closes
+/// the connection, which releases the lock: it never goes back to the pool
+/// holding it.
+struct SourceLock {
+    conn: Option<sqlx::pool::PoolConnection<sqlx::Postgres>>,
+    slug: String,
+}
+
+impl SourceLock {
+    async fn take(pool: &PgPool, slug: &str) -> Result<Option<Self>, sqlx::Error> {
+        let mut conn = pool.acquire().await?;
+        let taken: bool = sqlx::query_scalar!(
+            r#"SELECT pg_try_advisory_lock(hashtext('replaysafe.reconcile'), hashtext($1)) AS "taken!""#,
+            slug
+        )
+        .fetch_one(&mut *conn)
+        .await?;
+        Ok(taken.then(|| Self {
+            conn: Some(conn),
+            slug: slug.to_owned(),
+        }))
+    }
+
+    async fn release(mut self) {
+        let Some(mut conn) = self.conn.take() else {
+            return;
+        };
+        let unlocked = sqlx::query_scalar!(
+            r#"SELECT pg_advisory_unlock(hashtext('replaysafe.reconcile'), hashtext($1)) AS "unlocked!""#,
+            self.slug
+        )
+        .fetch_one(&mut *conn)
+        .await;
+        if !matches!(unlocked, Ok(true)) {
+            drop(conn.detach());
+        }
+    }
+}
+
+impl Drop for SourceLock {
+    fn drop(&mut self) {
+        if let Some(conn) = self.conn.take() {
+            drop(conn.detach());
+        }
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -249,9 +303,21 @@ impl Run<'_> {
     async fn get(&self, request: reqwest::RequestBuilder) -> Result<Vec<u8>, String> {
         let mut attempt = 0;
         loop {
+            // No request outlives the run's time.
+            let left = self
+                .limits
+                .max_duration
+                .saturating_sub(self.started.elapsed());
+            if left.is_zero() {
+                return Err(format!(
+                    "stopped after {} s: run again with a later since",
+                    self.limits.max_duration.as_secs()
+                ));
+            }
             let sent = request
                 .try_clone()
                 .expect("a GET has no streamed body")
+                .timeout(self.limits.request_timeout.min(left))
                 .send()
                 .await;
             let wait = match sent {
@@ -387,7 +453,7 @@ pub async fn run_on_schedule(services: Services, shutdown: tokio_util::sync::Can
             }
             let ran = tokio::select! {
                 _ = shutdown.cancelled() => return,
-                ran = run(&services, source, None, false, "schedule", Limits::default()) => ran,
+                ran = run(&services, source, None, false, "schedule", Limits::default(), Some(every)) => ran,
             };
             match ran {
                 Ok(verdict) if verdict.recovered + verdict.still_missing > 0 => tracing::warn!(
@@ -395,7 +461,7 @@ pub async fn run_on_schedule(services: Services, shutdown: tokio_util::sync::Can
                     still_missing = verdict.still_missing,
                     "reconciliation found events that never reached replaysafe"
                 ),
-                Ok(_) | Err(NotRun::Busy) => {}
+                Ok(_) | Err(NotRun::Busy | NotRun::NotDue) => {}
                 Err(e) => {
                     tracing::warn!(source = %source.slug, error = %e, "reconciliation did not run")
                 }

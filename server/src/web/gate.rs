@@ -141,9 +141,6 @@ pub async fn gate(
         }
         return (StatusCode::FORBIDDEN, "cross-site request refused").into_response();
     }
-    if is_public(&path) {
-        return next.run(request).await;
-    }
     // A session cookie that does not verify is counted against its address,
     // which is refused (429) past the limit before the session is looked up.
     let cookie_from = carries_session_cookie(request.headers())
@@ -164,9 +161,20 @@ pub async fn gate(
         )
             .into_response();
     }
+    // `/api/me` is public (the sign-in page asks it) but looks the session
+    // up: checked here, so its cookies count too.
+    if is_public(&path) && !(path == "/api/me" && cookie_from.is_some()) {
+        return next.run(request).await;
+    }
     let user = app::auth::ssr::caller_of(&state.services.pool, &session).await;
     if let (Ok(None), Some(address)) = (&user, cookie_from) {
         bad.failed(address);
+    }
+    if is_public(&path) {
+        if let Ok(Some(user)) = user {
+            request.extensions_mut().insert(user);
+        }
+        return next.run(request).await;
     }
     match user {
         Ok(Some(user)) => {

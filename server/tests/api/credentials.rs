@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use replaysafe_core::db::MIGRATOR;
 use sqlx::PgPool;
 
-use crate::helpers::{gh_config, make_token, spawn_app, TestApp};
+use crate::helpers::{gh_config, make_token, spawn_app, spawn_app_with_dashboard_pool, TestApp};
 
 const LIMIT: usize = replaysafe_core::accounts::bad_credentials::LIMIT as usize;
 
@@ -110,9 +110,17 @@ async fn made_up_session_cookies_from_one_address_get_429_after_100_a_minute(poo
 /// is over.
 #[sqlx::test(migrator = "MIGRATOR")]
 async fn a_dashboard_pool_held_whole_never_holds_a_delivery(pool: PgPool) {
-    let app = spawn_app(pool.clone(), gh_config("http://127.0.0.1:9/", "")).await;
+    let dashboard = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(4)
+        .acquire_timeout(replaysafe_core::db::ACQUIRE_TIMEOUT)
+        .connect_lazy_with((*pool.connect_options()).clone());
+    let app = spawn_app_with_dashboard_pool(
+        pool.clone(),
+        gh_config("http://127.0.0.1:9/", ""),
+        dashboard.clone(),
+    )
+    .await;
     let token = make_token(&pool, "real", "viewer", None).await;
-    let dashboard = app.services.dashboard_pool.clone();
     let mut held = Vec::new();
     while let Ok(Ok(conn)) =
         tokio::time::timeout(Duration::from_millis(500), dashboard.acquire()).await
@@ -144,4 +152,6 @@ async fn a_dashboard_pool_held_whole_never_holds_a_delivery(pool: PgPool) {
         api_from(&app, "192.0.2.1", Some(&token)).await.status(),
         200
     );
+    drop(app);
+    dashboard.close().await;
 }

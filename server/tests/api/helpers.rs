@@ -268,7 +268,28 @@ pub async fn spawn_app(pool: PgPool, config: Config) -> TestApp {
 }
 
 /// Starts the server on a pool as it is (another process's view, or a dead database).
-pub async fn spawn_app_with(pool: PgPool, mut config: Config) -> TestApp {
+pub async fn spawn_app_with(pool: PgPool, config: Config) -> TestApp {
+    spawn_app_on(pool, config, None).await
+}
+
+/// `spawn_app`, with the dashboard and the API on a pool of their own, as
+/// `serve` runs them (the caller closes it: an open pool keeps its test's
+/// database from being dropped).
+pub async fn spawn_app_with_dashboard_pool(
+    pool: PgPool,
+    config: Config,
+    dashboard: PgPool,
+) -> TestApp {
+    replaysafe_core::db::prepare(
+        pool.clone(),
+        Arc::new(config.clone()),
+        CancellationToken::new(),
+    )
+    .await;
+    spawn_app_on(pool, config, Some(dashboard)).await
+}
+
+async fn spawn_app_on(pool: PgPool, mut config: Config, dashboard: Option<PgPool>) -> TestApp {
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .expect("binding a free port");
@@ -279,11 +300,9 @@ pub async fn spawn_app_with(pool: PgPool, mut config: Config) -> TestApp {
     let config = Arc::new(config);
     let shutdown = CancellationToken::new();
     let mut services = Services::new(pool.clone(), config.clone(), Default::default());
-    // As `serve` runs: the dashboard and the API on a pool of their own.
-    services.dashboard_pool = sqlx::postgres::PgPoolOptions::new()
-        .max_connections(4)
-        .acquire_timeout(replaysafe_core::db::ACQUIRE_TIMEOUT)
-        .connect_lazy_with((*pool.connect_options()).clone());
+    if let Some(dashboard) = dashboard {
+        services.dashboard_pool = dashboard;
+    }
     let app = Application::on(listener, services.clone(), replaysafe::web::Role::Full)
         .expect("a bound listener");
     let addr = app.addr;

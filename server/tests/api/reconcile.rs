@@ -390,6 +390,7 @@ async fn a_thousand_events_over_pages_then_bad_credentials_and_throttling(pool: 
         false,
         "test",
         Limits::default(),
+        None,
     )
     .await
     .unwrap();
@@ -400,9 +401,17 @@ async fn a_thousand_events_over_pages_then_bad_credentials_and_throttling(pool: 
     );
     // Throttled twice, then answered: the run waits as told and finishes.
     *stand_in.throttle.lock().unwrap() = 2;
-    let verdict = reconcile::run(&app.services, source, None, true, "test", Limits::default())
-        .await
-        .unwrap();
+    let verdict = reconcile::run(
+        &app.services,
+        source,
+        None,
+        true,
+        "test",
+        Limits::default(),
+        None,
+    )
+    .await
+    .unwrap();
     assert_eq!(
         (verdict.seen, verdict.already_received, verdict.error),
         (1000, 1000, None)
@@ -413,7 +422,7 @@ async fn a_thousand_events_over_pages_then_bad_credentials_and_throttling(pool: 
         retries: 1,
         ..Limits::default()
     };
-    let verdict = reconcile::run(&app.services, source, None, true, "test", limits)
+    let verdict = reconcile::run(&app.services, source, None, true, "test", limits, None)
         .await
         .unwrap();
     let error = verdict.error.unwrap();
@@ -432,6 +441,7 @@ async fn a_thousand_events_over_pages_then_bad_credentials_and_throttling(pool: 
         false,
         "test",
         Limits::default(),
+        None,
     )
     .await
     .unwrap();
@@ -518,4 +528,77 @@ async fn the_schedule_runs_a_due_source_once_across_processes(pool: PgPool) {
         .await
         .unwrap();
     assert_eq!(runs, 1, "one run between the two processes");
+}
+
+/// A run dropped midway (its request gone, the server stopping) releases
+/// its source's lock with its connection, and the next run marks it
+/// interrupted instead of leaving it running forever.
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn a_run_dropped_midway_frees_its_source_and_is_marked_interrupted(pool: PgPool) {
+    // A provider that accepts and never answers.
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let hanging = StripeStandIn {
+        url: format!("http://{}", silent.local_addr().unwrap()),
+        ..Default::default()
+    };
+    let _held = tokio::spawn(async move {
+        let mut open = Vec::new();
+        while let Ok((socket, _)) = silent.accept().await {
+            open.push(socket);
+        }
+    });
+    let destination = Destination::start(vec![]).await;
+    let app = spawn_app(pool.clone(), config(&hanging, &destination.url, API_KEY)).await;
+    let services = app.services.clone();
+    let source = app.config.sources[0].clone();
+    let stuck = tokio::spawn(async move {
+        reconcile::run(
+            &services,
+            &source,
+            None,
+            false,
+            "test",
+            Limits::default(),
+            None,
+        )
+        .await
+    });
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while sqlx::query_scalar::<_, i64>("SELECT count(*) FROM reconcile_runs")
+        .fetch_one(&pool)
+        .await
+        .unwrap()
+        == 0
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the run never started"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    stuck.abort();
+    let _ = stuck.await;
+    let source = &app.config.sources[0];
+    let limits = Limits {
+        request_timeout: Duration::from_millis(300),
+        retries: 0,
+        ..Limits::default()
+    };
+    // The lock went with the dropped run's connection (closed as it was dropped).
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let next = loop {
+        match reconcile::run(&app.services, source, None, true, "test", limits, None).await {
+            Err(reconcile::NotRun::Busy) if std::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(100)).await
+            }
+            other => break other.unwrap(),
+        }
+    };
+    assert!(next.error.unwrap().contains("could not be reached"));
+    let first: Option<String> =
+        sqlx::query_scalar("SELECT error FROM reconcile_runs ORDER BY id LIMIT 1")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert!(first.unwrap().contains("interrupted"));
 }
