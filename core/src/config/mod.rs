@@ -558,6 +558,11 @@ pub fn telemetry_settings(explicit: Option<&Path>, serves: bool) -> crate::telem
 }
 
 impl Config {
+    /// The configured source named `slug`.
+    pub fn source(&self, slug: &str) -> Option<&SourceConfig> {
+        self.sources.iter().find(|s| s.slug == slug)
+    }
+
     /// The origins the dashboard's state-changing requests may come from:
     /// `public_url`'s, and when it was not written and the server listens on
     /// loopback, the loopback names a browser may use for it.

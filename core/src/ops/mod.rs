@@ -84,9 +84,7 @@ pub async fn reveal_destination_url(
     let url = cx
         .services
         .config
-        .sources
-        .iter()
-        .find(|s| s.slug == slug)
+        .source(slug)
         .and_then(|s| s.destinations.iter().find(|d| d.name == destination))
         .map(|d| d.url.clone())
         .ok_or_else(|| OpError::NotFound(format!("no destination {slug}/{destination}")))?;

@@ -19,9 +19,7 @@ pub async fn run(cx: &Cx, slug: &str, request: ReconcileRequest) -> Result<Recon
     let source = cx
         .services
         .config
-        .sources
-        .iter()
-        .find(|s| s.slug == slug)
+        .source(slug)
         .ok_or_else(|| OpError::NotFound(format!("no source {slug:?}")))?;
     let since = match request.since.as_deref().map(str::trim) {
         None | Some("") => None,
@@ -91,7 +89,7 @@ pub async fn run(cx: &Cx, slug: &str, request: ReconcileRequest) -> Result<Recon
 /// A source's past runs, newest first; `before`: the next page's cursor.
 pub async fn runs(cx: &Cx, slug: &str, before: Option<i64>) -> Result<Vec<ReconcileRun>, OpError> {
     cx.require(Role::Viewer)?;
-    if !cx.services.config.sources.iter().any(|s| s.slug == slug) {
+    if cx.services.config.source(slug).is_none() {
         return Err(OpError::NotFound(format!("no source {slug:?}")));
     }
     Ok(reconcile::runs(&cx.services.reads.pool(), slug, before, RUNS_SHOWN).await?)

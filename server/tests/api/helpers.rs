@@ -679,3 +679,15 @@ pub async fn state_of(pool: &PgPool, key: &str) -> String {
         .await
         .unwrap()
 }
+
+/// `replaysafe ARGS` run as a user runs it against `app`, with `token`.
+pub async fn run_cli(app: &TestApp, token: &str, args: &[&str]) -> std::process::Output {
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_replaysafe"))
+        .env("REPLAYSAFE_URL", format!("http://{}", app.addr))
+        .env("REPLAYSAFE_TOKEN", token)
+        .env_remove("REPLAYSAFE_CONFIG")
+        .args(args)
+        .output()
+        .await
+        .unwrap()
+}

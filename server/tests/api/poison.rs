@@ -14,7 +14,7 @@ use replaysafe_core::processing::retry::RetryPolicy;
 use serde_json::Value;
 use sqlx::PgPool;
 
-use crate::helpers::{make_token, spawn_app, state_of, test_config, TestApp};
+use crate::helpers::{make_token, run_cli, spawn_app, state_of, test_config, TestApp};
 
 /// An application that answers 500 to the events whose keys it was told to
 /// refuse and 200 to the rest, recording each request's key and status.
@@ -313,20 +313,18 @@ async fn an_operator_dead_letters_the_event_that_blocks_an_ordered_key(pool: PgP
     );
     // o-2 is dead now; o-1 still holds the key (an event waiting behind it
     // may be given up on too), then goes by the CLI.
-    let cli = tokio::process::Command::new(env!("CARGO_BIN_EXE_replaysafe"))
-        .env("REPLAYSAFE_URL", format!("http://{}", app.addr))
-        .env("REPLAYSAFE_TOKEN", &operator)
-        .env_remove("REPLAYSAFE_CONFIG")
-        .args([
+    let cli = run_cli(
+        &app,
+        &operator,
+        &[
             "events",
             "dead-letter",
             &o1.to_string(),
             "--reason",
             "poison: cannot be parsed",
-        ])
-        .output()
-        .await
-        .unwrap();
+        ],
+    )
+    .await;
     assert_eq!(
         cli.status.code(),
         Some(0),
@@ -340,20 +338,18 @@ async fn an_operator_dead_letters_the_event_that_blocks_an_ordered_key(pool: PgP
     );
     let (status, body) = dead_letter(&operator, o1, reason.clone()).await;
     assert_eq!(status, 409, "nothing waits any more: {body}");
-    let again = tokio::process::Command::new(env!("CARGO_BIN_EXE_replaysafe"))
-        .env("REPLAYSAFE_URL", format!("http://{}", app.addr))
-        .env("REPLAYSAFE_TOKEN", &operator)
-        .env_remove("REPLAYSAFE_CONFIG")
-        .args([
+    let again = run_cli(
+        &app,
+        &operator,
+        &[
             "events",
             "dead-letter",
             &o1.to_string(),
             "--reason",
             "again",
-        ])
-        .output()
-        .await
-        .unwrap();
+        ],
+    )
+    .await;
     assert_eq!(again.status.code(), Some(3), "refused: exit 3");
     let dead_reason: String =
         sqlx::query_scalar("SELECT dead_reason FROM dispatches WHERE event_id = $1")

@@ -14,7 +14,7 @@ use replaysafe_core::reconcile::{self, Limits};
 use serde_json::{json, Value};
 use sqlx::PgPool;
 
-use crate::helpers::{hmac_hex, make_token, spawn_app, test_config, Destination, TestApp};
+use crate::helpers::{hmac_hex, make_token, run_cli, spawn_app, test_config, Destination, TestApp};
 
 const SIGNING: &str = "whsec_reconcile_test";
 const API_KEY: &str = "sk_test_standin_key_never_shown";
@@ -268,14 +268,12 @@ async fn events_lost_to_an_outage_are_recovered_and_forwarded_once(pool: PgPool)
     assert_eq!(claimed, 30, "a dry run claims nothing");
 
     // The CLI, as an operator runs it.
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_replaysafe"))
-        .env("REPLAYSAFE_URL", format!("http://{}", app.addr))
-        .env("REPLAYSAFE_TOKEN", &operator)
-        .env_remove("REPLAYSAFE_CONFIG")
-        .args(["reconcile", "--source", "stripe", "--since", "2h", "--json"])
-        .output()
-        .await
-        .unwrap();
+    let out = run_cli(
+        &app,
+        &operator,
+        &["reconcile", "--source", "stripe", "--since", "2h", "--json"],
+    )
+    .await;
     assert_eq!(
         out.status.code(),
         Some(0),
