@@ -7,10 +7,36 @@ import { createServer } from 'node:http';
 
 const port = Number(process.argv[2] ?? 3101);
 const received = new Map();
+
+// A stand-in for Stripe's `GET /v1/events` (Bearer sk_test_e2e_reconcile): three
+// events created half an hour before it started, newest first, one page.
+export const stripeEvents = [1, 2, 3].map((i) => ({
+  id: `evt_e2e_recon_${i}`, object: 'event', api_version: '2024-06-20',
+  created: Math.floor(Date.now() / 1000) - 1800 - i * 60, type: 'invoice.paid',
+  livemode: false, pending_webhooks: 1,
+  data: { object: { id: `in_e2e_${i}`, object: 'invoice' } },
+}));
+function listStripeEvents(req, res) {
+  res.setHeader('content-type', 'application/json');
+  if (req.headers.authorization !== 'Bearer sk_test_e2e_reconcile') {
+    res.statusCode = 401;
+    return res.end(JSON.stringify({ error: { type: 'invalid_request_error', message: 'Invalid API Key provided' } }));
+  }
+  const q = new URL(req.url, 'http://x').searchParams;
+  const gte = Number(q.get('created[gte]') ?? 0);
+  const lte = Number(q.get('created[lte]') ?? Infinity);
+  const data = stripeEvents.filter((e) => e.created >= gte && e.created <= lte);
+  res.end(JSON.stringify({ object: 'list', url: '/v1/events', has_more: false, data }));
+}
 const forced = new Map();
 
 createServer((req, res) => {
   if (req.method === 'GET' && req.url === '/health') return res.end('ok');
+  if (req.method === 'GET' && req.url.startsWith('/v1/events')) return listStripeEvents(req, res);
+  if (req.method === 'GET' && req.url === '/stripe-events') {
+    res.setHeader('content-type', 'application/json');
+    return res.end(JSON.stringify(stripeEvents));
+  }
   if (req.method === 'GET' && req.url.startsWith('/received/')) {
     const key = decodeURIComponent(req.url.slice('/received/'.length));
     res.setHeader('content-type', 'application/json');

@@ -23,6 +23,7 @@ export const accounts = {
 export const e2eSources = {
   standardSecret: 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw',
   githubSecret: 'e2e-github-secret-never-shown',
+  stripeSecret: 'whsec_e2e_stripe_signing_secret',
 };
 const configDir = join(__dirname, '.cache');
 mkdirSync(configDir, { recursive: true });
@@ -90,6 +91,19 @@ url = "${destinationURL}/hook"
 secret = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD"
 ordering = "per_key"
 ordering_key = "/account"
+
+# Reconciled against destination.mjs's stand-in for Stripe's event list.
+[[source]]
+slug = "e2e-stripe"
+provider = "stripe"
+secrets = ["${e2eSources.stripeSecret}"]
+destination = "${destinationURL}/hook"
+destination_secret = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD"
+
+[source.reconcile]
+api_base = "${destinationURL}"
+api_key = "sk_test_e2e_reconcile"
+every_minutes = 0
 
 [[source]]
 slug = "e2e-github"

@@ -22,6 +22,7 @@ use crate::pages::deliveries::DeliveriesPage;
 use crate::pages::event::{DeliveryPage, EventPage};
 use crate::pages::login::LoginPage;
 use crate::pages::overview::OverviewPage;
+use crate::pages::reconcile::ReconcilePage;
 use crate::pages::sources::SourcesPage;
 use crate::pages::tokens::TokensPage;
 
@@ -108,6 +109,7 @@ fn Layout() -> impl IntoView {
                     <Route path=StaticSegment("sources") ssr=SsrMode::Async view=SourcesPage/>
                     <Route path=StaticSegment("login") ssr=SsrMode::Async view=LoginPage/>
                     <Route path=StaticSegment("alerts") ssr=SsrMode::Async view=AlertsPage/>
+                    <Route path=StaticSegment("reconciliation") ssr=SsrMode::Async view=ReconcilePage/>
                     <Route path=StaticSegment("audit") ssr=SsrMode::Async view=AuditPage/>
                     <Route path=StaticSegment("tokens") ssr=SsrMode::Async view=TokensPage/>
                 </Routes>
@@ -130,6 +132,7 @@ fn TopBar(me: Me) -> impl IntoView {
                                 <A href="/deliveries">"Deliveries"</A>
                                 <A href="/dead">"Dead letters"</A>
                                 <A href="/sources">"Sources"</A>
+                                <A href="/reconciliation">"Reconciliation"</A>
                                 <A href="/alerts">"Alerts"</A>
                                 <A href="/audit">"Audit log"</A>
                                 {user.can(crate::auth::Role::Admin).then(|| view! { <A href="/tokens">"Tokens"</A> })}

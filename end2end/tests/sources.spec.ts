@@ -9,7 +9,7 @@ test('the Sources page lists the running server\'s configured sources', async ({
   await expect(page.getByRole('heading', { level: 1, name: 'Sources' })).toBeVisible();
 
   const rows = page.getByTestId('sources-table').locator('tbody tr');
-  await expect(rows).toHaveCount(6);
+  await expect(rows).toHaveCount(7);
 
   const github = page.locator('tr[data-slug="e2e-github"]');
   await expect(github.locator('td').nth(1)).toHaveText('github');

@@ -15,6 +15,8 @@ pub struct RuleSet {
     pub backlog: Option<BacklogRule>,
     pub signature_failures: Option<SignatureRule>,
     pub destination_failing: Option<FailingRule>,
+    #[serde(default)]
+    pub missed_events: Option<MissedEventsRule>,
 }
 
 /// The duplicate rate of the last `window_minutes` above `ratio` times its
@@ -30,26 +32,28 @@ pub struct StormRule {
     pub min_rate: f64,
 }
 
-/// At least `threshold` events dead-lettered in the last `window_minutes`.
+/// At least `threshold` of something in the last `window_minutes`: events
+/// dead-lettered, deliveries failing verification, events reconciliation
+/// found missing.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct DeadLettersRule {
+pub struct CountRule {
     pub window_minutes: u32,
     pub threshold: i64,
 }
+
+/// Events dead-lettered.
+pub type DeadLettersRule = CountRule;
+/// Deliveries that failed signature verification.
+pub type SignatureRule = CountRule;
+/// Events the provider sent that reconciliation found never reached
+/// replaysafe (each counted once, when first found).
+pub type MissedEventsRule = CountRule;
 
 /// The oldest due event of a source that is not paused has waited longer
 /// than `oldest_due_minutes`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct BacklogRule {
     pub oldest_due_minutes: u32,
-}
-
-/// At least `threshold` deliveries failed signature verification in the
-/// last `window_minutes`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct SignatureRule {
-    pub window_minutes: u32,
-    pub threshold: i64,
 }
 
 /// Every forward attempt of the last `minutes` failed, and there were at
@@ -64,7 +68,8 @@ impl Default for RuleSet {
     /// The seeds' rules: a storm is twice the day's duplicate rate over 10
     /// minutes; any dead letter in 10 minutes; a due event waiting 5
     /// minutes; 10 bad signatures in 10 minutes; a destination failing
-    /// every attempt for 5 minutes.
+    /// every attempt for 5 minutes; any event reconciliation found missing
+    /// in the last hour (a scheduled run's period).
     fn default() -> Self {
         Self {
             duplicate_storm: Some(StormRule {
@@ -89,6 +94,10 @@ impl Default for RuleSet {
                 minutes: 5,
                 min_attempts: 3,
             }),
+            missed_events: Some(MissedEventsRule {
+                window_minutes: 60,
+                threshold: 1,
+            }),
         }
     }
 }
@@ -102,6 +111,7 @@ impl RuleSet {
             "backlog" => self.backlog.is_some(),
             "signature_failures" => self.signature_failures.is_some(),
             "destination_failing" => self.destination_failing.is_some(),
+            "missed_events" => self.missed_events.is_some(),
             _ => false,
         }
     }
@@ -121,12 +131,13 @@ impl AlertRules {
 }
 
 /// The rules' names, as alerts, the config and the channels call them.
-pub const RULES: [&str; 5] = [
+pub const RULES: [&str; 6] = [
     "duplicate_storm",
     "dead_letters",
     "backlog",
     "signature_failures",
     "destination_failing",
+    "missed_events",
 ];
 
 /// A rule that holds for a source now.
@@ -152,6 +163,7 @@ pub fn title(rule: &str) -> &'static str {
         "backlog" => "Backlog",
         "signature_failures" => "Signature failures",
         "destination_failing" => "Destination failing",
+        "missed_events" => "Missed events",
         _ => "Alert",
     }
 }
@@ -166,6 +178,7 @@ impl Condition {
         match self.rule.as_str() {
             "dead_letters" => "See dead letters",
             "signature_failures" => "See the rejected deliveries",
+            "missed_events" => "See the reconciliation",
             _ => "See its deliveries",
         }
     }
@@ -234,6 +247,7 @@ mod tests {
             backlog: None,
             signature_failures: None,
             destination_failing: None,
+            missed_events: None,
         };
         for rule in RULES {
             assert!(all.has(rule), "{rule}");

@@ -55,3 +55,59 @@ pub struct ReconcileRequest {
     #[serde(default)]
     pub dry_run: bool,
 }
+
+/// A key a run found the provider had and replaysafe had not, however many
+/// runs saw it, and what became of it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ReconcileFinding {
+    /// The provider's id for it (Stripe's event id, GitHub's delivery guid).
+    pub idem_key: String,
+    pub event_type: Option<String>,
+    /// `recovered` (claimed from the provider's list), `redelivery_requested`
+    /// (the provider was asked to send it again) or `missing` (a dry run's,
+    /// or given up after three requests).
+    pub verdict: String,
+    /// When a run first found it missing.
+    #[serde(with = "crate::time::wire")]
+    pub found_at: chrono::DateTime<chrono::Utc>,
+    pub first_run_id: i64,
+    pub redelivery_requests: i32,
+    /// The event it became, once claimed (recovered, or redelivered and
+    /// received).
+    pub event_id: Option<i64>,
+    pub state: Option<crate::states::State>,
+}
+
+/// A reconciled source as the Reconciliation page shows it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ReconcileSource {
+    pub source: String,
+    pub provider: String,
+    /// None: only on demand.
+    pub every_minutes: Option<u64>,
+    pub lookback_hours: u64,
+    /// Keys found missing since the source was first reconciled, each once.
+    pub missed_total: i64,
+    /// The latest runs, newest first.
+    pub runs: Vec<ReconcileRun>,
+    /// The latest findings, newest first.
+    pub findings: Vec<ReconcileFinding>,
+}
+
+/// A source that is not reconciled, and why.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct NotReconciled {
+    pub source: String,
+    pub provider: String,
+    pub why: String,
+}
+
+/// The Reconciliation page.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ReconcilePage {
+    pub sources: Vec<ReconcileSource>,
+    pub not_reconciled: Vec<NotReconciled>,
+}

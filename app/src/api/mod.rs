@@ -8,6 +8,7 @@ pub mod deliveries;
 pub mod events;
 pub mod jobs;
 pub mod overview;
+pub mod reconcile;
 pub mod tokens;
 
 use leptos::prelude::*;

@@ -5,5 +5,6 @@ pub mod deliveries;
 pub mod event;
 pub mod login;
 pub mod overview;
+pub mod reconcile;
 pub mod sources;
 pub mod tokens;

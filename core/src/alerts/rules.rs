@@ -129,35 +129,56 @@ pub async fn evaluate(
             }
         }
     }
-    let dead: Vec<(&String, &DeadLettersRule)> = rules
+    // Dead letters and missed events: counts of events in each source's own
+    // windows (0: the rule is off for it), in one statement.
+    let windows: Vec<(&String, i32, i32)> = rules
         .per_source
         .iter()
-        .filter_map(|(s, r)| r.dead_letters.as_ref().map(|d| (s, d)))
+        .filter(|(_, r)| r.dead_letters.is_some() || r.missed_events.is_some())
+        .map(|(s, r)| {
+            (
+                s,
+                r.dead_letters
+                    .as_ref()
+                    .map_or(0, |x| x.window_minutes as i32),
+                r.missed_events
+                    .as_ref()
+                    .map_or(0, |x| x.window_minutes as i32),
+            )
+        })
         .collect();
-    if !dead.is_empty() {
+    if !windows.is_empty() {
         let rows = sqlx::query!(
-            // Events (`events::backlog`): one dead at two destinations once.
-            r#"SELECT r.source AS "source!", count(DISTINCT d.event_id) AS "dead!"
-               FROM unnest($1::text[], $2::int[]) AS r(source, w)
-               JOIN LATERAL (SELECT e.event_id FROM dispatches e
-                             WHERE e.state = 'dead' AND e.source = r.source
-                               AND e.state_changed_at > now() - make_interval(mins => r.w)
-                             LIMIT $3) d ON true
-               GROUP BY r.source"#,
-            &dead.iter().map(|(s, _)| (*s).clone()).collect::<Vec<_>>(),
-            &dead
+            // Dead: events (`events::backlog`), one dead at two destinations
+            // once. Missed: a key counts once, when a run first found it.
+            r#"SELECT r.source AS "source!",
+                      (SELECT count(DISTINCT d.event_id) FROM
+                           (SELECT e.event_id FROM dispatches e
+                            WHERE r.dw > 0 AND e.state = 'dead' AND e.source = r.source
+                              AND e.state_changed_at > now() - make_interval(mins => r.dw)
+                            LIMIT $4) d) AS "dead!",
+                      (SELECT count(*) FROM
+                           (SELECT 1 FROM reconcile_findings f
+                            WHERE r.mw > 0 AND f.source = r.source
+                              AND f.found_at > now() - make_interval(mins => r.mw)
+                            LIMIT $4) f) AS "missed!"
+               FROM unnest($1::text[], $2::int[], $3::int[]) AS r(source, dw, mw)"#,
+            &windows
                 .iter()
-                .map(|(_, r)| r.window_minutes as i32)
+                .map(|(s, _, _)| (*s).clone())
                 .collect::<Vec<_>>(),
+            &windows.iter().map(|(_, w, _)| *w).collect::<Vec<_>>(),
+            &windows.iter().map(|(_, _, w)| *w).collect::<Vec<_>>(),
             cap
         )
         .fetch_all(pool)
         .await?;
         for r in rows {
-            let Some((slug, rule)) = dead.iter().find(|(s, _)| **s == r.source) else {
+            let Some(set) = rules.per_source.get(&r.source) else {
                 continue;
             };
-            if r.dead >= rule.threshold {
+            let slug = &r.source;
+            if let Some(rule) = set.dead_letters.as_ref().filter(|x| r.dead >= x.threshold) {
                 found.push(condition(
                     "dead_letters",
                     slug,
@@ -168,6 +189,23 @@ pub async fn evaluate(
                     ),
                     &[("dead_letters", r.dead as f64)],
                     format!("/dead?source={slug}"),
+                ));
+            }
+            if let Some(rule) = set
+                .missed_events
+                .as_ref()
+                .filter(|x| r.missed >= x.threshold)
+            {
+                found.push(condition(
+                    "missed_events",
+                    slug,
+                    format!(
+                        "reconciliation found {} the provider sent that never reached replaysafe in the last {} minutes",
+                        counted(r.missed, "event", "events"),
+                        rule.window_minutes
+                    ),
+                    &[("missed_events", r.missed as f64)],
+                    format!("/reconciliation?source={slug}"),
                 ));
             }
         }

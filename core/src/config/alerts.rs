@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use replaysafe_types::alerts::{
-    AlertRules, BacklogRule, DeadLettersRule, FailingRule, RuleSet, SignatureRule, StormRule,
+    AlertRules, BacklogRule, CountRule, FailingRule, RuleSet, StormRule,
 };
 use serde::Deserialize;
 
@@ -32,6 +32,7 @@ pub(super) struct RawRules {
     backlog: Option<RawBacklog>,
     signature_failures: Option<RawWindowed>,
     destination_failing: Option<RawFailing>,
+    missed_events: Option<RawWindowed>,
 }
 
 #[derive(Deserialize)]
@@ -205,6 +206,27 @@ fn overlay<R: Section, T: Clone>(
     }
 }
 
+/// A count rule's section (`window_minutes`, `threshold`) over `had`, under
+/// config key `at`.
+fn count_rule(
+    raw: &RawWindowed,
+    had: CountRule,
+    at: &str,
+    invalid: Invalid,
+) -> Result<CountRule, super::ConfigError> {
+    let k = |f: &str| format!("{at}.{f}");
+    Ok(CountRule {
+        window_minutes: minutes(
+            invalid,
+            &k("window_minutes"),
+            raw.window_minutes,
+            had.window_minutes,
+            MAX_MINUTES,
+        )?,
+        threshold: positive(invalid, &k("threshold"), raw.threshold, had.threshold)?,
+    })
+}
+
 /// `base` with `raw`'s overrides, under config key `at` (say
 /// `alerts.rules` or `source[2].alerts`).
 pub(super) fn rules(
@@ -215,6 +237,7 @@ pub(super) fn rules(
 ) -> Result<RuleSet, super::ConfigError> {
     let d = RuleSet::default();
     let key = |rule: &str, field: &str| format!("{at}.{rule}.{field}");
+    let at_rule = |rule: &str| format!("{at}.{rule}");
     Ok(RuleSet {
         duplicate_storm: overlay(
             &raw.duplicate_storm,
@@ -260,19 +283,7 @@ pub(super) fn rules(
             &raw.dead_letters,
             &base.dead_letters,
             &d.dead_letters,
-            |r, b| {
-                let k = |f: &str| key("dead_letters", f);
-                Ok(DeadLettersRule {
-                    window_minutes: minutes(
-                        invalid,
-                        &k("window_minutes"),
-                        r.window_minutes,
-                        b.window_minutes,
-                        MAX_MINUTES,
-                    )?,
-                    threshold: positive(invalid, &k("threshold"), r.threshold, b.threshold)?,
-                })
-            },
+            |r, b| count_rule(r, b, &at_rule("dead_letters"), invalid),
         )?,
         backlog: overlay(&raw.backlog, &base.backlog, &d.backlog, |r, b| {
             Ok(BacklogRule {
@@ -289,19 +300,7 @@ pub(super) fn rules(
             &raw.signature_failures,
             &base.signature_failures,
             &d.signature_failures,
-            |r, b| {
-                let k = |f: &str| key("signature_failures", f);
-                Ok(SignatureRule {
-                    window_minutes: minutes(
-                        invalid,
-                        &k("window_minutes"),
-                        r.window_minutes,
-                        b.window_minutes,
-                        MAX_MINUTES,
-                    )?,
-                    threshold: positive(invalid, &k("threshold"), r.threshold, b.threshold)?,
-                })
-            },
+            |r, b| count_rule(r, b, &at_rule("signature_failures"), invalid),
         )?,
         destination_failing: overlay(
             &raw.destination_failing,
@@ -319,6 +318,12 @@ pub(super) fn rules(
                     )?,
                 })
             },
+        )?,
+        missed_events: overlay(
+            &raw.missed_events,
+            &base.missed_events,
+            &d.missed_events,
+            |r, b| count_rule(r, b, &at_rule("missed_events"), invalid),
         )?,
     })
 }

@@ -82,8 +82,6 @@ impl EventList {
 const STRIPE_MAX_HOURS: u32 = 30 * 24;
 const GITHUB_MAX_HOURS: u32 = 72;
 const DEFAULT_EVERY_MINUTES: u32 = 60;
-/// Whether GitHub sources' runs are built (issue 34 lands Stripe's first).
-const GITHUB_RUNS: bool = false;
 const DEFAULT_LOOKBACK_HOURS: u32 = 72;
 
 pub(super) fn build(
@@ -212,9 +210,7 @@ pub(super) fn build(
             }
             let hook = match (raw.repository, raw.organization) {
                 (Some(r), None) => match r.split_once('/') {
-                    Some((owner, name))
-                        if !owner.is_empty() && !name.is_empty() && !name.contains('/') =>
-                    {
+                    Some((owner, name)) if github_name(owner) && github_name(name) => {
                         GitHubHook::Repository {
                             owner: owner.to_owned(),
                             name: name.to_owned(),
@@ -227,7 +223,7 @@ pub(super) fn build(
                         ))
                     }
                 },
-                (None, Some(o)) if !o.is_empty() && !o.contains('/') => GitHubHook::Organization(o),
+                (None, Some(o)) if github_name(&o) => GitHubHook::Organization(o),
                 _ => return Err(invalid(
                     &key("repository"),
                     "name the hook's repository (\"owner/name\") or its organization, one of them"
@@ -237,15 +233,6 @@ pub(super) fn build(
             let hook_id = raw
                 .hook_id
                 .ok_or_else(|| invalid(&key("hook_id"), "the webhook's id is required".into()))?;
-            // Refused at start rather than failing every run: GitHub's
-            // redelivery requests are not built yet.
-            if !GITHUB_RUNS {
-                return Err(invalid(
-                    &at("reconcile"),
-                    "GitHub reconciliation is not available in this version yet (Stripe's is)"
-                        .into(),
-                ));
-            }
             EventList::GitHub { hook, hook_id }
         }
     };
@@ -263,4 +250,15 @@ pub(super) fn build(
         lookback,
         list,
     })
+}
+
+/// An account or repository name as GitHub allows them (letters, digits,
+/// `-`, `_`, `.`): joined into the API's paths as it is.
+fn github_name(name: &str) -> bool {
+    !name.is_empty()
+        && name != "."
+        && name != ".."
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
 }

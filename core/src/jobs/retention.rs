@@ -170,6 +170,14 @@ pub async fn prune(
     )
     .execute(pool)
     .await?;
+    // Findings go with them; the missed count (reconcile_totals) stays.
+    sqlx::query!(
+        "DELETE FROM reconcile_findings
+         WHERE found_at < now() - make_interval(days => $1)",
+        retention_days as i32
+    )
+    .execute(pool)
+    .await?;
     // The sign-in throttle's counts past their window, of addresses not
     // tried since (one statement: a window's attempts are few).
     crate::accounts::prune_sign_in_attempts(pool).await?;

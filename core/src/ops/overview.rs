@@ -212,7 +212,11 @@ struct GaugesState {
 /// Reads the backlog and dead-letter gauges from the database (the same
 /// definitions as the overview's, `events::backlog`), unless they were read
 /// within `GAUGES_FRESH_FOR`.
-pub async fn refresh_gauges(pool: &PgPool, read: &GaugesRead) -> Result<(), sqlx::Error> {
+pub async fn refresh_gauges(
+    services: &crate::processing::Services,
+    read: &GaugesRead,
+) -> Result<(), sqlx::Error> {
+    let pool = &services.pool;
     let mut state = read.0.lock().await;
     if state.at.is_some_and(|at| at.elapsed() < GAUGES_FRESH_FOR) {
         return Ok(());
@@ -258,7 +262,7 @@ pub async fn refresh_gauges(pool: &PgPool, read: &GaugesRead) -> Result<(), sqlx
         set_destination(gone, [0, 0, 0], 0, 0);
     }
     state.destinations = now_set;
-    Ok(())
+    crate::reconcile::set_metrics(services).await
 }
 
 fn set_destination(

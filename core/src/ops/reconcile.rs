@@ -3,7 +3,9 @@
 //! audit-logged; anyone signed in reads the past runs.
 
 use replaysafe_types::auth::Role;
-use replaysafe_types::reconcile::{ReconcileRequest, ReconcileRun};
+use replaysafe_types::reconcile::{
+    NotReconciled, ReconcileFinding, ReconcilePage, ReconcileRequest, ReconcileRun, ReconcileSource,
+};
 
 use crate::error::OpError;
 use crate::ops::Cx;
@@ -11,6 +13,10 @@ use crate::reconcile::{self, Limits, NotRun};
 
 /// Past runs shown at once.
 pub const RUNS_SHOWN: i64 = 50;
+/// Findings shown at once.
+pub const FINDINGS_SHOWN: i64 = 100;
+/// Runs the page shows per source.
+const PAGE_RUNS: i64 = 10;
 
 /// Runs one reconciliation of `slug` now and answers its verdict (a run
 /// the provider stopped early answers too, with its `error`).
@@ -93,4 +99,50 @@ pub async fn runs(cx: &Cx, slug: &str, before: Option<i64>) -> Result<Vec<Reconc
         return Err(OpError::NotFound(format!("no source {slug:?}")));
     }
     Ok(reconcile::runs(&cx.services.reads.pool(), slug, before, RUNS_SHOWN).await?)
+}
+
+/// A source's latest findings: the keys its runs found missing, newest
+/// first, with the events they became.
+pub async fn findings(cx: &Cx, slug: &str) -> Result<Vec<ReconcileFinding>, OpError> {
+    cx.require(Role::Viewer)?;
+    if cx.services.config.source(slug).is_none() {
+        return Err(OpError::NotFound(format!("no source {slug:?}")));
+    }
+    Ok(reconcile::findings(&cx.services.reads.pool(), slug, FINDINGS_SHOWN).await?)
+}
+
+/// The Reconciliation page: each reconciled source's latest runs and
+/// findings, and the sources that are not, with why.
+pub async fn page(cx: &Cx) -> Result<ReconcilePage, OpError> {
+    cx.require(Role::Viewer)?;
+    let pool = cx.services.reads.pool();
+    let mut page = ReconcilePage {
+        sources: Vec::new(),
+        not_reconciled: Vec::new(),
+    };
+    for source in &cx.services.config.sources {
+        let provider = source.provider.name.to_owned();
+        let Some(r) = &source.reconcile else {
+            let why = match source.provider.reconciler {
+                crate::providers::Reconciler::None(why) => why.to_owned(),
+                _ => "no [source.reconcile] in the config: add one to compare with the provider's list".to_owned(),
+            };
+            page.not_reconciled.push(NotReconciled {
+                source: source.slug.clone(),
+                provider,
+                why,
+            });
+            continue;
+        };
+        page.sources.push(ReconcileSource {
+            source: source.slug.clone(),
+            provider,
+            every_minutes: r.every.map(|e| e.as_secs() / 60),
+            lookback_hours: r.lookback.as_secs() / 3600,
+            missed_total: reconcile::missed_total(&pool, &source.slug).await?,
+            runs: reconcile::runs(&pool, &source.slug, None, PAGE_RUNS).await?,
+            findings: reconcile::findings(&pool, &source.slug, FINDINGS_SHOWN).await?,
+        });
+    }
+    Ok(page)
 }

@@ -6,12 +6,15 @@
 //! run's verdict is kept in `reconcile_runs`, updated page by page, so a run
 //! stopped early keeps what it found.
 
+mod github;
 mod stripe;
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use replaysafe_types::reconcile::ReconcileRun;
+use replaysafe_types::reconcile::{ReconcileFinding, ReconcileRun};
+use replaysafe_types::states::State;
 use replaysafe_types::time::Time;
 use sqlx::PgPool;
 
@@ -223,7 +226,7 @@ async fn run_locked(
     };
     let error = match &reconcile.list {
         EventList::Stripe { .. } => stripe::compare(&run, window_from, window_to).await,
-        EventList::GitHub { .. } => Err("GitHub reconciliation is not built yet".to_owned()),
+        EventList::GitHub { .. } => github::compare(&run, window_from, window_to).await,
     }
     .err();
     if let Some(e) = &error {
@@ -258,10 +261,10 @@ struct Run<'a> {
 }
 
 impl Run<'_> {
-    /// Adds a page's counts to the run's row.
-    async fn add_page(&self, c: Counts) -> Result<(), String> {
+    /// Adds what `pages` more pages told to the run's row.
+    async fn add_pages(&self, pages: u32, c: Counts) -> Result<(), String> {
         sqlx::query!(
-            "UPDATE reconcile_runs SET pages = pages + 1, seen = seen + $2,
+            "UPDATE reconcile_runs SET pages = pages + $8, seen = seen + $2,
                  already_received = already_received + $3, recovered = recovered + $4,
                  redelivery_requested = redelivery_requested + $5,
                  still_missing = still_missing + $6,
@@ -273,7 +276,8 @@ impl Run<'_> {
             c.recovered,
             c.redelivery_requested,
             c.still_missing,
-            c.provider_failed_we_completed
+            c.provider_failed_we_completed,
+            pages as i32
         )
         .execute(&self.services.pool)
         .await
@@ -297,10 +301,11 @@ impl Run<'_> {
         })
     }
 
-    /// GETs one page, retrying what a retry may fix (429 after its
-    /// Retry-After, 5xx, a timeout, a refused connection) within the run's
-    /// budget; a 3xx is an error (no redirect is followed).
-    async fn get(&self, request: reqwest::RequestBuilder) -> Result<Vec<u8>, String> {
+    /// Sends one request to the provider, retrying what a retry may fix
+    /// (429 and a rate limit's 403 after the wait they ask for, 5xx, a
+    /// timeout, a refused connection) within the run's budget; a 3xx is an
+    /// error (no redirect is followed).
+    async fn send(&self, request: reqwest::RequestBuilder) -> Result<Answer, Failed> {
         let mut attempt = 0;
         loop {
             // No request outlives the run's time.
@@ -309,51 +314,60 @@ impl Run<'_> {
                 .max_duration
                 .saturating_sub(self.started.elapsed());
             if left.is_zero() {
-                return Err(format!(
+                return Err(Failed::run(format!(
                     "stopped after {} s: run again with a later since",
                     self.limits.max_duration.as_secs()
-                ));
+                )));
             }
             let sent = request
                 .try_clone()
-                .expect("a GET has no streamed body")
+                .expect("no request here streams its body")
                 .timeout(self.limits.request_timeout.min(left))
                 .send()
                 .await;
             let wait = match sent {
                 Ok(r) if r.status().is_success() => {
+                    let headers = r.headers().clone();
                     return r
                         .bytes()
                         .await
-                        .map(|b| b.to_vec())
-                        .map_err(|e| format!("reading the provider's answer: {e}"))
+                        .map(|b| Answer {
+                            headers,
+                            body: b.to_vec(),
+                        })
+                        .map_err(|e| Failed::run(format!("reading the provider's answer: {e}")));
                 }
                 Ok(r) => {
-                    let status = r.status();
-                    let after = r
-                        .headers()
-                        .get(reqwest::header::RETRY_AFTER)
-                        .and_then(|v| v.to_str().ok())
-                        .and_then(|v| v.trim().parse::<u64>().ok())
-                        .map(Duration::from_secs);
+                    let status = r.status().as_u16();
+                    let wait = asked_wait(r.headers(), status);
                     let body = r.text().await.unwrap_or_default();
                     let detail = provider_message(&body);
-                    let retryable = status.as_u16() == 429 || status.is_server_error();
+                    let retryable = wait.is_some() || status == 429 || status >= 500;
                     if !retryable || attempt >= self.limits.retries {
-                        return Err(match status.as_u16() {
+                        let message = match status {
                             401 => format!("the provider refused the credential (401): {detail}"),
-                            403 => format!("the credential may not list events (403): {detail}"),
+                            403 if wait.is_some() => {
+                                format!("the provider's rate limit (403): {detail}")
+                            }
+                            403 => format!("the credential is not allowed this (403): {detail}"),
                             s if (300..400).contains(&s) => {
                                 format!("the provider answered {s}: redirects are not followed")
                             }
                             s => format!("the provider answered {s}: {detail}"),
+                        };
+                        return Err(Failed {
+                            status: Some(status),
+                            message,
                         });
                     }
-                    after.unwrap_or(Duration::from_secs(1 << attempt))
+                    wait.unwrap_or(Duration::from_secs(1 << attempt))
                 }
                 Err(e) => {
                     if attempt >= self.limits.retries {
-                        return Err(format!("the provider could not be reached: {}", plain(&e)));
+                        return Err(Failed::run(format!(
+                            "the provider could not be reached: {}",
+                            plain(&e)
+                        )));
                     }
                     Duration::from_secs(1 << attempt)
                 }
@@ -363,15 +377,146 @@ impl Run<'_> {
                 .max_duration
                 .saturating_sub(self.started.elapsed());
             if wait >= left {
-                return Err(format!(
+                return Err(Failed::run(format!(
                     "the provider asked to wait {} s, past the run's time: run again later",
                     wait.as_secs()
-                ));
+                )));
             }
             tokio::time::sleep(wait).await;
             attempt += 1;
         }
     }
+
+    /// Which of `keys` were claimed for the source, in which state.
+    async fn claimed(&self, keys: &[String]) -> Result<HashMap<String, State>, String> {
+        Ok(sqlx::query!(
+            r#"SELECT idem_key AS "idem_key!", state AS "state!: State" FROM event_summaries
+               WHERE source = $1 AND idem_key = ANY($2)"#,
+            self.source.slug,
+            keys
+        )
+        .fetch_all(&self.services.pool)
+        .await
+        .map_err(|e| format!("could not compare with the claimed events: {e}"))?
+        .into_iter()
+        .map(|r| (r.idem_key, r.state))
+        .collect())
+    }
+
+    /// Records the keys a page found missing (a key's first finding counts
+    /// it as missed, once): the view's list and GitHub's requests between
+    /// runs.
+    async fn note_findings(&self, found: &[Finding]) -> Result<(), String> {
+        if found.is_empty() {
+            return Ok(());
+        }
+        let keys: Vec<String> = found.iter().map(|f| f.key.clone()).collect();
+        let types: Vec<Option<String>> = found.iter().map(|f| f.event_type.clone()).collect();
+        let verdicts: Vec<String> = found
+            .iter()
+            .map(|f| f.verdict.as_str().to_owned())
+            .collect();
+        let requested: Vec<bool> = found
+            .iter()
+            .map(|f| f.verdict == FindingVerdict::RedeliveryRequested)
+            .collect();
+        sqlx::query!(
+            r#"WITH found AS (
+                   INSERT INTO reconcile_findings AS f
+                       (source, idem_key, event_type, first_run_id, last_run_id, verdict,
+                        redelivery_requests, last_requested_at)
+                   SELECT $1, k, t, $2, $2, v, CASE WHEN r THEN 1 ELSE 0 END,
+                          CASE WHEN r THEN now() END
+                   FROM unnest($3::text[], $4::text[], $5::text[], $6::bool[]) AS u(k, t, v, r)
+                   ON CONFLICT (source, idem_key) DO UPDATE SET
+                       last_run_id = EXCLUDED.last_run_id,
+                       verdict = EXCLUDED.verdict,
+                       event_type = coalesce(EXCLUDED.event_type, f.event_type),
+                       redelivery_requests = f.redelivery_requests + EXCLUDED.redelivery_requests,
+                       last_requested_at = coalesce(EXCLUDED.last_requested_at, f.last_requested_at)
+                   RETURNING (xmax = 0) AS first
+               )
+               INSERT INTO reconcile_totals (source, missed)
+               SELECT $1, count(*) FILTER (WHERE first) FROM found
+               ON CONFLICT (source) DO UPDATE SET missed = reconcile_totals.missed + EXCLUDED.missed"#,
+            self.source.slug,
+            self.id,
+            &keys,
+            &types as &[Option<String>],
+            &verdicts,
+            &requested
+        )
+        .execute(&self.services.pool)
+        .await
+        .map_err(|e| format!("could not record the page's findings: {e}"))?;
+        Ok(())
+    }
+}
+
+/// A provider's successful answer.
+struct Answer {
+    headers: reqwest::header::HeaderMap,
+    body: Vec<u8>,
+}
+
+/// A request that failed for good: the provider's status if it answered.
+struct Failed {
+    status: Option<u16>,
+    message: String,
+}
+
+impl Failed {
+    fn run(message: String) -> Self {
+        Self {
+            status: None,
+            message,
+        }
+    }
+}
+
+/// A key the provider had and replaysafe had not, and what the run did.
+struct Finding {
+    key: String,
+    event_type: Option<String>,
+    verdict: FindingVerdict,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum FindingVerdict {
+    Recovered,
+    RedeliveryRequested,
+    Missing,
+}
+
+impl FindingVerdict {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Recovered => "recovered",
+            Self::RedeliveryRequested => "redelivery_requested",
+            Self::Missing => "missing",
+        }
+    }
+}
+
+/// How long a refusal asks to be waited out: `Retry-After` (seconds), or a
+/// rate limit's reset time (GitHub: 403 or 429 with
+/// `x-ratelimit-remaining: 0` and `x-ratelimit-reset` in Unix seconds).
+fn asked_wait(headers: &reqwest::header::HeaderMap, status: u16) -> Option<Duration> {
+    let header = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+    };
+    if let Some(after) = header("retry-after").and_then(|v| v.parse::<u64>().ok()) {
+        return Some(Duration::from_secs(after));
+    }
+    if (status == 403 || status == 429) && header("x-ratelimit-remaining") == Some("0") {
+        let reset = header("x-ratelimit-reset").and_then(|v| v.parse::<i64>().ok())?;
+        let secs = (reset - Utc::now().timestamp()).max(0) as u64;
+        return Some(Duration::from_secs(secs + 1));
+    }
+    None
 }
 
 /// A provider's error message from its JSON (Stripe's `error.message`,
@@ -430,6 +575,41 @@ pub async fn runs(
     .await
 }
 
+/// A source's latest findings, newest first, each with the event it became
+/// once claimed.
+pub async fn findings(
+    pool: &PgPool,
+    source: &str,
+    limit: i64,
+) -> Result<Vec<ReconcileFinding>, sqlx::Error> {
+    sqlx::query_as!(
+        ReconcileFinding,
+        r#"SELECT f.idem_key, f.event_type, f.verdict, f.found_at AS "found_at: Time",
+                  f.first_run_id, f.redelivery_requests, e.id AS "event_id?",
+                  e.state AS "state?: State"
+           FROM reconcile_findings f
+           LEFT JOIN event_summaries e ON e.source = f.source AND e.idem_key = f.idem_key
+           WHERE f.source = $1
+           ORDER BY f.found_at DESC, f.idem_key
+           LIMIT $2"#,
+        source,
+        limit
+    )
+    .fetch_all(pool)
+    .await
+}
+
+/// Keys found missing for `source` since it was first reconciled.
+pub async fn missed_total(pool: &PgPool, source: &str) -> Result<i64, sqlx::Error> {
+    Ok(sqlx::query_scalar!(
+        "SELECT missed FROM reconcile_totals WHERE source = $1",
+        source
+    )
+    .fetch_optional(pool)
+    .await?
+    .unwrap_or(0))
+}
+
 /// How often the schedule looks for sources whose run is due.
 const SCHEDULE_POLL: Duration = Duration::from_secs(60);
 
@@ -486,4 +666,39 @@ async fn due(pool: &PgPool, source: &str, every: Duration) -> Result<bool, sqlx:
     )
     .fetch_one(pool)
     .await
+}
+
+/// Sets each reconciled source's metrics from the database (every process
+/// reports the same): `replaysafe_reconcile_missed_total`, at 0 from the
+/// start, and the last finished run's time.
+pub async fn set_metrics(services: &Services) -> Result<(), sqlx::Error> {
+    let sources: Vec<String> = services
+        .config
+        .sources
+        .iter()
+        .filter(|s| s.reconcile.is_some())
+        .map(|s| s.slug.clone())
+        .collect();
+    if sources.is_empty() {
+        return Ok(());
+    }
+    let rows = sqlx::query!(
+        r#"SELECT s.source AS "source!", coalesce(t.missed, 0) AS "missed!",
+                  extract(epoch FROM (SELECT max(r.finished_at) FROM reconcile_runs r
+                                      WHERE r.source = s.source))::float8 AS last_run
+           FROM unnest($1::text[]) AS s(source)
+           LEFT JOIN reconcile_totals t ON t.source = s.source"#,
+        &sources
+    )
+    .fetch_all(&services.pool)
+    .await?;
+    for r in rows {
+        metrics::counter!("replaysafe_reconcile_missed_total", "source" => r.source.clone())
+            .absolute(r.missed as u64);
+        if let Some(at) = r.last_run {
+            metrics::gauge!("replaysafe_reconcile_last_run_timestamp_seconds", "source" => r.source)
+                .set(at);
+        }
+    }
+    Ok(())
 }

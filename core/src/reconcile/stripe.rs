@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use super::{Counts, Run};
+use super::{Counts, Finding, FindingVerdict, Run};
 use crate::config::reconcile::EventList;
 use crate::receiver::claim::{Outcome, Recovered};
 use crate::receiver::{accept_recovered, Inbound, NotRecovered};
@@ -78,7 +78,7 @@ pub(super) async fn compare(
         if let Some(version) = api_version {
             request = request.header("Stripe-Version", version);
         }
-        let body = run.get(request).await?;
+        let body = run.send(request).await.map_err(|f| f.message)?.body;
         let page: Page = serde_json::from_slice(&body)
             .map_err(|e| format!("Stripe's answer is not a list of events: {e}"))?;
         pages += 1;
@@ -103,7 +103,7 @@ pub(super) async fn compare(
             .filter(|(e, _)| run.reconcile.list.wants_type(&e.event_type))
             .collect();
         let counts = claim_missing(run, &wanted, &from_request).await?;
-        run.add_page(counts).await?;
+        run.add_pages(1, counts).await?;
         if !page.has_more || starting_after.is_none() {
             return Ok(());
         }
@@ -118,30 +118,30 @@ async fn claim_missing(
 ) -> Result<Counts, String> {
     let pool = &run.services.pool;
     let ids: Vec<String> = page.iter().map(|(e, _)| e.id.clone()).collect();
-    let known = sqlx::query!(
-        r#"SELECT idem_key AS "idem_key!", state AS "state!: State" FROM event_summaries
-           WHERE source = $1 AND idem_key = ANY($2)"#,
-        run.source.slug,
-        &ids
-    )
-    .fetch_all(pool)
-    .await
-    .map_err(|e| format!("could not compare with the claimed events: {e}"))?;
+    let known = run.claimed(&ids).await?;
     let mut c = Counts {
         seen: page.len() as i64,
         ..Default::default()
     };
-    let mut recovered_any = false;
+    let mut found = Vec::new();
+    let mut finding = |event: &Listed, verdict| {
+        found.push(Finding {
+            key: event.id.clone(),
+            event_type: Some(event.event_type.clone()),
+            verdict,
+        })
+    };
     for (event, raw) in page {
-        if let Some(k) = known.iter().find(|k| k.idem_key == event.id) {
+        if let Some(state) = known.get(&event.id) {
             c.already_received += 1;
-            if event.pending_webhooks > 0 && k.state == State::Completed {
+            if event.pending_webhooks > 0 && *state == State::Completed {
                 c.provider_failed_we_completed += 1;
             }
             continue;
         }
         if run.dry_run {
             c.still_missing += 1;
+            finding(event, FindingVerdict::Missing);
             continue;
         }
         let inbound = Inbound {
@@ -157,21 +157,23 @@ async fn claim_missing(
         match accept_recovered(pool, run.source, &inbound, recovered).await {
             Ok(claimed) if claimed.outcome == Outcome::Claimed => {
                 c.recovered += 1;
-                recovered_any = true;
+                finding(event, FindingVerdict::Recovered);
             }
             // A delivery claimed it meanwhile: one dedup decision, its.
             Ok(_) => c.already_received += 1,
             Err(NotRecovered::Key(why)) => {
                 tracing::warn!(source = %run.source.slug, event = %event.id, %why, "a listed event could not be keyed");
                 c.still_missing += 1;
+                finding(event, FindingVerdict::Missing);
             }
             Err(NotRecovered::Database(e)) => {
                 return Err(format!("could not claim a recovered event: {e}"))
             }
         }
     }
-    if recovered_any {
+    if found.iter().any(|f| f.verdict == FindingVerdict::Recovered) {
         run.services.wake.work();
     }
+    run.note_findings(&found).await?;
     Ok(c)
 }

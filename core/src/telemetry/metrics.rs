@@ -123,6 +123,14 @@ fn describe() {
         "replaysafe_dead_letters",
         "Dead-lettered events: an event once however many of its dispatches are dead (capped at 100000)"
     );
+    metrics::describe_counter!(
+        "replaysafe_reconcile_missed_total",
+        "Events a provider sent that never reached replaysafe, as reconciliation found them (each once, whatever became of it: recovered, redelivered or still missing)"
+    );
+    metrics::describe_gauge!(
+        "replaysafe_reconcile_last_run_timestamp_seconds",
+        "When the source's last reconciliation run finished (Unix seconds), whatever its verdict"
+    );
     metrics::describe_gauge!(
         "replaysafe_dead_letter_dispatches",
         "Dead dispatches by destination (capped at 100000)"

@@ -145,13 +145,7 @@ pub fn print(config: &Config) {
             let on: Vec<&str> = replaysafe_types::alerts::RULES
                 .iter()
                 .copied()
-                .filter(|r| match *r {
-                    "duplicate_storm" => rules.duplicate_storm.is_some(),
-                    "dead_letters" => rules.dead_letters.is_some(),
-                    "backlog" => rules.backlog.is_some(),
-                    "signature_failures" => rules.signature_failures.is_some(),
-                    _ => rules.destination_failing.is_some(),
-                })
+                .filter(|r| rules.has(r))
                 .collect();
             println!("  alert rules     {}", on.join(", "));
         }

@@ -46,7 +46,7 @@ pub async fn handler(
     }
     let handle = install();
     // A scrape still answers (with the counters) when the database is away.
-    if let Err(e) = refresh_gauges(&state.services.pool, &state.gauges_read).await {
+    if let Err(e) = refresh_gauges(&state.services, &state.gauges_read).await {
         tracing::warn!(error = %e, "metrics: could not read backlog gauges");
     }
     (

@@ -691,3 +691,44 @@ pub async fn run_cli(app: &TestApp, token: &str, args: &[&str]) -> std::process:
         .await
         .unwrap()
 }
+
+/// Reads a provider API stand-in with the provider's official SDK
+/// (`tests/sdk/list.mjs`): its JSON answer. Async: the stand-in answers
+/// from this test's runtime.
+pub async fn sdk_list(args: &[&str]) -> serde_json::Value {
+    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/sdk");
+    assert!(
+        dir.join("node_modules/@octokit/rest").exists(),
+        "the provider SDKs are not installed: run server/tests/sdk/setup.sh (scripts/test does)"
+    );
+    let out = tokio::process::Command::new("node")
+        .arg(dir.join("list.mjs"))
+        .args(args)
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "list.mjs {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// `POST /api/v1/sources/{slug}/reconcile` as `token`: status and verdict.
+pub async fn reconcile_over_api(
+    app: &TestApp,
+    token: &str,
+    slug: &str,
+    body: serde_json::Value,
+) -> (u16, serde_json::Value) {
+    let r = app
+        .client
+        .post(app.url(&format!("/api/v1/sources/{slug}/reconcile")))
+        .bearer_auth(token)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    (r.status().as_u16(), r.json().await.unwrap())
+}

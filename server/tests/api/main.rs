@@ -26,6 +26,7 @@ mod processes;
 mod processing;
 mod receiver;
 mod reconcile;
+mod reconcile_github;
 mod remote_cli;
 mod replica;
 mod rest;

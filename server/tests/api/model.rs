@@ -20,7 +20,9 @@
 //! slow source), each also pacing the gated destinations, a worker that
 //! leases and dies, an operator re-delivering stored deliveries (to one
 //! destination or all), an admin forcing completed dispatches (one or all of
-//! an event's), pause and resume, and retention with zero-day windows. The
+//! an event's), a reconciler recovering events from the provider's list
+//! (the same bodies, through `accept_recovered`, racing the deliveries),
+//! pause and resume, and retention with zero-day windows. The
 //! destination answers 2xx, 4xx, 5xx, 429, slowly within the timeout, or only
 //! after it.
 //!
@@ -299,6 +301,38 @@ impl World {
         }
     }
 
+    /// Reconciliation recovers an event from the provider's list: the same
+    /// body a delivery of it carries, claimed through `accept_recovered`
+    /// while the provider's deliveries and retries of it race.
+    async fn reconciler_recovers(&self, rng: &mut StdRng) {
+        let n = rng.gen_range(0..KEYS);
+        let slug = &self.slugs[[0, 3][rng.gen_range(0..2)]];
+        let id = format!("{slug}-{n}");
+        let kind = if n % 3 == 0 { "b" } else { "a" };
+        let body = format!(
+            r#"{{"delivery":"{id}","key":"k{}","kind":"{kind}"}}"#,
+            n % 2
+        );
+        let source = self.app.config.source(slug).unwrap();
+        let inbound = replaysafe_core::receiver::Inbound {
+            query: None,
+            headers: vec![
+                ("content-type".into(), "application/json".into()),
+                ("x-github-event".into(), "push".into()),
+                ("x-github-delivery".into(), id),
+            ],
+            body: body.into_bytes(),
+            remote_addr: None,
+        };
+        let recovered = replaysafe_core::receiver::claim::Recovered {
+            run_id: 0,
+            from: "model".into(),
+        };
+        replaysafe_core::receiver::accept_recovered(&self.app.pool, source, &inbound, recovered)
+            .await
+            .unwrap();
+    }
+
     async fn sync_request(&self, n: u32) {
         let body = format!("payload={}-{n}", self.slugs[1]);
         self.app.slack_interaction(&self.slugs[1], &body).await;
@@ -532,6 +566,15 @@ async fn run_seed(pool: &PgPool, seed: u64) -> Result<String, String> {
             replaysafe_core::jobs::retention::prune(&w.app.pool, 0, 0, 0)
                 .await
                 .unwrap();
+            rng
+        },
+    ));
+    actors.spawn(actor_loop(
+        world.clone(),
+        11,
+        (50, 300),
+        |w, mut rng| async move {
+            w.reconciler_recovers(&mut rng).await;
             rng
         },
     ));

@@ -123,6 +123,7 @@ const ROUTES: &[(&str, &str, &str)] = &[
     ),
     ("post", "/sources/{slug}/reconcile", "operator"),
     ("get", "/sources/{slug}/reconcile", "viewer"),
+    ("get", "/sources/{slug}/reconcile/findings", "viewer"),
     ("get", "/deliveries", "viewer"),
     ("get", "/deliveries/{id}", "viewer"),
     ("post", "/deliveries/{id}/redeliver", "operator"),

@@ -129,7 +129,7 @@ pub enum AlertsAction {
     List,
     /// Hold back a rule's notifications for a while (admin; audit-logged)
     Silence {
-        /// duplicate_storm, dead_letters, backlog, signature_failures or destination_failing
+        /// duplicate_storm, dead_letters, backlog, signature_failures, destination_failing or missed_events
         #[arg(long)]
         rule: String,
         /// Only this source (default: every source)

@@ -17,7 +17,7 @@ use replaysafe_types::events::{
 };
 use replaysafe_types::jobs::{BulkJob, JobResults};
 use replaysafe_types::overview::{BlockedKey, Overview, Window};
-use replaysafe_types::reconcile::{ReconcileRequest, ReconcileRun};
+use replaysafe_types::reconcile::{ReconcileFinding, ReconcileRequest, ReconcileRun};
 use replaysafe_types::tokens::TokenRow;
 use replaysafe_types::SourceSummary;
 
@@ -41,6 +41,7 @@ pub fn router() -> OpenApiRouter<ApiState> {
         .routes(routes!(close_breaker))
         .routes(routes!(reveal_destination_url))
         .routes(routes!(reconcile_source, reconcile_runs))
+        .routes(routes!(reconcile_findings))
         .routes(routes!(list_deliveries))
         .routes(routes!(show_delivery))
         .routes(routes!(redeliver_delivery))
@@ -492,6 +493,18 @@ async fn reconcile_source(
     Ok(Json(ops::reconcile::run(&cx, &slug, request).await?))
 }
 
+/// The keys the source's runs found its provider had and replaysafe had
+/// not, newest first (100), each with the event it became once claimed.
+#[utoipa::path(get, path = "/sources/{slug}/reconcile/findings", tag = "sources",
+    params(("slug" = String, Path)),
+    responses((status = 200, body = Vec<ReconcileFinding>), (status = 404, body = super::ErrorBody)))]
+async fn reconcile_findings(
+    ApiCx(cx): ApiCx,
+    ApiPath(slug): ApiPath<String>,
+) -> ApiResult<Vec<ReconcileFinding>> {
+    Ok(Json(ops::reconcile::findings(&cx, &slug).await?))
+}
+
 #[derive(Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 struct RunsParams {
@@ -634,7 +647,7 @@ async fn list_alerts(ApiCx(cx): ApiCx) -> ApiResult<AlertsPage> {
 #[derive(Deserialize, ToSchema)]
 struct SilenceBody {
     /// One of the rules: duplicate_storm, dead_letters, backlog,
-    /// signature_failures, destination_failing.
+    /// signature_failures, destination_failing, missed_events.
     rule: String,
     /// Absent: every source.
     #[serde(default)]
