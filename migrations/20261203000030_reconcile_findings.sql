@@ -9,10 +9,14 @@ CREATE TABLE reconcile_findings (
     first_run_id        bigint NOT NULL,
     last_run_id         bigint NOT NULL,
     found_at            timestamptz NOT NULL DEFAULT now(),
+    -- the last run that found it: retention keeps what runs still find
+    last_found_at       timestamptz NOT NULL DEFAULT now(),
     -- 'recovered' (claimed from the provider's list), 'redelivery_requested'
-    -- (GitHub asked to send it again), 'missing' (a dry run's, or given up)
+    -- (GitHub asked to send it again), 'missing' (and missing_why says why)
     verdict             text NOT NULL
         CHECK (verdict IN ('recovered', 'redelivery_requested', 'missing')),
+    missing_why         text
+        CHECK (missing_why IN ('dry_run', 'refused', 'given_up', 'not_tried', 'unkeyed', 'waiting')),
     redelivery_requests integer NOT NULL DEFAULT 0,
     last_requested_at   timestamptz,
     PRIMARY KEY (source, idem_key)

@@ -65,12 +65,19 @@ pub struct ReconcileFinding {
     pub idem_key: String,
     pub event_type: Option<String>,
     /// `recovered` (claimed from the provider's list), `redelivery_requested`
-    /// (the provider was asked to send it again) or `missing` (a dry run's,
-    /// or given up after three requests).
+    /// (the provider was asked to send it again) or `missing`.
     pub verdict: String,
+    /// Why it is `missing`: `dry_run` (a real run would act on it),
+    /// `refused` (the provider cannot send it again), `given_up` (asked for
+    /// as often as a key is), `not_tried` (the run stopped first),
+    /// `unkeyed` (the listed event had no key).
+    pub missing_why: Option<String>,
     /// When a run first found it missing.
     #[serde(with = "crate::time::wire")]
     pub found_at: chrono::DateTime<chrono::Utc>,
+    /// When a run last found it (missing, or asked for).
+    #[serde(with = "crate::time::wire")]
+    pub last_found_at: chrono::DateTime<chrono::Utc>,
     pub first_run_id: i64,
     pub redelivery_requests: i32,
     /// The event it became, once claimed (recovered, or redelivered and

@@ -13,21 +13,30 @@ pub async fn reconciliation() -> Result<ReconcilePage, ServerFnError> {
 
 /// Runs one reconciliation of `source` now over its last `since_hours`
 /// (0: its lookback) and answers its verdict; `mode`: `dry_run` compares
-/// only.
+/// only, `recover` recovers.
 #[server(endpoint = "reconcile-run")]
 pub async fn run_reconcile(
     source: String,
     since_hours: u32,
     mode: String,
 ) -> Result<ReconcileRun, ServerFnError> {
-    let since = (since_hours > 0).then(|| {
-        (chrono::Utc::now() - chrono::Duration::hours(i64::from(since_hours))).to_rfc3339()
-    });
-    let request = ReconcileRequest {
-        since,
-        dry_run: mode == "dry_run",
+    use replaysafe_core::error::OpError;
+    let cx = crate::api::cx().await?;
+    let dry_run = match mode.as_str() {
+        "dry_run" => true,
+        "recover" => false,
+        other => {
+            return Err(fail(OpError::BadRequest(format!(
+                "mode {other:?}: dry_run or recover"
+            ))))
+        }
     };
-    ops::run(&crate::api::cx().await?, &source, request)
+    // Further back than any provider keeps is refused by the run itself.
+    let since = (since_hours > 0).then(|| {
+        let hours = chrono::Duration::hours(i64::from(since_hours.min(24 * 365)));
+        (chrono::Utc::now() - hours).to_rfc3339()
+    });
+    ops::run(&cx, &source, ReconcileRequest { since, dry_run })
         .await
         .map_err(fail)
 }

@@ -174,11 +174,14 @@ fn Findings(rows: Vec<ReconcileFinding>) -> impl IntoView {
             </tr></thead>
             <tbody>
                 {rows.into_iter().map(|f| {
-                    let did = match f.verdict.as_str() {
-                        "recovered" => "recovered from the provider's list".to_owned(),
-                        "redelivery_requested" => format!("asked the provider to send it again ({}×)", f.redelivery_requests),
-                        _ if f.redelivery_requests > 0 => format!("still missing after {} redelivery requests", f.redelivery_requests),
-                        _ => "reported missing (dry run)".to_owned(),
+                    let did = match (f.verdict.as_str(), f.missing_why.as_deref()) {
+                        ("recovered", _) => "recovered from the provider's list".to_owned(),
+                        ("redelivery_requested", _) => format!("asked the provider to send it again ({}×)", f.redelivery_requests),
+                        (_, Some("dry_run")) => "found by a dry run: a real run would act on it".to_owned(),
+                        (_, Some("refused")) => "the provider cannot send it again (too old or gone)".to_owned(),
+                        (_, Some("given_up")) => format!("still missing after {} redelivery requests: asked no more", f.redelivery_requests),
+                        (_, Some("unkeyed")) => "the provider's copy has no key: see the logs".to_owned(),
+                        _ => "the run stopped before acting on it: run again".to_owned(),
                     };
                     let now = match (f.event_id, f.state) {
                         (Some(id), Some(state)) => view! {
@@ -190,7 +193,7 @@ fn Findings(rows: Vec<ReconcileFinding>) -> impl IntoView {
                         <tr data-key=f.idem_key.clone() data-verdict=f.verdict.clone()>
                             <td><code>{f.idem_key.clone()}</code></td>
                             <td>{f.event_type.clone().unwrap_or_default()}</td>
-                            <td>{shown(&f.found_at)}</td>
+                            <td>{shown(&f.found_at)}<div class="muted small">{format!("last {}", shown(&f.last_found_at))}</div></td>
                             <td>{did}</td>
                             <td>{now}</td>
                         </tr>

@@ -170,10 +170,11 @@ pub async fn prune(
     )
     .execute(pool)
     .await?;
-    // Findings go with them; the missed count (reconcile_totals) stays.
+    // Findings no run has found since go with them (one still found stays,
+    // so it is never counted missed twice); the missed count stays.
     sqlx::query!(
         "DELETE FROM reconcile_findings
-         WHERE found_at < now() - make_interval(days => $1)",
+         WHERE last_found_at < now() - make_interval(days => $1)",
         retention_days as i32
     )
     .execute(pool)

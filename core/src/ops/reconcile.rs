@@ -72,8 +72,12 @@ pub async fn run(cx: &Cx, slug: &str, request: ReconcileRequest) -> Result<Recon
     })?;
     let outcome = match &verdict.error {
         None => format!(
-            "seen {}, already received {}, recovered {}, still missing {}",
-            verdict.seen, verdict.already_received, verdict.recovered, verdict.still_missing
+            "seen {}, already received {}, recovered {}, redelivery requested {}, still missing {}",
+            verdict.seen,
+            verdict.already_received,
+            verdict.recovered,
+            verdict.redelivery_requested,
+            verdict.still_missing
         ),
         Some(e) => format!("stopped: {e}"),
     };

@@ -11,14 +11,16 @@ use std::collections::HashMap;
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
 
-use super::{Counts, Finding, FindingVerdict, Run};
+use super::{Counts, Finding, FindingVerdict, MissingWhy, Run};
 use crate::config::reconcile::{EventList, GitHubHook};
 use replaysafe_types::states::State;
 
-/// A key is asked for again this many times at most (one per run): a
-/// delivery that keeps failing to arrive is the on-call engineer's to see,
-/// not a loop's.
-const MAX_REQUESTS_PER_KEY: i32 = 3;
+/// A key is asked for again at most this many times, each request waiting
+/// twice as long as the one before after `FIRST_SPACING` (30 min, 1 h, ...
+/// 64 h: across GitHub's three days of deliveries), so an outage of ours
+/// does not use them up; then it is the on-call engineer's to see.
+const MAX_REQUESTS_PER_KEY: i32 = 8;
+const FIRST_SPACING: chrono::Duration = chrono::Duration::minutes(30);
 
 /// The REST API version the requests are written for.
 const API_VERSION: &str = "2022-11-28";
@@ -178,9 +180,11 @@ async fn compare_groups(
     for chunk in chunks {
         let keys: Vec<String> = chunk.to_vec();
         let known = run.claimed(&keys).await?;
-        let asked: HashMap<String, i32> = sqlx::query!(
-            "SELECT idem_key, redelivery_requests FROM reconcile_findings
-             WHERE source = $1 AND idem_key = ANY($2)",
+        let asked: HashMap<String, (i32, Option<DateTime<Utc>>, bool)> = sqlx::query!(
+            r#"SELECT idem_key, redelivery_requests,
+                      last_requested_at AS "last_requested_at: DateTime<Utc>",
+                      missing_why IS NOT DISTINCT FROM 'refused' AS "refused!"
+               FROM reconcile_findings WHERE source = $1 AND idem_key = ANY($2)"#,
             run.source.slug,
             &keys
         )
@@ -188,7 +192,12 @@ async fn compare_groups(
         .await
         .map_err(|e| format!("could not read the earlier findings: {e}"))?
         .into_iter()
-        .map(|r| (r.idem_key, r.redelivery_requests))
+        .map(|r| {
+            (
+                r.idem_key,
+                (r.redelivery_requests, r.last_requested_at, r.refused),
+            )
+        })
         .collect();
         let mut c = Counts {
             seen: keys.len() as i64,
@@ -205,26 +214,48 @@ async fn compare_groups(
                 }
                 continue;
             }
-            let mut verdict = FindingVerdict::Missing;
-            let requests = asked.get(guid).copied().unwrap_or(0);
-            if !run.dry_run && stopped.is_none() && requests < MAX_REQUESTS_PER_KEY {
+            let (requests, last, refused) = asked.get(guid).copied().unwrap_or((0, None, false));
+            let verdict = if run.dry_run {
+                FindingVerdict::Missing(MissingWhy::DryRun)
+            } else if refused {
+                FindingVerdict::Missing(MissingWhy::Refused)
+            } else if stopped.is_some() {
+                FindingVerdict::Missing(MissingWhy::NotTried)
+            } else if requests >= MAX_REQUESTS_PER_KEY {
+                FindingVerdict::Missing(MissingWhy::GivenUp)
+            } else if last.is_some_and(|at| {
+                Utc::now() < at + FIRST_SPACING * (1 << (requests - 1).clamp(0, 16))
+            }) {
+                FindingVerdict::Missing(MissingWhy::Waiting)
+            } else {
                 match redeliver(run, hook_url, group.latest_id).await {
-                    Ok(()) => verdict = FindingVerdict::RedeliveryRequested,
-                    // This delivery cannot be sent again (too old, gone):
-                    // missing, and the run goes on.
-                    Err(f)
-                        if f.status
-                            .is_some_and(|s| (400..500).contains(&s) && s != 401 && s != 403) =>
-                    {
-                        tracing::warn!(source = %run.source.slug, delivery = group.latest_id, error = %f.message, "GitHub refused a redelivery");
+                    Ok(()) => {
+                        // Recorded at once: a run that dies next never asks
+                        // more often than the bound.
+                        let asked = Finding {
+                            key: guid.clone(),
+                            event_type: Some(group.event_type.clone()),
+                            verdict: FindingVerdict::RedeliveryRequested,
+                        };
+                        run.note_findings(std::slice::from_ref(&asked)).await?;
+                        c.redelivery_requested += 1;
+                        continue;
                     }
-                    Err(f) => stopped = Some(f.message),
+                    // This delivery cannot be sent again (gone, too old):
+                    // missing, and the run goes on.
+                    Err(f) if f.status.is_some_and(|s| matches!(s, 404 | 410 | 422)) => {
+                        tracing::warn!(source = %run.source.slug, delivery = group.latest_id, error = %f.message, "GitHub refused a redelivery");
+                        FindingVerdict::Missing(MissingWhy::Refused)
+                    }
+                    // The credential, a rate limit past its retries, GitHub
+                    // down, the run's time: nothing more is asked this run.
+                    Err(f) => {
+                        stopped = Some(f.message);
+                        FindingVerdict::Missing(MissingWhy::NotTried)
+                    }
                 }
-            }
-            match verdict {
-                FindingVerdict::RedeliveryRequested => c.redelivery_requested += 1,
-                _ => c.still_missing += 1,
-            }
+            };
+            c.still_missing += 1;
             found.push(Finding {
                 key: guid.clone(),
                 event_type: Some(group.event_type.clone()),

@@ -405,7 +405,8 @@ impl Run<'_> {
 
     /// Records the keys a page found missing (a key's first finding counts
     /// it as missed, once): the view's list and GitHub's requests between
-    /// runs.
+    /// runs. A weak finding (a dry run's, one not tried or waiting) never
+    /// overwrites what an earlier run did.
     async fn note_findings(&self, found: &[Finding]) -> Result<(), String> {
         if found.is_empty() {
             return Ok(());
@@ -416,6 +417,10 @@ impl Run<'_> {
             .iter()
             .map(|f| f.verdict.as_str().to_owned())
             .collect();
+        let whys: Vec<Option<String>> = found
+            .iter()
+            .map(|f| f.verdict.why().map(str::to_owned))
+            .collect();
         let requested: Vec<bool> = found
             .iter()
             .map(|f| f.verdict == FindingVerdict::RedeliveryRequested)
@@ -424,13 +429,18 @@ impl Run<'_> {
             r#"WITH found AS (
                    INSERT INTO reconcile_findings AS f
                        (source, idem_key, event_type, first_run_id, last_run_id, verdict,
-                        redelivery_requests, last_requested_at)
-                   SELECT $1, k, t, $2, $2, v, CASE WHEN r THEN 1 ELSE 0 END,
+                        missing_why, redelivery_requests, last_requested_at)
+                   SELECT $1, k, t, $2, $2, v, w, CASE WHEN r THEN 1 ELSE 0 END,
                           CASE WHEN r THEN now() END
-                   FROM unnest($3::text[], $4::text[], $5::text[], $6::bool[]) AS u(k, t, v, r)
+                   FROM unnest($3::text[], $4::text[], $5::text[], $6::text[], $7::bool[])
+                        AS u(k, t, v, w, r)
                    ON CONFLICT (source, idem_key) DO UPDATE SET
                        last_run_id = EXCLUDED.last_run_id,
-                       verdict = EXCLUDED.verdict,
+                       last_found_at = now(),
+                       verdict = CASE WHEN EXCLUDED.missing_why IN ('dry_run', 'not_tried', 'waiting')
+                                      THEN f.verdict ELSE EXCLUDED.verdict END,
+                       missing_why = CASE WHEN EXCLUDED.missing_why IN ('dry_run', 'not_tried', 'waiting')
+                                          THEN f.missing_why ELSE EXCLUDED.missing_why END,
                        event_type = coalesce(EXCLUDED.event_type, f.event_type),
                        redelivery_requests = f.redelivery_requests + EXCLUDED.redelivery_requests,
                        last_requested_at = coalesce(EXCLUDED.last_requested_at, f.last_requested_at)
@@ -444,6 +454,7 @@ impl Run<'_> {
             &keys,
             &types as &[Option<String>],
             &verdicts,
+            &whys as &[Option<String>],
             &requested
         )
         .execute(&self.services.pool)
@@ -485,7 +496,24 @@ struct Finding {
 enum FindingVerdict {
     Recovered,
     RedeliveryRequested,
-    Missing,
+    Missing(MissingWhy),
+}
+
+/// Why a key the provider had is still missing after a run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum MissingWhy {
+    /// A dry run found it: a real run would act on it.
+    DryRun,
+    /// The provider cannot send it again (too old, gone).
+    Refused,
+    /// Asked for as often as a key is.
+    GivenUp,
+    /// The run stopped before it acted on it.
+    NotTried,
+    /// The listed event could not be keyed.
+    Unkeyed,
+    /// Asked for lately: the provider's redelivery may still come.
+    Waiting,
 }
 
 impl FindingVerdict {
@@ -493,7 +521,21 @@ impl FindingVerdict {
         match self {
             Self::Recovered => "recovered",
             Self::RedeliveryRequested => "redelivery_requested",
-            Self::Missing => "missing",
+            Self::Missing(_) => "missing",
+        }
+    }
+
+    fn why(self) -> Option<&'static str> {
+        match self {
+            Self::Missing(why) => Some(match why {
+                MissingWhy::DryRun => "dry_run",
+                MissingWhy::Refused => "refused",
+                MissingWhy::GivenUp => "given_up",
+                MissingWhy::NotTried => "not_tried",
+                MissingWhy::Unkeyed => "unkeyed",
+                MissingWhy::Waiting => "waiting",
+            }),
+            _ => None,
         }
     }
 }
@@ -513,7 +555,7 @@ fn asked_wait(headers: &reqwest::header::HeaderMap, status: u16) -> Option<Durat
     }
     if (status == 403 || status == 429) && header("x-ratelimit-remaining") == Some("0") {
         let reset = header("x-ratelimit-reset").and_then(|v| v.parse::<i64>().ok())?;
-        let secs = (reset - Utc::now().timestamp()).max(0) as u64;
+        let secs = reset.saturating_sub(Utc::now().timestamp()).max(0) as u64;
         return Some(Duration::from_secs(secs + 1));
     }
     None
@@ -584,7 +626,8 @@ pub async fn findings(
 ) -> Result<Vec<ReconcileFinding>, sqlx::Error> {
     sqlx::query_as!(
         ReconcileFinding,
-        r#"SELECT f.idem_key, f.event_type, f.verdict, f.found_at AS "found_at: Time",
+        r#"SELECT f.idem_key, f.event_type, f.verdict, f.missing_why,
+                  f.found_at AS "found_at: Time", f.last_found_at AS "last_found_at: Time",
                   f.first_run_id, f.redelivery_requests, e.id AS "event_id?",
                   e.state AS "state?: State"
            FROM reconcile_findings f

@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use super::{Counts, Finding, FindingVerdict, Run};
+use super::{Counts, Finding, FindingVerdict, MissingWhy, Run};
 use crate::config::reconcile::EventList;
 use crate::receiver::claim::{Outcome, Recovered};
 use crate::receiver::{accept_recovered, Inbound, NotRecovered};
@@ -141,7 +141,7 @@ async fn claim_missing(
         }
         if run.dry_run {
             c.still_missing += 1;
-            finding(event, FindingVerdict::Missing);
+            finding(event, FindingVerdict::Missing(MissingWhy::DryRun));
             continue;
         }
         let inbound = Inbound {
@@ -164,7 +164,7 @@ async fn claim_missing(
             Err(NotRecovered::Key(why)) => {
                 tracing::warn!(source = %run.source.slug, event = %event.id, %why, "a listed event could not be keyed");
                 c.still_missing += 1;
-                finding(event, FindingVerdict::Missing);
+                finding(event, FindingVerdict::Missing(MissingWhy::Unkeyed));
             }
             Err(NotRecovered::Database(e)) => {
                 return Err(format!("could not claim a recovered event: {e}"))

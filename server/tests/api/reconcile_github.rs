@@ -53,6 +53,10 @@ struct Inner {
     link_base: Option<String>,
     /// Each authorized request's Accept and X-GitHub-Api-Version.
     asked_as: Vec<(String, String)>,
+    /// How long ago a delivery sent now is dated.
+    age: chrono::Duration,
+    /// Redelivery requests answered with this status instead of 202.
+    redeliver_status: Option<u16>,
 }
 
 /// GitHub's hook deliveries, as its REST API answers them.
@@ -68,6 +72,7 @@ impl GitHubStandIn {
         let inner = Arc::new(Mutex::new(Inner {
             next_id: 1000,
             reachable: true,
+            age: chrono::Duration::minutes(30),
             ..Default::default()
         }));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -133,10 +138,11 @@ impl GitHubStandIn {
         let mut inner = self.inner.lock().unwrap();
         inner.next_id += 1;
         let id = inner.next_id;
+        let delivered_at = chrono::Utc::now() - inner.age;
         inner.deliveries.push(Stored {
             id,
             guid: guid.to_owned(),
-            delivered_at: chrono::Utc::now() - chrono::Duration::minutes(30),
+            delivered_at,
             redelivery,
             status_code: recorded.unwrap_or(status),
             payload,
@@ -293,6 +299,15 @@ fn redeliver(s: GitHubStandIn, headers: HeaderMap, id: u64) -> Response {
             return (
                 StatusCode::FORBIDDEN,
                 axum::Json(json!({"message": "Resource not accessible by personal access token"})),
+            )
+                .into_response();
+        }
+        if let Some(status) = inner.redeliver_status {
+            let status = StatusCode::from_u16(status).unwrap();
+            return (
+                status,
+                [("retry-after", "0")],
+                axum::Json(json!({"message": "Validation Failed"})),
             )
                 .into_response();
         }
@@ -513,40 +528,78 @@ async fn deliveries_lost_to_an_outage_are_redelivered_and_forwarded_once(pool: P
     assert_eq!(missed.link, "/reconciliation?source=gh");
 }
 
-/// A delivery GitHub cannot get through is asked for three times, one run
-/// each, then reported missing; the list is walked over pages with GitHub's
-/// cursor on our own base (the Link names api.github.com).
+/// A delivery GitHub cannot get through is asked for again with growing
+/// spacing (a run soon after a request waits), at most eight times, then
+/// reported given up; its deliveries span the list's pages, walked with
+/// GitHub's cursor on our own base (the Link names api.github.com); one
+/// older than the lookback is not compared.
 #[sqlx::test(migrator = "MIGRATOR")]
-async fn a_delivery_that_never_arrives_is_asked_for_three_times_then_reported(pool: PgPool) {
+async fn a_delivery_that_never_arrives_is_asked_for_with_spacing_then_given_up(pool: PgPool) {
     let (stand_in, _destination, app) = start(&pool).await;
     // The Link names another host: the cursor is read, the host never asked.
     stand_in.inner.lock().unwrap().link_base = Some("https://api.github.com".into());
     let operator = make_token(&pool, "ops", "operator", None).await;
+    stand_in.set_reachable(false);
+    stand_in.inner.lock().unwrap().age = chrono::Duration::hours(80);
+    stand_in.send("older-than-the-lookback", false, None).await;
+    stand_in.inner.lock().unwrap().age = chrono::Duration::minutes(30);
+    stand_in.send("never-arrives", false, None).await;
+    stand_in.set_reachable(true);
     for i in 0..249 {
         stand_in.send(&format!("page-{i:04}"), false, None).await;
     }
     app.drain().await;
     stand_in.set_reachable(false);
-    stand_in.send("never-arrives", false, None).await;
-    for run in 1..=4 {
-        let (status, verdict) = reconcile(&app, &operator, json!({})).await;
-        assert_eq!(status, 200, "{verdict}");
-        assert_eq!(verdict["pages"], 3, "{verdict}");
-        let expected = if run <= 3 {
-            [250, 249, 1, 0, 0, 0]
-        } else {
-            [250, 249, 0, 1, 0, 0]
-        };
-        assert_eq!(counts(&verdict), expected, "run {run}: {verdict}");
+    let finding = || async {
+        sqlx::query_as::<_, (String, Option<String>, i32)>(
+            "SELECT verdict, missing_why, redelivery_requests FROM reconcile_findings
+             WHERE idem_key = 'never-arrives'",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap()
+    };
+    let (status, first) = reconcile(&app, &operator, json!({})).await;
+    assert_eq!(status, 200, "{first}");
+    assert_eq!(first["pages"], 3, "{first}");
+    assert_eq!(counts(&first), [250, 249, 1, 0, 0, 0], "{first}");
+    // At once again: the request may still be answered, so none is sent,
+    // and the finding keeps what the first run did.
+    let (_, soon) = reconcile(&app, &operator, json!({})).await;
+    assert_eq!(counts(&soon), [250, 249, 0, 1, 0, 0], "{soon}");
+    assert_eq!(stand_in.redeliveries_asked(), 1);
+    assert_eq!(finding().await, ("redelivery_requested".into(), None, 1));
+    // Time passes between runs: each spacing (30 min, doubling) is over.
+    for asked in 2..=8 {
+        sqlx::query(
+            "UPDATE reconcile_findings SET last_requested_at = now() - interval '100 days'",
+        )
+        .execute(&pool)
+        .await
+        .unwrap();
+        let (_, verdict) = reconcile(&app, &operator, json!({})).await;
+        assert_eq!(
+            counts(&verdict),
+            [250, 249, 1, 0, 0, 0],
+            "request {asked}: {verdict}"
+        );
     }
-    assert_eq!(stand_in.redeliveries_asked(), 3);
-    let finding: (String, i32) = sqlx::query_as(
-        "SELECT verdict, redelivery_requests FROM reconcile_findings WHERE idem_key = 'never-arrives'",
-    )
-    .fetch_one(&pool)
-    .await
-    .unwrap();
-    assert_eq!(finding, ("missing".to_owned(), 3));
+    sqlx::query("UPDATE reconcile_findings SET last_requested_at = now() - interval '100 days'")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let (_, last) = reconcile(&app, &operator, json!({})).await;
+    assert_eq!(counts(&last), [250, 249, 0, 1, 0, 0], "{last}");
+    assert_eq!(stand_in.redeliveries_asked(), 8);
+    assert_eq!(
+        finding().await,
+        ("missing".into(), Some("given_up".into()), 8)
+    );
+    let missed: i64 = sqlx::query_scalar("SELECT missed FROM reconcile_totals WHERE source = 'gh'")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(missed, 1, "one key, counted once over ten runs");
 }
 
 /// Bad credentials, a token that may not redeliver, and GitHub's rate limit
@@ -595,6 +648,29 @@ async fn github_refusals_and_rate_limits_end_in_clear_verdicts(pool: PgPool) {
         "{verdict}"
     );
     assert_eq!(counts(&verdict), [2, 1, 0, 1, 0, 0], "{verdict}");
+
+    // GitHub cannot send this one again (422): missing, the run goes on.
+    {
+        let mut inner = stand_in.inner.lock().unwrap();
+        inner.read_only = false;
+        inner.redeliver_status = Some(422);
+    }
+    let (_, verdict) = reconcile(&app, &operator, json!({})).await;
+    assert_eq!(verdict["error"], Value::Null, "{verdict}");
+    assert_eq!(counts(&verdict), [2, 1, 0, 1, 0, 0], "{verdict}");
+    let why: Option<String> =
+        sqlx::query_scalar("SELECT missing_why FROM reconcile_findings WHERE idem_key = 'lost-1'")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!(why.as_deref(), Some("refused"));
+    // A rate limit on redeliveries past its retries stops the run's asking.
+    stand_in.send("lost-2", false, None).await;
+    stand_in.inner.lock().unwrap().redeliver_status = Some(429);
+    let (_, verdict) = reconcile(&app, &operator, json!({})).await;
+    let error = verdict["error"].as_str().unwrap_or_default();
+    assert!(error.contains("429"), "{verdict}");
+    assert_eq!(counts(&verdict), [3, 1, 0, 2, 0, 0], "{verdict}");
 }
 
 /// The stand-in answers as GitHub does: Octokit pages through its
