@@ -181,6 +181,9 @@ pub struct SourceConfig {
     pub replay_guard: bool,
     /// Compared with its provider's own list of what it sent (issue 34).
     pub reconcile: Option<Arc<reconcile::Reconcile>>,
+    /// `key`: its events' idempotency key composed of the request's fields,
+    /// instead of the provider's own.
+    pub key: Option<Arc<crate::providers::template::KeyRule>>,
 }
 
 impl SourceConfig {
@@ -265,6 +268,8 @@ struct RawSource {
     /// This source's alert rules over `[alerts.rules]`.
     alerts: Option<alerts::RawRules>,
     reconcile: Option<reconcile::RawReconcile>,
+    key: Option<String>,
+    key_fallback: Option<String>,
 }
 
 /// Where the config comes from: `--config`, else `$REPLAYSAFE_CONFIG` (clap

@@ -7,6 +7,7 @@ use super::alerts::{Invalid, RawRules, SecretOf};
 use super::{
     check_http_url, destination, reconcile, valid_slug, ConfigError, Mode, RawSource, SourceConfig,
 };
+use crate::providers::template::KeyRule;
 use crate::providers::{self, Settings};
 
 /// The sources, and each one's own alert rules (for `alerts::build`).
@@ -85,6 +86,19 @@ pub(super) fn build(
             .map(|r| reconcile::build(r, provider, dedup_ttl_days, &at, invalid, secret))
             .transpose()?
             .map(Arc::new);
+        if s.key.is_none() && s.key_fallback.is_some() {
+            return Err(invalid(
+                &at("key_fallback"),
+                "a fallback of the key template: give key too".into(),
+            ));
+        }
+        let key = s
+            .key
+            .as_deref()
+            .map(|k| KeyRule::parse(k, s.key_fallback.as_deref()))
+            .transpose()
+            .map_err(|(field, problem)| invalid(&at(field), problem))?
+            .map(Arc::new);
         sources.push(SourceConfig {
             slug: s.slug,
             provider,
@@ -95,6 +109,7 @@ pub(super) fn build(
             paused: s.paused,
             replay_guard: s.replay_guard.unwrap_or(true),
             reconcile,
+            key,
         });
     }
 

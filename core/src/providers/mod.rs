@@ -11,6 +11,7 @@ pub mod shopify;
 pub mod slack;
 pub mod standard;
 pub mod stripe;
+pub mod template;
 pub mod twilio;
 pub mod wechatpay;
 

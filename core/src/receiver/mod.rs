@@ -85,15 +85,32 @@ pub fn verify(
 /// The longest key stored: a provider's ids are far shorter.
 const MAX_KEY_BYTES: usize = 512;
 
-/// The provider's stable event id; only asked of verified requests.
-fn idempotency_key(source: &SourceConfig, req: &Inbound) -> Result<String, Rejection> {
-    let key = source.scheme.key(req)?;
+/// The event's idempotency key: the source's `key` template, else the
+/// provider's stable event id; only asked of verified requests. With it,
+/// a note for the delivery's record when the key is not what the template
+/// says (its digest fallback).
+fn idempotency_key(
+    source: &SourceConfig,
+    req: &Inbound,
+) -> Result<(String, Option<String>), Rejection> {
+    let (key, note) = match &source.key {
+        Some(rule) => rule.key(req)?,
+        None => (source.scheme.key(req)?, None),
+    };
     if key.len() > MAX_KEY_BYTES {
         return Err(Rejection::key(format!(
             "idempotency key longer than {MAX_KEY_BYTES} bytes"
         )));
     }
-    Ok(key)
+    Ok((key, note))
+}
+
+/// A verification record with the key's note, if any.
+fn noted(verification: String, note: Option<String>) -> String {
+    match note {
+        Some(n) => format!("{verification}; {n}"),
+        None => verification,
+    }
 }
 
 /// Which of its source's destinations want a verified event (with its
@@ -230,9 +247,9 @@ pub async fn accept(
                     })
                 })
         }
-        Ok((verification, key)) => {
+        Ok((verification, (key, note))) => {
             delivery.verified = true;
-            delivery.verification = verification;
+            delivery.verification = noted(verification, note);
             delivery.idem_key = Some(&key);
             delivery.replay_digest = replay_digest(source, inbound);
             (delivery.plan, delivery.event_type) = plan(source, inbound);
@@ -328,11 +345,14 @@ pub async fn accept_recovered(
     inbound: &Inbound,
     recovered: claim::Recovered,
 ) -> Result<Claimed, NotRecovered> {
-    let key = idempotency_key(source, inbound).map_err(|r| NotRecovered::Key(r.reason))?;
+    let (key, note) = idempotency_key(source, inbound).map_err(|r| NotRecovered::Key(r.reason))?;
     let (plan, event_type) = plan(source, inbound);
-    let verification = format!(
-        "recovered from the provider's event list (reconciliation run {})",
-        recovered.run_id
+    let verification = noted(
+        format!(
+            "recovered from the provider's event list (reconciliation run {})",
+            recovered.run_id
+        ),
+        note,
     );
     let delivery = NewDelivery {
         source: &source.slug,

@@ -118,6 +118,18 @@ pub fn print(config: &Config) {
         if s.paused {
             println!("  paused");
         }
+        match &s.key {
+            Some(k) => println!(
+                "  key           {}{}",
+                k.template.as_str(),
+                if k.digest_fallback {
+                    " (a field missing: the body's SHA-256)"
+                } else {
+                    " (a field missing: refused, 400)"
+                }
+            ),
+            None => println!("  key           the provider's event id"),
+        }
         if let Some(r) = &s.reconcile {
             use replaysafe_core::config::reconcile::{EventList, GitHubHook};
             let what = match &r.list {

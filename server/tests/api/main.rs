@@ -18,6 +18,7 @@ mod health;
 mod helpers;
 mod history;
 mod hostile;
+mod keys;
 mod model;
 mod ops;
 mod outage;
