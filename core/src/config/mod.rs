@@ -17,6 +17,7 @@ pub mod alerts;
 pub mod destination;
 pub mod reconcile;
 mod secrets;
+mod signature;
 mod sources;
 
 pub use destination::Destination;
@@ -270,6 +271,7 @@ struct RawSource {
     reconcile: Option<reconcile::RawReconcile>,
     key: Option<String>,
     key_fallback: Option<String>,
+    signature: Option<signature::RawSignature>,
 }
 
 /// Where the config comes from: `--config`, else `$REPLAYSAFE_CONFIG` (clap
@@ -873,6 +875,7 @@ mod tests {
             ("STRIPE_DESTINATION_SECRET", whsec),
             ("GITHUB_WEBHOOK_SECRET", "github-secret"),
             ("SHOPIFY_WEBHOOK_SECRET", "shopify-secret"),
+            ("LINEAR_WEBHOOK_SECRET", "linear-secret"),
             ("SLACK_SIGNING_SECRET", "slack-secret"),
             ("STANDARD_WEBHOOK_SECRET", whsec),
             ("TWILIO_AUTH_TOKEN", "twilio-token"),
@@ -883,7 +886,7 @@ mod tests {
             Vec::<String>::new(),
             "inline secrets"
         );
-        assert_eq!(config.sources.len(), 7);
+        assert_eq!(config.sources.len(), 8);
         assert_eq!(config.alerts.channels.len(), 3);
         assert_eq!(
             config.alert_rules.per_source["stripe"]
@@ -908,6 +911,7 @@ mod tests {
             (include_str!("mod.rs"), &["RawConfig", "RawSource"][..]),
             (include_str!("destination.rs"), &["RawDestination"][..]),
             (include_str!("reconcile.rs"), &["RawReconcile"][..]),
+            (include_str!("signature.rs"), &["RawSignature"][..]),
             (
                 include_str!("alerts.rs"),
                 &[

@@ -5,7 +5,8 @@ use std::sync::Arc;
 
 use super::alerts::{Invalid, RawRules, SecretOf};
 use super::{
-    check_http_url, destination, reconcile, valid_slug, ConfigError, Mode, RawSource, SourceConfig,
+    check_http_url, destination, reconcile, signature, valid_slug, ConfigError, Mode, RawSource,
+    SourceConfig,
 };
 use crate::providers::template::KeyRule;
 use crate::providers::{self, Settings};
@@ -59,7 +60,18 @@ pub(super) fn build(
         if let Some(u) = &s.public_url {
             check_http_url(u).map_err(|p| invalid(&at("public_url"), p))?;
         }
+        let signature = match (s.signature.take(), provider.name) {
+            (Some(raw), "hmac") => Some(signature::build(raw, &at, invalid)?),
+            (Some(_), name) => {
+                return Err(invalid(
+                    &at("signature"),
+                    format!("provider {name} verifies its own way: [source.signature] is for provider = \"hmac\""),
+                ))
+            }
+            (None, _) => None,
+        };
         let settings = Settings {
+            signature,
             secrets,
             public_key: s.public_key,
             platform_keys: s.platform_keys,
@@ -99,6 +111,18 @@ pub(super) fn build(
             .transpose()
             .map_err(|(field, problem)| invalid(&at(field), problem))?
             .map(Arc::new);
+        if provider.name == "hmac"
+            && key.is_none()
+            && settings
+                .signature
+                .as_ref()
+                .is_some_and(|sig| sig.id_header.is_none())
+        {
+            return Err(invalid(
+                &at("key"),
+                "a provider = \"hmac\" source needs key (a template) or signature.id_header".into(),
+            ));
+        }
         sources.push(SourceConfig {
             slug: s.slug,
             provider,

@@ -5,6 +5,7 @@
 //! frameworks, the database or the configuration file.
 
 pub mod alipay;
+pub mod declarative;
 pub mod discord;
 pub mod github;
 pub mod shopify;
@@ -38,6 +39,7 @@ pub const REGISTRY: &[&Provider] = &[
     &alipay::PROVIDER,
     &wechatpay::PROVIDER,
     &discord::PROVIDER,
+    &declarative::PROVIDER,
 ];
 
 /// The provider named `name` in the config, if there is one.
@@ -126,6 +128,8 @@ pub struct Settings {
     pub public_url: Option<String>,
     /// The source answers its provider with the destination's reply.
     pub sync: bool,
+    /// `[source.signature]`: the declarative verifier's description.
+    pub signature: Option<declarative::Spec>,
 }
 
 impl Settings {

@@ -158,10 +158,10 @@ fn verify_with_keys(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn request(id: &str, ts: &str, sig: &str, body: &str) -> Inbound {
+    pub(crate) fn request(id: &str, ts: &str, sig: &str, body: &str) -> Inbound {
         Inbound {
             headers: vec![
                 ("webhook-id".into(), id.into()),
@@ -174,11 +174,11 @@ mod tests {
     }
 
     // The Rust reference library's fixture (vectors.md).
-    const SECRET: &str = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
-    const ID: &str = "msg_27UH4WbU6Z5A5EzD8u03UvzRbpk";
-    const TS: &str = "1649367553";
-    const BODY: &str = r#"{"email":"test@example.com","username":"test_user"}"#;
-    const SIG: &str = "v1,tZ1I4/hDygAJgO5TYxiSd6Sd0kDW6hPenDe+bTa3Kkw=";
+    pub(crate) const SECRET: &str = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
+    pub(crate) const ID: &str = "msg_27UH4WbU6Z5A5EzD8u03UvzRbpk";
+    pub(crate) const TS: &str = "1649367553";
+    pub(crate) const BODY: &str = r#"{"email":"test@example.com","username":"test_user"}"#;
+    pub(crate) const SIG: &str = "v1,tZ1I4/hDygAJgO5TYxiSd6Sd0kDW6hPenDe+bTa3Kkw=";
 
     pub(super) fn contract() -> crate::providers::contract::Contract {
         use crate::providers::contract::{Contract, Sdk, Vector};

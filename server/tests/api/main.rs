@@ -8,6 +8,7 @@ mod auto_failover;
 mod bulk_jobs;
 mod credentials;
 mod dashboard;
+mod declarative;
 mod edge;
 mod embedded;
 mod exactly_once;
