@@ -17,7 +17,6 @@ pub mod alerts;
 pub mod destination;
 pub mod reconcile;
 mod secrets;
-mod signature;
 mod sources;
 
 pub use destination::Destination;
@@ -271,7 +270,7 @@ struct RawSource {
     reconcile: Option<reconcile::RawReconcile>,
     key: Option<String>,
     key_fallback: Option<String>,
-    signature: Option<signature::RawSignature>,
+    signature: Option<crate::providers::declarative::spec::RawSignature>,
 }
 
 /// Where the config comes from: `--config`, else `$REPLAYSAFE_CONFIG` (clap
@@ -876,6 +875,7 @@ mod tests {
             ("GITHUB_WEBHOOK_SECRET", "github-secret"),
             ("SHOPIFY_WEBHOOK_SECRET", "shopify-secret"),
             ("LINEAR_WEBHOOK_SECRET", "linear-secret"),
+            ("ACME_WEBHOOK_SECRET", "acme-secret"),
             ("SLACK_SIGNING_SECRET", "slack-secret"),
             ("STANDARD_WEBHOOK_SECRET", whsec),
             ("TWILIO_AUTH_TOKEN", "twilio-token"),
@@ -886,7 +886,7 @@ mod tests {
             Vec::<String>::new(),
             "inline secrets"
         );
-        assert_eq!(config.sources.len(), 8);
+        assert_eq!(config.sources.len(), 9);
         assert_eq!(config.alerts.channels.len(), 3);
         assert_eq!(
             config.alert_rules.per_source["stripe"]
@@ -911,7 +911,10 @@ mod tests {
             (include_str!("mod.rs"), &["RawConfig", "RawSource"][..]),
             (include_str!("destination.rs"), &["RawDestination"][..]),
             (include_str!("reconcile.rs"), &["RawReconcile"][..]),
-            (include_str!("signature.rs"), &["RawSignature"][..]),
+            (
+                include_str!("../providers/declarative/spec.rs"),
+                &["RawSignature"][..],
+            ),
             (
                 include_str!("alerts.rs"),
                 &[

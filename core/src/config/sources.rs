@@ -5,11 +5,10 @@ use std::sync::Arc;
 
 use super::alerts::{Invalid, RawRules, SecretOf};
 use super::{
-    check_http_url, destination, reconcile, signature, valid_slug, ConfigError, Mode, RawSource,
-    SourceConfig,
+    check_http_url, destination, reconcile, valid_slug, ConfigError, Mode, RawSource, SourceConfig,
 };
 use crate::providers::template::KeyRule;
-use crate::providers::{self, Settings};
+use crate::providers::{self, declarative, Settings};
 
 /// The sources, and each one's own alert rules (for `alerts::build`).
 #[allow(clippy::type_complexity)]
@@ -40,7 +39,7 @@ pub(super) fn build(
             ));
         }
         let provider = providers::find(&s.provider).ok_or_else(|| {
-            let known: Vec<&str> = providers::REGISTRY.iter().map(|p| p.name).collect();
+            let known = providers::names();
             invalid(
                 &at("provider"),
                 format!("{:?} is not one of {}", s.provider, known.join(", ")),
@@ -60,15 +59,19 @@ pub(super) fn build(
         if let Some(u) = &s.public_url {
             check_http_url(u).map_err(|p| invalid(&at("public_url"), p))?;
         }
-        let signature = match (s.signature.take(), provider.name) {
-            (Some(raw), "hmac") => Some(signature::build(raw, &at, invalid)?),
-            (Some(_), name) => {
+        let preset = declarative::presets::find(provider.name);
+        let signature = match (s.signature.take(), provider.name, preset) {
+            (Some(raw), "hmac", _) => Some(declarative::spec::parse(raw).map_err(|e| {
+                invalid(&at(&format!("signature.{}", e.field)), e.problem)
+            })?),
+            (Some(_), name, _) => {
                 return Err(invalid(
                     &at("signature"),
                     format!("provider {name} verifies its own way: [source.signature] is for provider = \"hmac\""),
                 ))
             }
-            (None, _) => None,
+            (None, _, Some(preset)) => Some(preset.spec.clone()),
+            (None, _, None) => None,
         };
         let settings = Settings {
             signature,
@@ -110,6 +113,7 @@ pub(super) fn build(
             .map(|k| KeyRule::parse(k, s.key_fallback.as_deref()))
             .transpose()
             .map_err(|(field, problem)| invalid(&at(field), problem))?
+            .or_else(|| preset.map(|p| p.key.clone()))
             .map(Arc::new);
         if provider.name == "hmac"
             && key.is_none()
@@ -129,7 +133,10 @@ pub(super) fn build(
             scheme: Arc::from(scheme),
             mode: s.mode,
             destinations,
-            tolerance_secs: s.tolerance_secs.unwrap_or(300),
+            tolerance_secs: s
+                .tolerance_secs
+                .or(preset.and_then(|p| p.tolerance_secs))
+                .unwrap_or(300),
             paused: s.paused,
             replay_guard: s.replay_guard.unwrap_or(true),
             reconcile,

@@ -34,11 +34,8 @@ impl Credentials {
     /// Where `source`'s provider puts credentials (a source no longer
     /// configured: every provider's).
     pub fn of(config: &crate::config::Config, source: &str) -> Self {
-        let provider = config
-            .sources
-            .iter()
-            .find(|s| s.slug == source)
-            .map(|s| s.provider);
+        let configured = config.source(source);
+        let provider = configured.map(|s| s.provider);
         // A source no longer configured: every provider's. Only the
         // signatures themselves (not Slack's timestamp, WeChat's serial).
         let signature_headers: Vec<&str> = match provider {
@@ -55,11 +52,15 @@ impl Credentials {
                 .flat_map(|p| p.credential_fields.iter().copied())
                 .collect(),
         };
+        // The header a declarative source names holds its signature, named
+        // however its provider names it.
+        let declared = configured.and_then(|s| s.scheme.signature_header());
         Credentials {
             fields: fields.into_iter().map(str::to_owned).collect(),
             headers: signature_headers
                 .into_iter()
                 .filter(|h| h.contains("signature") || h.contains("hmac"))
+                .chain(declared)
                 .map(str::to_owned)
                 .collect(),
         }
@@ -307,5 +308,27 @@ mod tests {
         assert!(slack().headers(&mut headers));
         assert!(headers[0].1.starts_with("[signature, 7 characters"));
         assert_eq!(headers[1].1, "application/json");
+    }
+}
+
+#[cfg(test)]
+mod declared {
+    use super::Credentials;
+
+    /// A declared source's signature header is masked as a provider's own,
+    /// whatever it is called.
+    #[test]
+    fn a_declared_sources_signature_header_is_masked() {
+        let config = crate::config::parse_and_validate(
+            None,
+            "[[source]]\nslug = \"acme\"\nprovider = \"hmac\"\nsecrets = [\"s\"]\nkey = \"{/id}\"\n[source.signature]\nheader = \"X-Acme-Auth\"\nalgorithm = \"hmac-sha256\"\n",
+            &|_| None,
+        )
+        .unwrap();
+        let credentials = Credentials::of(&config, "acme");
+        assert_eq!(credentials.headers, ["x-acme-auth"]);
+        let mut headers = vec![("X-Acme-Auth".to_owned(), "abcdef".to_owned())];
+        assert!(credentials.headers(&mut headers));
+        assert!(headers[0].1.starts_with("[signature"), "{headers:?}");
     }
 }

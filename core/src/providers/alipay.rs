@@ -8,15 +8,18 @@
 //! sign `sign_type` too; Alipay's Node SDK checks both forms, and so does this
 //! module: without `sign_type` first, then with it when the body carries it.
 
+use std::borrow::Cow;
+
 use rsa::pkcs1::DecodeRsaPublicKey;
 use rsa::pkcs8::DecodePublicKey;
 use rsa::traits::PublicKeyParts;
 use rsa::{Pkcs1v15Sign, RsaPublicKey};
 use sha2::{Digest, Sha256};
 
+use super::template::Field;
 use super::{
-    check_form_size, decode_base64, form_pairs, matched, Answer, Inbound, Provider, Reconciler,
-    Rejection, Scheme, SettingError, Settings, Window,
+    check_form_size, decode_base64, form_pairs, matched, Answer, EventType, Inbound, Provider,
+    Reconciler, Rejection, Scheme, SettingError, Settings, Window,
 };
 
 pub const PROVIDER: Provider = Provider {
@@ -26,12 +29,12 @@ pub const PROVIDER: Provider = Provider {
     event_headers: &[],
     signature_headers: &[],
     credential_fields: &[],
-    event_type,
+    event_type: EventType::Read(event_type),
     reconciler: Reconciler::None(
         "Alipay can be asked about one trade (alipay.trade.query), but no API lists the notifications it sent",
     ),
     #[cfg(test)]
-    contract: tests::contract,
+    contract: Some(tests::contract),
 };
 
 /// `notify_type` (`trade_status_sync`); filters reach `trade_status` through
@@ -62,6 +65,16 @@ impl Scheme for Alipay {
 
     fn key(&self, req: &Inbound) -> Result<String, Rejection> {
         idempotency_key(req)
+    }
+
+    /// The form's parameters are signed, not its raw bytes (which could be
+    /// encoded again differently), and not `sign` or `sign_type`.
+    fn covers(&self, field: &Field) -> bool {
+        matches!(field, Field::Form(name) if name != "sign" && name != "sign_type")
+    }
+
+    fn signed_content<'a>(&self, req: &'a Inbound) -> Option<Cow<'a, [u8]>> {
+        Some(Cow::Owned(signed_content(&form_pairs(&req.body), false)))
     }
 
     /// Alipay keeps retrying until the body is exactly `success`.

@@ -92,7 +92,7 @@ fn every_provider_keeps_the_contract() {
     assert!(REGISTRY.len() >= 9);
     for provider in REGISTRY {
         let name = provider.name;
-        let contract = (provider.contract)();
+        let contract = (provider.contract.expect("every module brings its contract"))();
         let scheme = build(name, &contract.settings);
         let Vector { request, now, key } = &contract.vector;
         assert_eq!(
@@ -127,11 +127,7 @@ fn every_provider_keeps_the_contract() {
         }
         match scheme.sign_sample("evt_contract_1", *now) {
             Ok(signed) => {
-                let sample = Inbound {
-                    headers: signed.headers,
-                    body: signed.body,
-                    ..Default::default()
-                };
+                let sample = signed.into_request();
                 let got = accepted(scheme.as_ref(), &sample, *now);
                 assert!(
                     got.as_deref().is_ok_and(|k| k.contains("evt_contract_1")),
@@ -150,7 +146,7 @@ fn official_sdk_signatures_verify() {
     let mut checked = 0;
     for provider in REGISTRY {
         let name = provider.name;
-        let Some(sdk) = (provider.contract)().sdk else {
+        let Some(sdk) = (provider.contract.expect("every module brings its contract"))().sdk else {
             continue;
         };
         let signed =
@@ -288,7 +284,7 @@ impl Garbage {
 #[test]
 fn no_input_panics_or_passes_any_provider() {
     for provider in REGISTRY {
-        let contract = (provider.contract)();
+        let contract = (provider.contract.expect("every module brings its contract"))();
         let scheme = build(provider.name, &contract.settings);
         let mut garbage = Garbage::new(&contract.pieces);
         let vector = &contract.vector.request;
@@ -337,6 +333,7 @@ fn no_input_panics_or_passes_any_provider() {
             );
             let _ = scheme.key(&request);
             let _ = scheme.replay_content(&request);
+            let _ = scheme.signed_content(&request);
             let _ = scheme.own_answer(&request);
             assert!(
                 verdict.is_err() || request.body == vector.body,

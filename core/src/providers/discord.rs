@@ -6,8 +6,8 @@
 use ed25519_dalek::{Signature, VerifyingKey};
 
 use super::{
-    check_timestamp, decode_hex, matched, Answer, Inbound, Provider, Reconciler, Rejection, Scheme,
-    SettingError, Settings, Window,
+    check_timestamp, decode_hex, matched, Answer, EventType, Inbound, Provider, Reconciler,
+    Rejection, Scheme, SettingError, Settings, Window,
 };
 
 pub const PROVIDER: Provider = Provider {
@@ -16,12 +16,12 @@ pub const PROVIDER: Provider = Provider {
     event_headers: &["x-discord-"],
     signature_headers: &["x-signature-ed25519"],
     credential_fields: &["token"],
-    event_type,
+    event_type: EventType::Read(event_type),
     reconciler: Reconciler::None(
         "Discord interactions are answered inside their request and expire in minutes: nothing lists or replays them later",
     ),
     #[cfg(test)]
-    contract: tests::contract,
+    contract: Some(tests::contract),
 };
 
 /// The interaction's type by Discord's name for it (`APPLICATION_COMMAND`).

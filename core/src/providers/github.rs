@@ -6,8 +6,8 @@ use std::borrow::Cow;
 use hmac::Mac;
 
 use super::{
-    any_key_signs, decode_hex, hmac_sha256, key_slices, matched, Inbound, Provider, Reconciler,
-    Rejection, Scheme, SettingError, Settings, Signed, Window,
+    any_key_signs, decode_hex, hmac_sha256, key_slices, matched, EventType, Inbound, Provider,
+    Reconciler, Rejection, Scheme, SettingError, Settings, Signed, Window,
 };
 
 pub const PROVIDER: Provider = Provider {
@@ -16,10 +16,10 @@ pub const PROVIDER: Provider = Provider {
     event_headers: &["x-github-"],
     signature_headers: &["x-hub-signature-256", "x-hub-signature"],
     credential_fields: &[],
-    event_type,
+    event_type: EventType::Read(event_type),
     reconciler: Reconciler::GitHubDeliveries,
     #[cfg(test)]
-    contract: tests::contract,
+    contract: Some(tests::contract),
 };
 
 /// `X-GitHub-Event`, with the payload's `action` where it has one

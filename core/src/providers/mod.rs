@@ -44,7 +44,20 @@ pub const REGISTRY: &[&Provider] = &[
 
 /// The provider named `name` in the config, if there is one.
 pub fn find(name: &str) -> Option<&'static Provider> {
-    REGISTRY.iter().copied().find(|p| p.name == name)
+    REGISTRY
+        .iter()
+        .copied()
+        .find(|p| p.name == name)
+        .or_else(|| declarative::presets::find(name).map(|p| &p.provider))
+}
+
+/// Every provider name a source may give: the modules' and the presets'.
+pub fn names() -> Vec<&'static str> {
+    REGISTRY
+        .iter()
+        .map(|p| p.name)
+        .chain(declarative::presets::all().iter().map(|p| p.provider.name))
+        .collect()
 }
 
 /// A provider's entry in the registry.
@@ -84,15 +97,36 @@ pub struct Provider {
     /// The event's type, as destinations' filters match it (Stripe's
     /// `type`, GitHub's `X-GitHub-Event` and `action`, ...); only asked of
     /// verified requests.
-    pub event_type: fn(&Inbound) -> Option<String>,
+    pub event_type: EventType,
     /// What its own API can say about what it sent (`[source.reconcile]`).
     pub reconciler: Reconciler,
-    /// Signed requests and settings for the contract every provider passes.
+    /// Signed requests and settings for the contract every provider passes
+    /// (a preset's are its data's: `declarative::presets` walks them).
     #[cfg(test)]
-    pub contract: fn() -> contract::Contract,
+    pub contract: Option<fn() -> contract::Contract>,
+}
+
+/// Where a provider says what type an event is.
+#[derive(Clone, Debug)]
+pub enum EventType {
+    /// Its module reads it.
+    Read(fn(&Inbound) -> Option<String>),
+    /// One field of the request (a preset's `event_type`).
+    Field(template::Field),
 }
 
 impl Provider {
+    /// The event's type, as destinations' filters match it.
+    pub fn event_type(&self, req: &Inbound) -> Option<String> {
+        match &self.event_type {
+            EventType::Read(read) => read(req),
+            EventType::Field(field) => template::RequestFields::new(req)
+                .get(field)
+                .and_then(|v| String::from_utf8(v.into_owned()).ok())
+                .filter(|t| !t.is_empty()),
+        }
+    }
+
     /// Whether a stored header of this provider's goes on to the application.
     pub fn forwards_header(&self, lowercase_name: &str) -> bool {
         self.event_headers
@@ -184,6 +218,36 @@ pub trait Scheme: Send + Sync {
         None
     }
 
+    /// Whether the signature covers a field's value, so that a source `key`
+    /// reading only such fields is bound by the signature. By default the
+    /// raw body is signed, and with it every field inside it.
+    fn covers(&self, field: &template::Field) -> bool {
+        use template::Field;
+        matches!(
+            field,
+            Field::Body | Field::BodySha256 | Field::Pointer(_) | Field::Form(_)
+        )
+    }
+
+    /// What the signature covers (or a part of it no re-post can change),
+    /// for the replay guard of a source whose `key` reads a field the
+    /// signature does not cover. By default the raw body.
+    fn signed_content<'a>(&self, req: &'a Inbound) -> Option<std::borrow::Cow<'a, [u8]>> {
+        Some(std::borrow::Cow::Borrowed(&req.body))
+    }
+
+    /// How it verifies, in a line, where the config describes it (the
+    /// declarative verifier and its presets); `config check` shows it.
+    fn describe(&self) -> Option<String> {
+        None
+    }
+
+    /// The header the source's signature is in, where the source says it
+    /// (the declarative verifier): masked on screen as the providers' own.
+    fn signature_header(&self) -> Option<&str> {
+        None
+    }
+
     /// Reshapes replaysafe's answer to a verified delivery into the form the
     /// provider expects; `claimed_now` when this delivery claimed its event.
     fn shape_answer(&self, _answer: &mut Answer, _req: &Inbound, _claimed_now: bool) {}
@@ -248,6 +312,17 @@ pub struct Answer {
 pub struct Signed {
     pub headers: Vec<(String, String)>,
     pub body: Vec<u8>,
+}
+
+impl Signed {
+    /// The request as it would reach a source.
+    pub fn into_request(self) -> Inbound {
+        Inbound {
+            headers: self.headers,
+            body: self.body,
+            ..Default::default()
+        }
+    }
 }
 
 /// Why a delivery is refused: 401 (signature, or a timestamp outside the
@@ -554,12 +629,12 @@ mod event_types {
             ("discord", &[], r#"{"id":"1","type":1}"#, Some("PING")),
         ];
         for (provider, headers, body, want) in cases {
-            let got = (find(provider).unwrap().event_type)(&request(headers, body));
+            let got = find(provider).unwrap().event_type(&request(headers, body));
             assert_eq!(got.as_deref(), *want, "{provider} {body}");
         }
         for p in REGISTRY {
             assert_eq!(
-                (p.event_type)(&request(&[], "\u{0}garbage")),
+                p.event_type(&request(&[], "\u{0}garbage")),
                 None,
                 "{}",
                 p.name

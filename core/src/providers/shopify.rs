@@ -7,8 +7,8 @@ use std::borrow::Cow;
 use hmac::Mac;
 
 use super::{
-    any_key_signs, decode_base64, hmac_sha256, key_slices, matched, Inbound, Provider, Reconciler,
-    Rejection, Scheme, SettingError, Settings, Signed, Window,
+    any_key_signs, decode_base64, hmac_sha256, key_slices, matched, EventType, Inbound, Provider,
+    Reconciler, Rejection, Scheme, SettingError, Settings, Signed, Window,
 };
 
 pub const PROVIDER: Provider = Provider {
@@ -17,12 +17,12 @@ pub const PROVIDER: Provider = Provider {
     event_headers: &["x-shopify-"],
     signature_headers: &["x-shopify-hmac-sha256"],
     credential_fields: &[],
-    event_type,
+    event_type: EventType::Read(event_type),
     reconciler: Reconciler::None(
         "Shopify's Admin API lists no webhooks it sent (only its Partner Dashboard shows delivery metrics): there is nothing to compare with",
     ),
     #[cfg(test)]
-    contract: tests::contract,
+    contract: Some(tests::contract),
 };
 
 /// `X-Shopify-Topic` (`orders/create`).

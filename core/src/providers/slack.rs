@@ -6,8 +6,8 @@ use hmac::Mac;
 
 use super::{
     any_key_signs, check_timestamp, decode_hex, hmac_sha256, key_slices, matched, sha256_hex,
-    Answer, Inbound, Provider, Reconciler, Rejection, Scheme, SettingError, Settings, Signed,
-    Window,
+    Answer, EventType, Inbound, Provider, Reconciler, Rejection, Scheme, SettingError, Settings,
+    Signed, Window,
 };
 
 pub const PROVIDER: Provider = Provider {
@@ -16,12 +16,12 @@ pub const PROVIDER: Provider = Provider {
     event_headers: &["x-slack-"],
     signature_headers: &["x-slack-signature", "x-slack-request-timestamp"],
     credential_fields: &["token", "response_url"],
-    event_type,
+    event_type: EventType::Read(event_type),
     reconciler: Reconciler::None(
         "Slack keeps no list of the interaction and Events API requests it sent: a missed one is retried by Slack or lost",
     ),
     #[cfg(test)]
-    contract: tests::contract,
+    contract: Some(tests::contract),
 };
 
 /// The Events API's inner event type (`app_mention`), else the envelope's

@@ -5,9 +5,10 @@
 use base64::Engine;
 use hmac::Mac;
 
+use super::template::Field;
 use super::{
-    any_key_signs, check_timestamp, decode_base64, hmac_sha256, key_slices, matched, Inbound,
-    Provider, Reconciler, Rejection, Scheme, SettingError, Settings, Signed, Window,
+    any_key_signs, check_timestamp, decode_base64, hmac_sha256, key_slices, matched, EventType,
+    Inbound, Provider, Reconciler, Rejection, Scheme, SettingError, Settings, Signed, Window,
 };
 
 pub const PROVIDER: Provider = Provider {
@@ -17,12 +18,12 @@ pub const PROVIDER: Provider = Provider {
     event_headers: &[],
     signature_headers: &["webhook-signature"],
     credential_fields: &[],
-    event_type,
+    event_type: EventType::Read(event_type),
     reconciler: Reconciler::None(
         "Standard Webhooks names no API for listing what a sender sent: a sender's own (Svix's, for one) is not part of the standard",
     ),
     #[cfg(test)]
-    contract: tests::contract,
+    contract: Some(tests::contract),
 };
 
 /// The payload's `type` (Standard Webhooks' payload structure).
@@ -55,6 +56,14 @@ impl Scheme for Standard {
 
     fn key(&self, req: &Inbound) -> Result<String, Rejection> {
         req.required_header("webhook-id")
+    }
+
+    /// The body and the message id are signed.
+    fn covers(&self, field: &Field) -> bool {
+        matches!(
+            field,
+            Field::Body | Field::BodySha256 | Field::Pointer(_) | Field::Form(_)
+        ) || matches!(field, Field::Header(h) if h == "webhook-id")
     }
 
     fn sign_sample(&self, event_id: &str, now: i64) -> Result<Signed, String> {

@@ -4,8 +4,8 @@
 use hmac::Mac;
 
 use super::{
-    any_key_signs, check_timestamp, decode_hex, hmac_sha256, key_slices, matched, Inbound,
-    Provider, Reconciler, Rejection, Scheme, SettingError, Settings, Signed, Window,
+    any_key_signs, check_timestamp, decode_hex, hmac_sha256, key_slices, matched, EventType,
+    Inbound, Provider, Reconciler, Rejection, Scheme, SettingError, Settings, Signed, Window,
 };
 
 pub const PROVIDER: Provider = Provider {
@@ -15,10 +15,10 @@ pub const PROVIDER: Provider = Provider {
     event_headers: &[],
     signature_headers: &["stripe-signature"],
     credential_fields: &[],
-    event_type,
+    event_type: EventType::Read(event_type),
     reconciler: Reconciler::StripeEvents,
     #[cfg(test)]
-    contract: tests::contract,
+    contract: Some(tests::contract),
 };
 
 /// The event object's `type` (`invoice.paid`).

@@ -19,6 +19,9 @@ pub enum Field {
     Header(String),
     /// A form field's first value (`application/x-www-form-urlencoded`).
     Form(String),
+    /// The SHA-256 of the raw body, in hex: for a provider that sends no
+    /// event id, with stable fields or alone (a retry of the same bytes).
+    BodySha256,
     Body,
     Timestamp,
     Id,
@@ -29,7 +32,10 @@ pub enum Field {
 impl Field {
     /// Whether it is read from the request itself (what a key may use).
     pub fn of_request(&self) -> bool {
-        matches!(self, Field::Pointer(_) | Field::Header(_) | Field::Form(_))
+        matches!(
+            self,
+            Field::Pointer(_) | Field::Header(_) | Field::Form(_) | Field::BodySha256
+        )
     }
 }
 
@@ -100,6 +106,14 @@ impl Template {
         &self.text
     }
 
+    /// The field, where the template is that one field and nothing else.
+    pub fn single_field(&self) -> Option<&Field> {
+        match self.parts.as_slice() {
+            [Part::Field(f)] => Some(f),
+            _ => None,
+        }
+    }
+
     pub fn fields(&self) -> impl Iterator<Item = &Field> {
         self.parts.iter().filter_map(|p| match p {
             Part::Field(f) => Some(f),
@@ -107,35 +121,121 @@ impl Template {
         })
     }
 
-    /// Renders it with `value` for each field; the first field without a
-    /// value (or with an empty one) is the error, as written.
+    /// Pairs of fields with no text between them: where one value ends
+    /// and the next begins cannot be told.
+    pub fn adjacent(&self) -> impl Iterator<Item = (&Field, &Field)> {
+        self.parts.windows(2).filter_map(|w| match w {
+            [Part::Field(a), Part::Field(b)] => Some((a, b)),
+            _ => None,
+        })
+    }
+
+    /// Renders it with `value` for each field. A signed payload's split must
+    /// be the sender's: a value holding the text that follows it (where a
+    /// captured request could move bytes from one field to the next) is
+    /// refused. A key's values but the last are escaped instead: `%` and
+    /// every character of the template's own text become `%XX`, so two keys
+    /// are equal only when their values are (the last value ends the key:
+    /// it needs no escaping, and a one-field key is its value).
     pub fn render<'a>(
         &self,
+        use_: Use,
         mut value: impl FnMut(&Field) -> Option<Cow<'a, [u8]>>,
-    ) -> Result<Vec<u8>, String> {
+    ) -> Result<Vec<u8>, Unrendered> {
         let mut out = Vec::new();
-        for part in &self.parts {
+        let last_field = self.parts.iter().rposition(|p| matches!(p, Part::Field(_)));
+        for (i, part) in self.parts.iter().enumerate() {
             match part {
                 Part::Text(t) => out.extend_from_slice(t.as_bytes()),
-                Part::Field(f) => match value(f) {
-                    Some(v) if !v.is_empty() => out.extend_from_slice(&v),
-                    _ => return Err(written(f)),
-                },
+                Part::Field(f) => {
+                    let v = match value(f) {
+                        Some(v) if !v.is_empty() => v,
+                        _ => return Err(Unrendered::Missing(written(f))),
+                    };
+                    match use_ {
+                        Use::Signed => {
+                            if let Some(Part::Text(next)) = self.parts.get(i + 1) {
+                                if contains(&v, next.as_bytes()) {
+                                    return Err(Unrendered::Ambiguous(written(f), next.clone()));
+                                }
+                            }
+                            out.extend_from_slice(&v);
+                        }
+                        Use::Key if Some(i) == last_field => out.extend_from_slice(&v),
+                        Use::Key => self.escape_into(&v, &mut out),
+                    }
+                }
             }
         }
         Ok(out)
     }
+
+    fn escape_into(&self, value: &[u8], out: &mut Vec<u8>) {
+        let special = |b: u8| {
+            b == b'%'
+                || self.parts.iter().any(|p| match p {
+                    Part::Text(t) => t.as_bytes().contains(&b),
+                    Part::Field(_) => false,
+                })
+        };
+        for &b in value {
+            if special(b) {
+                out.extend_from_slice(format!("%{b:02X}").as_bytes());
+            } else {
+                out.push(b);
+            }
+        }
+    }
+}
+
+/// What a template renders: a signed payload, or a key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Use {
+    Signed,
+    Key,
+}
+
+/// Why a template did not render.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Unrendered {
+    /// The field, as written, has no value (or an empty one).
+    Missing(String),
+    /// The field's value holds the text that follows it.
+    Ambiguous(String, String),
+}
+
+impl std::fmt::Display for Unrendered {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Unrendered::Missing(field) => f.write_str(field),
+            Unrendered::Ambiguous(field, next) => {
+                write!(f, "{field} whose value holds {next:?}, the text after it")
+            }
+        }
+    }
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    !needle.is_empty() && haystack.windows(needle.len()).any(|w| w == needle)
 }
 
 fn field(inside: &str) -> Result<Field, String> {
     let named = |prefix: &str| inside.strip_prefix(prefix).map(str::trim);
     Ok(match inside {
         "body" => Field::Body,
+        "body_sha256" => Field::BodySha256,
         "timestamp" => Field::Timestamp,
         "id" => Field::Id,
         "method" => Field::Method,
         "url" => Field::Url,
-        p if p.starts_with('/') => Field::Pointer(p.to_owned()),
+        p if p.starts_with('/') => {
+            // RFC 6901: `~` is `~0` or `~1`, nothing else.
+            let mut tildes = p.match_indices('~');
+            if tildes.any(|(i, _)| !matches!(p.as_bytes().get(i + 1), Some(b'0' | b'1'))) {
+                return Err(format!("{p:?}: in a JSON pointer `~` is written ~0 and `/` ~1"));
+            }
+            Field::Pointer(p.to_owned())
+        }
         _ => match (named("header:"), named("form:")) {
             (Some(h), _) if !h.is_empty() && h.bytes().all(is_token_byte) => {
                 Field::Header(h.to_ascii_lowercase())
@@ -144,7 +244,7 @@ fn field(inside: &str) -> Result<Field, String> {
             (_, Some(f)) if !f.is_empty() => Field::Form(f.to_owned()),
             _ => {
                 return Err(format!(
-                    "{{{inside}}} is not a field: use {{/json/pointer}}, {{header:Name}} or {{form:name}}"
+                    "{{{inside}}} is not a field: use {{/json/pointer}}, {{header:Name}}, {{form:name}} or {{body_sha256}}"
                 ))
             }
         },
@@ -156,6 +256,12 @@ fn is_token_byte(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
 
+impl std::fmt::Display for Field {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&written(self))
+    }
+}
+
 /// A field as a template writes it.
 fn written(f: &Field) -> String {
     match f {
@@ -163,6 +269,7 @@ fn written(f: &Field) -> String {
         Field::Header(h) => format!("{{header:{h}}}"),
         Field::Form(n) => format!("{{form:{n}}}"),
         Field::Body => "{body}".into(),
+        Field::BodySha256 => "{body_sha256}".into(),
         Field::Timestamp => "{timestamp}".into(),
         Field::Id => "{id}".into(),
         Field::Method => "{method}".into(),
@@ -205,6 +312,14 @@ impl<'a> RequestFields<'a> {
                 }
             }
             Field::Form(name) => {
+                let form = self.req.header("content-type").is_some_and(|t| {
+                    t.trim_start()
+                        .to_ascii_lowercase()
+                        .starts_with("application/x-www-form-urlencoded")
+                });
+                if !form {
+                    return None;
+                }
                 let pairs = self.form.get_or_init(|| form_pairs(&self.req.body));
                 pairs
                     .iter()
@@ -212,6 +327,7 @@ impl<'a> RequestFields<'a> {
                     .map(|(_, v)| Cow::Owned(v.clone()))
             }
             Field::Body => Some(Cow::Borrowed(&self.req.body)),
+            Field::BodySha256 => Some(Cow::Owned(sha256_hex(&[&self.req.body]).into_bytes())),
             Field::Timestamp | Field::Id | Field::Method | Field::Url => None,
         }
     }
@@ -229,9 +345,20 @@ pub struct KeyRule {
 }
 
 impl KeyRule {
-    /// Parses a `key` template: only the request's own fields.
+    /// Parses a `key` template: only the request's own fields, each with
+    /// text between it and the next.
     pub fn parse(text: &str, fallback: Option<&str>) -> Result<Self, (&'static str, String)> {
         let template = Template::parse(text, Field::of_request).map_err(|e| ("key", e))?;
+        if let Some((a, b)) = template.adjacent().next() {
+            return Err((
+                "key",
+                format!(
+                    "{text:?}: {} and {} touch; put text between them (\":\") so two keys differ when their values do",
+                    written(a),
+                    written(b)
+                ),
+            ));
+        }
         let digest_fallback = match fallback {
             None => false,
             Some("digest") => true,
@@ -248,27 +375,30 @@ impl KeyRule {
         })
     }
 
-    /// The key of `req`, and a note for its record when it was not the
-    /// template's.
-    pub fn key(&self, req: &Inbound) -> Result<(String, Option<String>), Rejection> {
+    /// The key of `req`, at most `max_bytes` long, and a note for its
+    /// record when it was not the template's.
+    pub fn key(
+        &self,
+        req: &Inbound,
+        max_bytes: usize,
+    ) -> Result<(String, Option<String>), Rejection> {
         let fields = RequestFields::new(req);
-        let rendered = self
-            .template
-            .render(|f| fields.get(f))
-            .and_then(|k| String::from_utf8(k).map_err(|_| "a value that is not UTF-8".into()));
+        let written = self.template.as_str();
+        let rendered = match self.template.render(Use::Key, |f| fields.get(f)) {
+            Err(missing) => Err(format!("key {written} lacks {missing}")),
+            Ok(k) if k.len() > max_bytes => {
+                Err(format!("key {written} makes a key over {max_bytes} bytes"))
+            }
+            Ok(k) => String::from_utf8(k)
+                .map_err(|_| format!("key {written} reads a value that is not UTF-8")),
+        };
         match rendered {
             Ok(key) => Ok((key, None)),
-            Err(missing) if self.digest_fallback => Ok((
+            Err(why) if self.digest_fallback => Ok((
                 format!("sha256:{}", sha256_hex(&[&req.body])),
-                Some(format!(
-                    "keyed by a SHA-256 of the body: key {} lacks {missing}",
-                    self.template.as_str()
-                )),
+                Some(format!("keyed by a SHA-256 of the body: {why}")),
             )),
-            Err(missing) => Err(Rejection::key(format!(
-                "key {} lacks {missing}",
-                self.template.as_str()
-            ))),
+            Err(why) => Err(Rejection::key(why)),
         }
     }
 }
@@ -292,30 +422,62 @@ mod tests {
     fn a_composed_key_reads_pointers_headers_and_forms() {
         let rule = KeyRule::parse("{/data/id}:{/type}:{header:X-Event-Id}", None).unwrap();
         let req = json(r#"{"type":"order.paid","data":{"id":42}}"#);
-        assert_eq!(rule.key(&req).unwrap(), ("42:order.paid:ev-9".into(), None));
+        assert_eq!(
+            rule.key(&req, 512).unwrap(),
+            ("42:order.paid:ev-9".into(), None)
+        );
         let form = KeyRule::parse("notify:{form:notify_id}", None).unwrap();
-        let req = Inbound {
+        let mut req = Inbound {
+            headers: vec![(
+                "content-type".into(),
+                "application/x-www-form-urlencoded; charset=utf-8".into(),
+            )],
             body: b"a=1&notify_id=n%2B1&notify_id=second".to_vec(),
             ..Default::default()
         };
-        assert_eq!(form.key(&req).unwrap().0, "notify:n+1");
+        assert_eq!(form.key(&req, 512).unwrap().0, "notify:n+1");
+        // A body that is not a form has no form fields.
+        req.headers.clear();
+        assert!(form.key(&req, 512).is_err());
+    }
+
+    #[test]
+    fn keys_are_equal_only_when_their_values_are() {
+        let rule = KeyRule::parse("{/a}:{/b}", None).unwrap();
+        let one = rule.key(&json(r#"{"a":"x:y","b":"z"}"#), 512).unwrap().0;
+        let two = rule.key(&json(r#"{"a":"x","b":"y:z"}"#), 512).unwrap().0;
+        assert_ne!(one, two);
+        assert_eq!(one, "x%3Ay:z");
+        assert_eq!(
+            rule.key(&json(r#"{"a":"100%","b":"%3A"}"#), 512).unwrap().0,
+            "100%25:%3A"
+        );
+        assert!(KeyRule::parse("{/a}{/b}", None).is_err(), "fields touching");
     }
 
     #[test]
     fn a_missing_field_is_a_400_or_the_bodys_digest() {
         let req = json(r#"{"type":"order.paid","data":{"id":null}}"#);
         let strict = KeyRule::parse("{/data/id}:{/type}", None).unwrap();
-        let refused = strict.key(&req).unwrap_err();
+        let refused = strict.key(&req, 512).unwrap_err();
         assert_eq!(refused.status, 400);
         assert!(refused.reason.contains("{/data/id}"), "{}", refused.reason);
         let lenient = KeyRule::parse("{/data/id}", Some("digest")).unwrap();
-        let (key, note) = lenient.key(&req).unwrap();
+        let (key, note) = lenient.key(&req, 512).unwrap();
         assert_eq!(key, format!("sha256:{}", sha256_hex(&[&req.body])));
         assert!(note.unwrap().contains("SHA-256"));
         // The same body, the same key: a retry is a duplicate.
-        assert_eq!(lenient.key(&req.clone()).unwrap().0, key);
+        assert_eq!(lenient.key(&req.clone(), 512).unwrap().0, key);
         // Not JSON at all: missing too, never a panic.
-        assert!(strict.key(&json("\u{0}{{")).is_err());
+        assert!(strict.key(&json("\u{0}{{"), 512).is_err());
+        // Too long: refused, or the digest.
+        let long = json(&format!(
+            r#"{{"type":"t","data":{{"id":"{}"}}}}"#,
+            "x".repeat(600)
+        ));
+        assert!(strict.key(&long, 512).unwrap_err().reason.contains("512"));
+        let lenient = KeyRule::parse("{/data/id}:{/type}", Some("digest")).unwrap();
+        assert!(lenient.key(&long, 512).unwrap().0.starts_with("sha256:"));
     }
 
     #[test]
@@ -330,12 +492,15 @@ mod tests {
             "{form:}",
             "{body}",
             "{timestamp}",
+            "{/a~2b}",
+            "{/a~}",
         ] {
             assert!(KeyRule::parse(bad, None).is_err(), "{bad}");
         }
+        assert!(KeyRule::parse("{/a~1b}:{/c~0}", None).is_ok());
         assert!(KeyRule::parse("{/id}", Some("random")).is_err());
         let braces = KeyRule::parse("{{{/id}}}", None).unwrap();
-        assert_eq!(braces.key(&json(r#"{"id":"a"}"#)).unwrap().0, "{a}");
+        assert_eq!(braces.key(&json(r#"{"id":"a"}"#), 512).unwrap().0, "{a}");
     }
 
     #[test]
@@ -343,12 +508,14 @@ mod tests {
         let t = Template::parse("{timestamp}.{body}", |_| true).unwrap();
         let req = json("{}");
         let fields = RequestFields::new(&req);
-        let out = t
-            .render(|f| match f {
-                Field::Timestamp => Some(Cow::Borrowed(b"17".as_slice())),
+        let render = |ts: &'static [u8]| {
+            t.render(Use::Signed, |f| match f {
+                Field::Timestamp => Some(Cow::Borrowed(ts)),
                 f => fields.get(f),
             })
-            .unwrap();
-        assert_eq!(out, b"17.{}");
+        };
+        assert_eq!(render(b"17").unwrap(), b"17.{}");
+        // A value holding the text after it could be split elsewhere.
+        assert!(matches!(render(b"17.5"), Err(Unrendered::Ambiguous(..))));
     }
 }

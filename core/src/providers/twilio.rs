@@ -22,10 +22,11 @@ use sha2::{Digest, Sha256};
 
 use base64::Engine;
 
+use super::template::Field;
 use super::{
     check_form_size, decode_base64, decode_hex, form_pairs, key_slices, matched, sha256_hex,
-    FormPairs, Inbound, Provider, Reconciler, Rejection, Scheme, SettingError, Settings, Signed,
-    Window,
+    EventType, FormPairs, Inbound, Provider, Reconciler, Rejection, Scheme, SettingError, Settings,
+    Signed, Window,
 };
 
 pub const PROVIDER: Provider = Provider {
@@ -34,12 +35,12 @@ pub const PROVIDER: Provider = Provider {
     event_headers: &["i-twilio-"],
     signature_headers: &["x-twilio-signature"],
     credential_fields: &[],
-    event_type,
+    event_type: EventType::Read(event_type),
     reconciler: Reconciler::None(
         "Twilio's logs list messages and calls, not the webhook requests it made under the key replaysafe claims (I-Twilio-Idempotency-Token)",
     ),
     #[cfg(test)]
-    contract: tests::contract,
+    contract: Some(tests::contract),
 };
 
 /// A status callback's status (`MessageStatus`, `CallStatus`, `SmsStatus`),
@@ -81,6 +82,15 @@ impl Scheme for Twilio {
     }
 
     fn replay_content<'a>(&self, req: &'a Inbound) -> Option<Cow<'a, [u8]>> {
+        self.signed_content(req)
+    }
+
+    /// A form's parameters are signed (sorted, decoded), not its raw bytes.
+    fn covers(&self, field: &Field) -> bool {
+        matches!(field, Field::Form(_))
+    }
+
+    fn signed_content<'a>(&self, req: &'a Inbound) -> Option<Cow<'a, [u8]>> {
         Some(Cow::Owned(signed_content(req, &self.public_url)))
     }
 

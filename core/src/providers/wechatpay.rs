@@ -12,8 +12,8 @@ use rsa::RsaPublicKey;
 
 use super::alipay::{parse_rsa_public_key, rsa_sha256_verifies};
 use super::{
-    check_timestamp, decode_base64, Answer, Inbound, Provider, Reconciler, Rejection, Scheme,
-    SettingError, Settings, Window,
+    check_timestamp, decode_base64, Answer, EventType, Inbound, Provider, Reconciler, Rejection,
+    Scheme, SettingError, Settings, Window,
 };
 
 pub const PROVIDER: Provider = Provider {
@@ -22,12 +22,12 @@ pub const PROVIDER: Provider = Provider {
     event_headers: &["wechatpay-"],
     signature_headers: &["wechatpay-signature", "wechatpay-serial"],
     credential_fields: &[],
-    event_type,
+    event_type: EventType::Read(event_type),
     reconciler: Reconciler::None(
         "WeChat Pay can be asked about one order, but no API lists the notifications it sent",
     ),
     #[cfg(test)]
-    contract: tests::contract,
+    contract: Some(tests::contract),
 };
 
 /// The notification's `event_type` (`TRANSACTION.SUCCESS`).

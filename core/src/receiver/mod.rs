@@ -14,6 +14,7 @@ use sqlx::PgPool;
 
 use crate::config::{destination, Mode, SourceConfig};
 use crate::events::LEASE_MARGIN;
+use crate::providers::template::Field;
 pub use crate::providers::Inbound;
 use crate::providers::{Rejection, Window};
 use batch::{ClaimBatcher, ClaimError, PendingClaim};
@@ -94,7 +95,7 @@ fn idempotency_key(
     req: &Inbound,
 ) -> Result<(String, Option<String>), Rejection> {
     let (key, note) = match &source.key {
-        Some(rule) => rule.key(req)?,
+        Some(rule) => rule.key(req, MAX_KEY_BYTES)?,
         None => (source.scheme.key(req)?, None),
     };
     if key.len() > MAX_KEY_BYTES {
@@ -128,7 +129,7 @@ fn plan(source: &SourceConfig, req: &Inbound) -> (Vec<claim::Route>, Option<Stri
     }
     let filtered = source.destinations.iter().any(|d| d.filter.is_some());
     let event_type = if filtered {
-        (source.provider.event_type)(req)
+        source.provider.event_type(req)
     } else {
         None
     };
@@ -149,13 +150,28 @@ fn plan(source: &SourceConfig, req: &Inbound) -> (Vec<claim::Route>, Option<Stri
     (plan, event_type)
 }
 
-/// The SHA-256 of what the signature covers, where it binds neither the key
-/// nor a timestamp and the source keeps its replay guard on.
+/// The SHA-256 of what the signature covers, where the key is not bound by
+/// the signature and the source keeps its replay guard on: a captured
+/// request re-posted under a new key is then the first one's duplicate.
 fn replay_digest(source: &SourceConfig, req: &Inbound) -> Option<Vec<u8>> {
     if !source.replay_guard {
         return None;
     }
-    let signed = source.scheme.replay_content(req)?;
+    let signed = match &source.key {
+        // A composed key reading only signed fields (and, falling back, a
+        // signed body) is bound by the signature; any other is not, even
+        // where a timestamp is signed: within its tolerance a capture could
+        // be re-posted with the unsigned field changed.
+        Some(rule) => {
+            let bound = rule.template.fields().all(|f| source.scheme.covers(f))
+                && (!rule.digest_fallback || source.scheme.covers(&Field::Body));
+            if bound {
+                return None;
+            }
+            source.scheme.signed_content(req)?
+        }
+        None => source.scheme.replay_content(req)?,
+    };
     Some(sha2::Sha256::digest(&signed).to_vec())
 }
 

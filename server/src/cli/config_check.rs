@@ -70,7 +70,20 @@ pub fn print(config: &Config) {
     for s in &config.sources {
         println!();
         println!("[source {}]", s.slug);
-        println!("  provider        {}", s.provider.name);
+        match replaysafe_core::providers::declarative::presets::find(s.provider.name) {
+            Some(preset) => println!(
+                "  provider        {} ({}, a preset of the declarative verifier)",
+                s.provider.name, preset.title
+            ),
+            None => println!("  provider        {}", s.provider.name),
+        }
+        if let Some(verifier) = s.scheme.describe() {
+            println!("  verifier        {verifier}");
+        }
+        println!(
+            "  tolerance       {} s for a signed timestamp",
+            s.tolerance_secs
+        );
         println!("  mode            {}", s.mode.as_str());
         if s.destinations.is_empty() {
             println!("  destination     (none: nothing is forwarded)");

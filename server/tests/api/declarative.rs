@@ -159,6 +159,44 @@ fn what_the_declarative_verifier_cannot_do_is_refused_at_start() {
             "",
             "source[0].key",
         ),
+        // A timestamp read but not signed would be anyone's to change.
+        (
+            "header = \"x\"\nalgorithm = \"hmac-sha256\"\ntimestamp_header = \"t\"",
+            ok_key,
+            "signature.payload",
+        ),
+        // A signature inside the body cannot sign the body.
+        (
+            "field = \"/sig\"\nalgorithm = \"hmac-sha256\"",
+            ok_key,
+            "signature.payload",
+        ),
+        // Two values touching: where one ends cannot be told.
+        (
+            "header = \"x\"\nalgorithm = \"hmac-sha256\"\npayload = \"{header:a}{body}\"",
+            ok_key,
+            "signature.payload",
+        ),
+        (
+            "header = \"x\"\nalgorithm = \"hmac-sha256\"\nformat = \"kv\"\nsignature_name = \"t\"\ntimestamp_name = \"t\"\npayload = \"{timestamp}.{body}\"",
+            ok_key,
+            "signature.timestamp_name",
+        ),
+        (
+            "header = \"x\"\nalgorithm = \"hmac-sha256\"\nformat = \"kv\"\nsignature_name = \"v=1\"",
+            ok_key,
+            "signature.signature_name",
+        ),
+        (
+            "header = \"x\"\nalgorithm = \"hmac-sha256\"\nprefix = \"v1 \"",
+            ok_key,
+            "signature.prefix",
+        ),
+        (
+            "header = \"x\"\nalgorithm = \"hmac-sha256\"",
+            "key = \"{/a}{/b}\"",
+            "source[0].key",
+        ),
     ] {
         let error = parse(signature, key);
         assert!(error.contains(names), "{signature} / {key}: {error:?}");
@@ -173,4 +211,95 @@ fn what_the_declarative_verifier_cannot_do_is_refused_at_start() {
     .unwrap()
     .to_string();
     assert!(error.contains("source[0].signature"), "{error}");
+}
+
+/// Whoever holds one captured signed request re-posts it within the
+/// timestamp's tolerance with the key's unsigned header changed: the guard
+/// takes it for the first one's duplicate, on a declared source and on a
+/// built-in one (Stripe signs its timestamp, not the header the key reads).
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn a_capture_reposted_under_a_new_unsigned_key_runs_once(pool: PgPool) {
+    let destination = Destination::start(vec![]).await;
+    let config = test_config(
+        &format!(
+            r#"
+[[source]]
+slug = "loose"
+provider = "hmac"
+secrets = ["{SECRET}"]
+destination = "{url}"
+key = "{{header:X-Event-Id}}"
+
+[source.signature]
+header = "X-Sig"
+algorithm = "hmac-sha256"
+timestamp_header = "X-Ts"
+payload = "{{timestamp}}.{{body}}"
+
+[[source]]
+slug = "stripe-orders"
+provider = "stripe"
+secrets = ["whsec_orders"]
+destination = "{url}"
+key = "{{header:X-Order}}"
+"#,
+            url = destination.url
+        ),
+        &[],
+    );
+    let app = spawn_app(pool.clone(), config).await;
+    let now = chrono::Utc::now().timestamp();
+    let body = r#"{"type":"order.paid","id":"o-1"}"#;
+    let signed = |secret: &str| {
+        crate::helpers::hmac_hex(secret.as_bytes(), format!("{now}.{body}").as_bytes())
+    };
+    let declared = |event_id: &'static str| {
+        app.client
+            .post(app.url("/hooks/loose"))
+            .header("content-type", "application/json")
+            .header("x-sig", signed(SECRET))
+            .header("x-ts", now.to_string())
+            .header("x-event-id", event_id)
+            .body(body)
+            .send()
+    };
+    let stripe = |order: &'static str| {
+        app.client
+            .post(app.url("/hooks/stripe-orders"))
+            .header("content-type", "application/json")
+            .header(
+                "stripe-signature",
+                format!("t={now},v1={}", signed("whsec_orders")),
+            )
+            .header("x-order", order)
+            .body(body)
+            .send()
+    };
+    for (first, replayed) in [
+        (declared("e-1"), declared("e-2")),
+        (stripe("a"), stripe("b")),
+    ] {
+        assert_eq!(first.await.unwrap().status(), 200);
+        assert_eq!(replayed.await.unwrap().status(), 200);
+    }
+    app.drain().await;
+    let keys: Vec<(String, String)> =
+        sqlx::query_as("SELECT source, idem_key FROM events ORDER BY source")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        keys,
+        [
+            ("loose".to_owned(), "e-1".to_owned()),
+            ("stripe-orders".to_owned(), "a".to_owned())
+        ]
+    );
+    assert_eq!(destination.count(), 2, "each forwarded once");
+    let replays: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM deliveries WHERE verification LIKE '%replay%'")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!(replays, 2);
 }

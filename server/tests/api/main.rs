@@ -24,6 +24,7 @@ mod model;
 mod ops;
 mod outage;
 mod poison;
+mod presets;
 mod processes;
 mod processing;
 mod receiver;

@@ -4,16 +4,15 @@
 
 use serde::Deserialize;
 
-use super::alerts::Invalid;
-use super::ConfigError;
-use crate::providers::declarative::{
+use super::{
     Algorithm, Encoding, Format, Location, SecretEncoding, Spec, TimestampAt, TimestampFormat,
 };
-use crate::providers::template::Template;
+use crate::providers::template::{Field, Template};
+use crate::providers::SettingError;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(super) struct RawSignature {
+pub struct RawSignature {
     header: Option<String>,
     field: Option<String>,
     algorithm: String,
@@ -32,19 +31,15 @@ pub(super) struct RawSignature {
     id_header: Option<String>,
 }
 
-pub(super) fn build(
-    raw: RawSignature,
-    at: &dyn Fn(&str) -> String,
-    invalid: Invalid,
-) -> Result<Spec, ConfigError> {
-    let key = |k: &str| at(&format!("signature.{k}"));
-    let refuse = |k: &str, why: String| Err(invalid(&key(k), why));
-    let pointer = |k: &str, p: String| -> Result<String, ConfigError> {
+/// The description typed; a refusal names its key (below `signature.`).
+pub fn parse(raw: RawSignature) -> Result<Spec, SettingError> {
+    let refuse = |k: &str, why: String| Err(SettingError::new(k, why));
+    let pointer = |k: &str, p: String| -> Result<String, SettingError> {
         if p.starts_with('/') {
             Ok(p)
         } else {
-            Err(invalid(
-                &key(k),
+            Err(SettingError::new(
+                k,
                 format!("{p:?}: a JSON pointer, like \"/signature\""),
             ))
         }
@@ -103,7 +98,7 @@ pub(super) fn build(
             }
             Format::Plain
         }
-        "kv" => Format::Kv {
+        "kv" => kv(Format::Kv {
             separator: match raw.kv_separator {
                 Some(s) if !s.is_empty() && !s.contains('=') => s,
                 Some(s) => {
@@ -127,7 +122,8 @@ pub(super) fn build(
                 .timestamp_name
                 .map(|t| t.trim().to_owned())
                 .filter(|t| !t.is_empty()),
-        },
+        })
+        .map_err(|(k, why)| SettingError::new(k, why))?,
         other => return refuse("format", format!("{other:?}: plain or kv")),
     };
     let secret_encoding = match raw.secret_encoding.as_deref().unwrap_or("raw") {
@@ -141,8 +137,35 @@ pub(super) fn build(
             )
         }
     };
+    if let (Format::Plain, Some(p)) = (&format, &raw.prefix) {
+        if p.contains(char::is_whitespace) {
+            return refuse(
+                "prefix",
+                format!("{p:?}: signatures are separated by spaces, so a prefix holds none"),
+            );
+        }
+    }
     let payload = Template::parse(raw.payload.as_deref().unwrap_or("{body}"), |_| true)
-        .map_err(|e| invalid(&key("payload"), e))?;
+        .map_err(|e| SettingError::new("payload", e))?;
+    // Where two values touch, a captured request could move bytes from one
+    // to the other and keep its signature; only a value replaysafe fixes or
+    // checks strictly (the timestamp's digits) may touch another.
+    let fixed = |f: &Field| matches!(f, Field::Timestamp | Field::Method | Field::Url);
+    if let Some((a, b)) = payload.adjacent().find(|(a, b)| !fixed(a) && !fixed(b)) {
+        return refuse(
+            "payload",
+            format!(
+                "{:?}: {a} and {b} touch, so where one ends cannot be told; put the provider's separator between them",
+                payload.as_str()
+            ),
+        );
+    }
+    if matches!(location, Location::Field(_)) && payload.fields().any(|f| *f == Field::Body) {
+        return refuse(
+            "payload",
+            "a signature inside the body cannot sign the body: name the fields it signs".into(),
+        );
+    }
     let kv_timestamp = matches!(
         &format,
         Format::Kv {
@@ -164,6 +187,19 @@ pub(super) fn build(
             )
         }
     };
+    let signs = |f: &Field| payload.fields().any(|g| g == f);
+    let timestamp_signed = signs(&Field::Timestamp)
+        || match &timestamp {
+            Some(TimestampAt::Field(p)) => signs(&Field::Body) || signs(&Field::Pointer(p.clone())),
+            Some(TimestampAt::Header(h)) => signs(&Field::Header(h.clone())),
+            Some(TimestampAt::Kv) | None => false,
+        };
+    if timestamp.is_some() && !timestamp_signed {
+        return refuse(
+            "payload",
+            "a timestamp is read but not signed (anyone could change it): put {timestamp} in the payload".into(),
+        );
+    }
     let timestamp_format = match raw.timestamp_format.as_deref() {
         Some(_) if timestamp.is_none() => {
             return refuse("timestamp_format", "there is no timestamp to read".into())
@@ -192,5 +228,33 @@ pub(super) fn build(
             .id_header
             .map(|h| h.trim().to_ascii_lowercase())
             .filter(|h| !h.is_empty()),
+        key: None,
     })
+}
+
+/// A kv format whose names can be told apart in what it reads.
+fn kv(format: Format) -> Result<Format, (&'static str, String)> {
+    let Format::Kv {
+        separator,
+        signature_name,
+        timestamp_name,
+    } = &format
+    else {
+        return Ok(format);
+    };
+    for (k, name) in [
+        ("signature_name", Some(signature_name)),
+        ("timestamp_name", timestamp_name.as_ref()),
+    ] {
+        if let Some(n) = name.filter(|n| n.contains('=') || n.contains(separator.as_str())) {
+            return Err((k, format!("{n:?} holds '=' or the separator {separator:?}")));
+        }
+    }
+    if timestamp_name.as_ref() == Some(signature_name) {
+        return Err((
+            "timestamp_name",
+            "the timestamp and the signature have one name".into(),
+        ));
+    }
+    Ok(format)
 }

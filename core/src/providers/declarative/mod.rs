@@ -4,15 +4,18 @@
 //! of the schemes like the nine: constant-time compared, every signature a
 //! header holds tried (rotation), no panic on any input.
 
+pub mod presets;
+pub mod spec;
+
 use std::borrow::Cow;
 
 use base64::Engine;
 use hmac::digest::KeyInit;
 use hmac::{Hmac, Mac};
 
-use super::template::{Field, RequestFields, Template};
+use super::template::{Field, KeyRule, RequestFields, Template, Unrendered, Use};
 use super::{
-    decode_base64, json_text, matched, Inbound, Provider, Reconciler, Rejection, Scheme,
+    decode_base64, json_text, matched, EventType, Inbound, Provider, Reconciler, Rejection, Scheme,
     SettingError, Settings, Signed, Window,
 };
 
@@ -23,12 +26,12 @@ pub const PROVIDER: Provider = Provider {
     event_headers: &[],
     signature_headers: &[],
     credential_fields: &[],
-    event_type,
+    event_type: EventType::Read(event_type),
     reconciler: Reconciler::None(
         "a provider described by [source.signature] brings no list API replaysafe knows",
     ),
     #[cfg(test)]
-    contract: tests::contract,
+    contract: Some(tests::contract),
 };
 
 /// The payload's `type`, the common name; a source's filters may match it.
@@ -52,6 +55,8 @@ pub struct Spec {
     pub timestamp_format: TimestampFormat,
     /// Where `{id}` (and the key, unless the source sets `key`) comes from.
     pub id_header: Option<String>,
+    /// A preset's key for its events, where the source sets none.
+    pub key: Option<KeyRule>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -119,7 +124,7 @@ struct Declared {
     url: Option<String>,
 }
 
-fn build(settings: &Settings) -> Result<Box<dyn Scheme>, SettingError> {
+pub fn build(settings: &Settings) -> Result<Box<dyn Scheme>, SettingError> {
     let spec = settings.signature.clone().ok_or_else(|| {
         SettingError::new(
             "signature",
@@ -239,14 +244,11 @@ impl Declared {
         }
         // At most a handful: a header of ten thousand candidates is no
         // rotation, and each costs an HMAC per secret.
-        for sig in raw.into_iter().take(MAX_SIGNATURES) {
-            let sig = match &spec.prefix {
-                Some(p) => match sig.strip_prefix(p.as_str()) {
-                    Some(s) => s,
-                    None => continue,
-                },
-                None => sig,
-            };
+        let prefixed = raw.into_iter().filter_map(|sig| match &spec.prefix {
+            Some(p) => sig.strip_prefix(p.as_str()),
+            None => Some(sig),
+        });
+        for sig in prefixed.take(MAX_SIGNATURES) {
             let decoded = match spec.encoding {
                 Encoding::Hex => hex::decode(sig).ok(),
                 Encoding::Base64 => base64::engine::general_purpose::STANDARD.decode(sig).ok(),
@@ -273,8 +275,8 @@ impl Declared {
     /// The signed timestamp in Unix seconds, checked against the window.
     fn check_time(&self, sent: &str, window: Option<Window>) -> Result<(), Rejection> {
         let seconds = match self.spec.timestamp_format {
-            TimestampFormat::Unix => sent.parse::<i64>().ok(),
-            TimestampFormat::UnixMs => sent.parse::<i64>().ok().map(|ms| ms.div_euclid(1000)),
+            TimestampFormat::Unix => digits(sent),
+            TimestampFormat::UnixMs => digits(sent).map(|ms| ms.div_euclid(1000)),
             TimestampFormat::Rfc3339 => chrono::DateTime::parse_from_rfc3339(sent)
                 .ok()
                 .map(|t| t.timestamp()),
@@ -291,7 +293,7 @@ impl Declared {
     ) -> Result<Vec<u8>, Rejection> {
         self.spec
             .payload
-            .render(|f| match f {
+            .render(Use::Signed, |f| match f {
                 Field::Timestamp => timestamp.map(|t| Cow::Owned(t.as_bytes().to_vec())),
                 Field::Id => self
                     .spec
@@ -306,7 +308,14 @@ impl Declared {
                     .map(|u| Cow::Owned(u.as_bytes().to_vec())),
                 other => fields.get(other),
             })
-            .map_err(|missing| Rejection::signature(format!("the signed payload lacks {missing}")))
+            .map_err(|e| match e {
+                Unrendered::Missing(field) => {
+                    Rejection::signature(format!("the signed payload lacks {field}"))
+                }
+                ambiguous @ Unrendered::Ambiguous(..) => {
+                    Rejection::signature(format!("the signed payload has {ambiguous}"))
+                }
+            })
     }
 
     /// The keyed MAC of `payload`, unfinished: checked (constant time) or
@@ -331,6 +340,15 @@ impl Declared {
             Encoding::Base64 => base64::engine::general_purpose::STANDARD.encode(mac),
         }
     }
+}
+
+/// A Unix time as a provider writes it: ASCII digits only (no sign, no
+/// spaces), so a signed payload's split cannot move a byte into it.
+fn digits(sent: &str) -> Option<i64> {
+    if sent.is_empty() || !sent.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    sent.parse().ok()
 }
 
 /// An HMAC of one of the algorithms, keyed and fed.
@@ -395,55 +413,163 @@ impl Scheme for Declared {
     }
 
     fn key(&self, req: &Inbound) -> Result<String, Rejection> {
-        match &self.spec.id_header {
-            Some(h) => req.required_header(h),
-            None => Err(Rejection::key(
+        match (&self.spec.key, &self.spec.id_header) {
+            (Some(rule), _) => rule.key(req, usize::MAX).map(|(key, _)| key),
+            (None, Some(h)) => req.required_header(h),
+            (None, None) => Err(Rejection::key(
                 "the source has neither key nor signature.id_header",
             )),
         }
     }
 
-    /// Neither a timestamp nor the id signed: the payload is what a captured
-    /// request would repeat.
+    /// The default key (`id_header`) unsigned: a captured request re-posted
+    /// under a fresh id, within the timestamp's tolerance or without one,
+    /// repeats the signed payload.
     fn replay_content<'a>(&self, req: &'a Inbound) -> Option<Cow<'a, [u8]>> {
-        let binds = self
-            .spec
-            .payload
-            .fields()
-            .any(|f| matches!(f, Field::Timestamp | Field::Id));
-        if binds {
+        let bound = match &self.spec.key {
+            Some(rule) => {
+                rule.template.fields().all(|f| self.covers(f))
+                    && (!rule.digest_fallback || self.covers(&Field::Body))
+            }
+            None => self.covers(&Field::Header(self.spec.id_header.clone()?)),
+        };
+        if bound {
             return None;
         }
-        let fields = RequestFields::new(req);
-        self.payload(&fields, None, req).ok().map(Cow::Owned)
+        self.signed_content(req)
     }
 
+    fn covers(&self, field: &Field) -> bool {
+        let payload = || self.spec.payload.fields();
+        let body_signed = payload().any(|f| *f == Field::Body);
+        match field {
+            Field::Body | Field::BodySha256 | Field::Pointer(_) | Field::Form(_) if body_signed => {
+                true
+            }
+            Field::Header(h) if self.spec.id_header.as_deref() == Some(h.as_str()) => {
+                payload().any(|f| *f == Field::Id || f == field)
+            }
+            _ => payload().any(|f| f == field),
+        }
+    }
+
+    /// The signed payload, its timestamp included.
+    fn signed_content<'a>(&self, req: &'a Inbound) -> Option<Cow<'a, [u8]>> {
+        let fields = RequestFields::new(req);
+        let presented = self.presented(req, &fields);
+        self.payload(&fields, presented.timestamp.as_deref(), req)
+            .ok()
+            .map(Cow::Owned)
+    }
+
+    fn describe(&self) -> Option<String> {
+        let spec = &self.spec;
+        let place = match &spec.location {
+            Location::Header(h) => format!("header {h}"),
+            Location::Field(p) => format!("body field {p}"),
+        };
+        let format = match &spec.format {
+            Format::Plain => String::new(),
+            Format::Kv {
+                separator,
+                signature_name,
+                ..
+            } => format!(" as {signature_name}= pairs split by {separator:?}"),
+        };
+        let prefix = spec
+            .prefix
+            .as_deref()
+            .map_or(String::new(), |p| format!(" after {p:?}"));
+        let timestamp = match (&spec.timestamp, spec.timestamp_format) {
+            (None, _) => "no signed timestamp".to_owned(),
+            (Some(at), format) => {
+                let at = match at {
+                    TimestampAt::Header(h) => format!("header {h}"),
+                    TimestampAt::Field(p) => format!("body field {p}"),
+                    TimestampAt::Kv => "the signature header".to_owned(),
+                };
+                format!("timestamp from {at} ({format:?})")
+            }
+        };
+        Some(format!(
+            "{} ({:?}) in {place}{format}{prefix}, over {}; {timestamp}",
+            self.algorithm_name(),
+            spec.encoding,
+            spec.payload.as_str()
+        ))
+    }
+
+    fn signature_header(&self) -> Option<&str> {
+        match &self.spec.location {
+            Location::Header(h) => Some(h),
+            Location::Field(_) => None,
+        }
+    }
+
+    /// A sample shaped by what the key and the payload read: the event id
+    /// in every field the key reads (and in the body's `id`), a value of
+    /// its own in every other field the payload reads, the timestamp and
+    /// the signature where the provider puts them.
     fn sign_sample(&self, event_id: &str, now: i64) -> Result<Signed, String> {
-        let body =
-            serde_json::json!({"id": event_id, "type": "sample.created", "data": {"amount": 4200}})
-                .to_string()
-                .into_bytes();
-        let timestamp = match self.spec.timestamp_format {
+        let spec = &self.spec;
+        let timestamp = match spec.timestamp_format {
             TimestampFormat::Unix => now.to_string(),
-            TimestampFormat::UnixMs => (now * 1000).to_string(),
+            TimestampFormat::UnixMs => now.saturating_mul(1000).to_string(),
             TimestampFormat::Rfc3339 => chrono::DateTime::from_timestamp(now, 0)
                 .ok_or("a time out of range")?
                 .to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
         };
+        let key_fields: Vec<&Field> = match &spec.key {
+            Some(rule) => rule.template.fields().collect(),
+            None => Vec::new(),
+        };
+        let batch = key_fields
+            .iter()
+            .copied()
+            .chain(spec.payload.fields())
+            .any(|f| matches!(f, Field::Pointer(p) if p.starts_with("/0/")));
+        let event =
+            serde_json::json!({"id": event_id, "type": "sample.created", "data": {"amount": 4200}});
+        // A provider that posts batches (`/0/...`) posts an array.
+        let mut body = if batch {
+            serde_json::json!([event])
+        } else {
+            event
+        };
         let mut headers = vec![("content-type".to_owned(), "application/json".to_owned())];
-        if let Some(h) = &self.spec.id_header {
+        if let Some(h) = &spec.id_header {
             headers.push((h.clone(), event_id.to_owned()));
         }
-        match &self.spec.timestamp {
-            Some(TimestampAt::Header(h)) => headers.push((h.clone(), timestamp.clone())),
-            Some(TimestampAt::Field(_)) => {
-                return Err("a signature or timestamp inside the body is not sampled".into())
+        for field in &key_fields {
+            match field {
+                Field::Pointer(p) => set_pointer(&mut body, p, event_id.into()),
+                Field::Header(h) if !headers.iter().any(|(n, _)| n == h) => {
+                    headers.push((h.clone(), event_id.to_owned()))
+                }
+                Field::Form(_) => return Err("a key read from a form is not sampled".into()),
+                _ => {}
             }
+        }
+        match &spec.timestamp {
+            Some(TimestampAt::Header(h)) => headers.push((h.clone(), timestamp.clone())),
+            Some(TimestampAt::Field(p)) => set_pointer(&mut body, p, timestamp.clone().into()),
             Some(TimestampAt::Kv) | None => {}
+        }
+        let own = super::sha256_hex(&[event_id.as_bytes()]);
+        for field in spec.payload.fields() {
+            match field {
+                Field::Pointer(p) if body.pointer(p).is_none() => {
+                    set_pointer(&mut body, p, own[..32].into())
+                }
+                Field::Header(h) if !headers.iter().any(|(n, _)| n == h) => {
+                    headers.push((h.clone(), own[..16].to_owned()))
+                }
+                _ => {}
+            }
         }
         let req = Inbound {
             headers: headers.clone(),
-            body: body.clone(),
+            body: body.to_string().into_bytes(),
             ..Default::default()
         };
         let fields = RequestFields::new(&req);
@@ -452,10 +578,10 @@ impl Scheme for Declared {
             .map_err(|r| r.reason)?;
         let signature = format!(
             "{}{}",
-            self.spec.prefix.as_deref().unwrap_or(""),
+            spec.prefix.as_deref().unwrap_or(""),
             self.encode(&self.mac(&self.keys[0], &payload).bytes())
         );
-        let value = match &self.spec.format {
+        let value = match &spec.format {
             Format::Plain => signature,
             Format::Kv {
                 separator,
@@ -466,14 +592,51 @@ impl Scheme for Declared {
                 None => format!("{signature_name}={signature}"),
             },
         };
-        match &self.spec.location {
+        match &spec.location {
             Location::Header(h) => headers.push((h.clone(), value)),
-            Location::Field(_) => {
-                return Err("a signature or timestamp inside the body is not sampled".into())
-            }
+            // The payload cannot hold the body here (refused at start):
+            // the signature goes in after it was computed.
+            Location::Field(p) => set_pointer(&mut body, p, value.into()),
         }
-        Ok(Signed { headers, body })
+        Ok(Signed {
+            headers,
+            body: body.to_string().into_bytes(),
+        })
     }
+}
+
+/// Sets `value` at a JSON pointer, making the objects and arrays on its way
+/// (a numeric step into nothing makes an array).
+fn set_pointer(root: &mut serde_json::Value, pointer: &str, value: serde_json::Value) {
+    let mut at = root;
+    for step in pointer.split('/').skip(1) {
+        let step = step.replace("~1", "/").replace("~0", "~");
+        if at.is_null() {
+            *at = match step.parse::<usize>() {
+                Ok(_) => serde_json::Value::Array(Vec::new()),
+                Err(_) => serde_json::Value::Object(Default::default()),
+            };
+        }
+        at = match at {
+            serde_json::Value::Array(items) => {
+                let i = step.parse::<usize>().unwrap_or(items.len());
+                while items.len() <= i {
+                    items.push(serde_json::Value::Null);
+                }
+                &mut items[i]
+            }
+            serde_json::Value::Object(map) => map.entry(step).or_insert(serde_json::Value::Null),
+            other => {
+                *other = serde_json::Value::Object(Default::default());
+                other
+                    .as_object_mut()
+                    .expect("just made an object")
+                    .entry(step)
+                    .or_insert(serde_json::Value::Null)
+            }
+        };
+    }
+    *at = value;
 }
 
 impl Declared {
@@ -507,6 +670,7 @@ mod tests {
             timestamp: Some(TimestampAt::Header("webhook-timestamp".into())),
             timestamp_format: TimestampFormat::Unix,
             id_header: Some("webhook-id".into()),
+            key: None,
         }
     }
 
@@ -628,6 +792,176 @@ mod tests {
         );
     }
 
+    /// The replay guard stays on wherever the default key is not signed,
+    /// a signed timestamp or not: within its tolerance a capture could be
+    /// re-posted under a fresh id.
+    #[test]
+    fn the_replay_guard_follows_what_the_signature_covers() {
+        let standard = build_with(standard_spec(), SECRET);
+        let req = request(ID, TS, SIG, BODY);
+        assert!(standard.replay_content(&req).is_none(), "the id is signed");
+        assert!(standard.covers(&Field::Header("webhook-id".into())));
+        assert!(standard.covers(&Field::Pointer("/type".into())));
+        assert!(!standard.covers(&Field::Header("x-other".into())));
+
+        let unsigned_id = Spec {
+            payload: Template::parse("{timestamp}.{body}", |_| true).unwrap(),
+            ..standard_spec()
+        };
+        let scheme = build_with(unsigned_id, SECRET);
+        let content = scheme.replay_content(&req).expect("the id is not signed");
+        assert_eq!(*content, format!("{TS}.{BODY}").into_bytes()[..]);
+        assert!(!scheme.covers(&Field::Header("webhook-id".into())));
+
+        // Mailgun's shape: two body fields signed, the rest of the body not.
+        let fields = Spec {
+            location: Location::Field("/signature/signature".into()),
+            payload: Template::parse("{timestamp}{/signature/token}", |_| true).unwrap(),
+            timestamp: Some(TimestampAt::Field("/signature/timestamp".into())),
+            encoding: Encoding::Hex,
+            prefix: None,
+            secret_encoding: SecretEncoding::Raw,
+            ..standard_spec()
+        };
+        let scheme = build_with(fields, "key-1");
+        assert!(scheme.covers(&Field::Pointer("/signature/token".into())));
+        assert!(!scheme.covers(&Field::Pointer("/event-data/id".into())));
+        assert!(!scheme.covers(&Field::Body));
+        assert_eq!(scheme.signature_header(), None);
+    }
+
+    #[test]
+    fn timestamps_and_signatures_are_read_strictly() {
+        let scheme = build_with(standard_spec(), SECRET);
+        let window = Some(Window {
+            now: 1649367553,
+            tolerance: 300,
+        });
+        for ts in ["+1649367553", "1649367553.0", "", "-1"] {
+            let req = request(ID, ts, SIG, BODY);
+            assert!(scheme.verify(&req, window).is_err(), "{ts:?}");
+        }
+        // An empty signature, one without its prefix: none to try.
+        for sig in ["v1,", "", "v2,abc", "v1"] {
+            let req = request(ID, TS, sig, BODY);
+            assert_eq!(
+                scheme.verify(&req, window).unwrap_err().kind,
+                super::super::RejectKind::Signature,
+                "{sig:?}"
+            );
+        }
+        // A valid one after a thousand without the prefix is still found.
+        let many = format!("{} {SIG}", "v2,x ".repeat(1000));
+        assert!(scheme.verify(&request(ID, TS, &many, BODY), window).is_ok());
+        let ms = Spec {
+            timestamp_format: TimestampFormat::UnixMs,
+            ..standard_spec()
+        };
+        let scheme = build_with(ms, SECRET);
+        assert!(scheme.sign_sample("e", i64::MAX).is_ok(), "no overflow");
+        let rfc = Spec {
+            timestamp_format: TimestampFormat::Rfc3339,
+            ..standard_spec()
+        };
+        let scheme = build_with(rfc, SECRET);
+        assert!(
+            scheme.sign_sample("e", i64::MAX).is_err(),
+            "out of range, said"
+        );
+        sample_verifies(scheme.as_ref(), "e", 1_700_000_100);
+    }
+
+    /// A sample signed 100 s before `now` verifies at `now`.
+    fn sample_verifies(scheme: &dyn Scheme, id: &str, now: i64) -> Inbound {
+        let req = scheme.sign_sample(id, now - 100).unwrap().into_request();
+        let window = Some(Window {
+            now,
+            tolerance: 300,
+        });
+        assert!(scheme.verify(&req, window).is_ok());
+        req
+    }
+
+    /// Seeded random requests against declared shapes the contract's one
+    /// vector does not walk (kv, a signature in the body, milliseconds,
+    /// RFC 3339, base64 secrets): nothing panics.
+    #[test]
+    fn no_input_panics_any_declared_shape() {
+        use rand::Rng;
+        let kv = Spec {
+            location: Location::Header("x-sig".into()),
+            format: Format::Kv {
+                separator: ";".into(),
+                signature_name: "s".into(),
+                timestamp_name: Some("ts".into()),
+            },
+            prefix: Some("sha512=".into()),
+            algorithm: Algorithm::HmacSha512,
+            encoding: Encoding::Hex,
+            timestamp: Some(TimestampAt::Kv),
+            timestamp_format: TimestampFormat::UnixMs,
+            secret_encoding: SecretEncoding::Raw,
+            payload: Template::parse("{timestamp}:{method}:{url}:{header:x-a}:{body}", |_| true)
+                .unwrap(),
+            ..standard_spec()
+        };
+        let field = Spec {
+            location: Location::Field("/signature/signature".into()),
+            payload: Template::parse("{timestamp}{/signature/token}", |_| true).unwrap(),
+            timestamp: Some(TimestampAt::Field("/signature/timestamp".into())),
+            timestamp_format: TimestampFormat::Rfc3339,
+            algorithm: Algorithm::HmacSha1,
+            secret_encoding: SecretEncoding::Base64,
+            ..standard_spec()
+        };
+        let mut garbage = crate::providers::contract::Garbage::new(
+            &[
+                "s=",
+                "ts=",
+                ";",
+                "sha512=",
+                "\"signature\":",
+                "{\"signature\":{\"token\":\"t\"}}",
+            ]
+            .map(String::from),
+        );
+        for (spec, secret) in [(kv, "raw"), (field, "c2VjcmV0"), (standard_spec(), SECRET)] {
+            let scheme = build(&Settings {
+                secrets: vec![Secret::new(secret)],
+                signature: Some(spec),
+                public_url: Some("https://hooks.example/in".into()),
+                ..Default::default()
+            })
+            .unwrap();
+            for _ in 0..500 {
+                let mut req = Inbound::default();
+                for name in [
+                    "x-sig",
+                    "webhook-signature",
+                    "webhook-timestamp",
+                    "webhook-id",
+                    "x-a",
+                ] {
+                    if garbage.rng.gen_bool(0.7) {
+                        req.headers.push((name.into(), garbage.text()));
+                    }
+                }
+                req.body = garbage.bytes();
+                let now = garbage.rng.gen_range(i64::MIN..i64::MAX);
+                let _ = scheme.verify(
+                    &req,
+                    Some(Window {
+                        now,
+                        tolerance: 300,
+                    }),
+                );
+                let _ = scheme.key(&req);
+                let _ = scheme.replay_content(&req);
+                let _ = scheme.signed_content(&req);
+            }
+        }
+    }
+
     #[test]
     fn what_the_payload_needs_is_checked_at_start() {
         let spec = Spec {
@@ -650,21 +984,7 @@ mod tests {
     #[test]
     fn a_sample_it_signs_verifies() {
         let scheme = build_with(standard_spec(), SECRET);
-        let signed = scheme.sign_sample("evt_sample", 1_700_000_000).unwrap();
-        let req = Inbound {
-            headers: signed.headers,
-            body: signed.body,
-            ..Default::default()
-        };
-        assert!(scheme
-            .verify(
-                &req,
-                Some(Window {
-                    now: 1_700_000_000,
-                    tolerance: 300
-                })
-            )
-            .is_ok());
+        let req = sample_verifies(scheme.as_ref(), "evt_sample", 1_700_000_000);
         assert_eq!(scheme.key(&req).unwrap(), "evt_sample");
     }
 }

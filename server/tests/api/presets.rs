@@ -1,0 +1,201 @@
+//! Providers as data (issue 36): a source names a preset (`provider =
+//! "paddle"`) and verifies, keys and dedups that provider's real signed
+//! stream over HTTP, signed here as each provider documents it.
+
+use base64::Engine;
+use hmac::Mac;
+use replaysafe_core::db::MIGRATOR;
+use sqlx::PgPool;
+
+use crate::helpers::{hmac_hex, spawn_app, test_config, Destination, TestApp};
+
+fn config(destination: &str) -> replaysafe_core::config::Config {
+    test_config(
+        &format!(
+            r#"
+[[source]]
+slug = "billing"
+provider = "paddle"
+secrets = ["pdl_ntfset_secret"]
+destination = "{destination}"
+
+[[source]]
+slug = "mail"
+provider = "mailgun"
+secrets = ["key-mailgun"]
+destination = "{destination}"
+
+[[source]]
+slug = "stream"
+provider = "twitch"
+secrets = ["twitch-secret"]
+destination = "{destination}"
+
+[[source]]
+slug = "auth"
+provider = "clerk"
+secrets = ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]
+destination = "{destination}"
+"#
+        ),
+        &[],
+    )
+}
+
+async fn post(app: &TestApp, slug: &str, headers: &[(&str, String)], body: &str) -> u16 {
+    let mut request = app
+        .client
+        .post(app.url(&format!("/hooks/{slug}")))
+        .header("content-type", "application/json")
+        .body(body.to_owned());
+    for (name, value) in headers {
+        request = request.header(*name, value);
+    }
+    request.send().await.unwrap().status().as_u16()
+}
+
+/// Paddle: `ts=..;h1=..` over `ts:body`, keyed by `event_id`.
+async fn paddle(app: &TestApp, event_id: &str, ts: i64, secret: &str) -> u16 {
+    let body =
+        format!(r#"{{"event_id":"{event_id}","event_type":"transaction.paid","data":{{}}}}"#);
+    let h1 = hmac_hex(secret.as_bytes(), format!("{ts}:{body}").as_bytes());
+    let header = format!("ts={ts};h1={h1}");
+    post(app, "billing", &[("paddle-signature", header)], &body).await
+}
+
+/// Mailgun: the signature in the body over `timestamp + token`.
+fn mailgun_body(event_id: &str, ts: i64, token: &str, secret: &str) -> String {
+    let signature = hmac_hex(secret.as_bytes(), format!("{ts}{token}").as_bytes());
+    format!(
+        r#"{{"signature":{{"timestamp":"{ts}","token":"{token}","signature":"{signature}"}},"event-data":{{"id":"{event_id}","event":"delivered"}}}}"#
+    )
+}
+
+/// Twitch: `sha256=` over `id + timestamp + body`, keyed by the message id.
+async fn twitch(app: &TestApp, id: &str, ts: &str, body: &str) -> u16 {
+    let signature = hmac_hex(b"twitch-secret", format!("{id}{ts}{body}").as_bytes());
+    let headers = [
+        ("twitch-eventsub-message-id", id.to_owned()),
+        ("twitch-eventsub-message-timestamp", ts.to_owned()),
+        (
+            "twitch-eventsub-message-signature",
+            format!("sha256={signature}"),
+        ),
+        ("twitch-eventsub-message-type", "notification".to_owned()),
+        (
+            "twitch-eventsub-subscription-type",
+            "channel.follow".to_owned(),
+        ),
+    ];
+    post(app, "stream", &headers, body).await
+}
+
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn presets_verify_key_and_dedup_their_providers_streams(pool: PgPool) {
+    let destination = Destination::start(vec![]).await;
+    let app = spawn_app(pool.clone(), config(&destination.url)).await;
+    let now = chrono::Utc::now().timestamp();
+
+    // Paddle re-signs each send: a retry is a duplicate by event_id; a
+    // forgery and a send older than Paddle's five seconds are refused.
+    assert_eq!(paddle(&app, "evt_01", now, "pdl_ntfset_secret").await, 200);
+    assert_eq!(
+        paddle(&app, "evt_01", now + 1, "pdl_ntfset_secret").await,
+        200
+    );
+    assert_eq!(paddle(&app, "evt_02", now, "a guess").await, 401);
+    assert_eq!(
+        paddle(&app, "evt_03", now - 60, "pdl_ntfset_secret").await,
+        401
+    );
+
+    // Mailgun signs a token, not the event: a captured request re-posted
+    // with another event id is the first one's duplicate (each token once).
+    let first = mailgun_body("mg-1", now, "tok-aaaa", "key-mailgun");
+    assert_eq!(post(&app, "mail", &[], &first).await, 200);
+    let forged = first.replace("\"mg-1\"", "\"mg-forged\"");
+    assert_eq!(post(&app, "mail", &[], &forged).await, 200);
+    let second = mailgun_body("mg-2", now, "tok-bbbb", "key-mailgun");
+    assert_eq!(post(&app, "mail", &[], &second).await, 200);
+
+    // Twitch: RFC 3339 timestamps with seven fractional digits; a resend
+    // keeps its message id.
+    let ts = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Nanos, true);
+    let ts = format!("{}Z", &ts[..ts.len() - 3]);
+    let body = r#"{"subscription":{"type":"channel.follow"},"event":{"user_id":"1"}}"#;
+    assert_eq!(twitch(&app, "msg-1", &ts, body).await, 200);
+    assert_eq!(twitch(&app, "msg-1", &ts, body).await, 200);
+
+    // Clerk signs through Svix: keyed by svix-id.
+    let key = base64::engine::general_purpose::STANDARD
+        .decode("MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")
+        .unwrap();
+    let body = r#"{"type":"user.created","data":{"id":"user_1"}}"#;
+    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(&key).unwrap();
+    mac.update(format!("msg_clerk_1.{now}.{body}").as_bytes());
+    let signature = base64::engine::general_purpose::STANDARD.encode(mac.finalize().into_bytes());
+    let headers = [
+        ("svix-id", "msg_clerk_1".to_owned()),
+        ("svix-timestamp", now.to_string()),
+        ("svix-signature", format!("v1,{signature}")),
+    ];
+    assert_eq!(post(&app, "auth", &headers, body).await, 200);
+    app.drain().await;
+
+    let events: Vec<(String, String)> =
+        sqlx::query_as("SELECT source, idem_key FROM events ORDER BY source, idem_key")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    let events: Vec<(&str, &str)> = events
+        .iter()
+        .map(|(s, k)| (s.as_str(), k.as_str()))
+        .collect();
+    assert_eq!(
+        events,
+        [
+            ("auth", "msg_clerk_1"),
+            ("billing", "evt_01"),
+            ("mail", "mg-1"),
+            ("mail", "mg-2"),
+            ("stream", "msg-1"),
+        ]
+    );
+    assert_eq!(destination.count(), 5, "each forwarded once");
+    let rejected: Vec<String> = sqlx::query_scalar(
+        "SELECT reject_kind FROM deliveries WHERE source = 'billing' AND NOT verified ORDER BY id",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(rejected, ["signature", "timestamp"]);
+}
+
+#[test]
+fn presets_take_no_signature_table_nor_reconciliation() {
+    let error = |source: &str| {
+        replaysafe_core::config::parse_and_validate(
+            None,
+            &format!("[[source]]\nslug = \"x\"\nsecrets = [\"s\"]\n{source}\n"),
+            &|_| None,
+        )
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default()
+    };
+    let signature = error(
+        "provider = \"paddle\"\n[source.signature]\nheader = \"x\"\nalgorithm = \"hmac-sha256\"",
+    );
+    assert!(signature.contains("source[0].signature"), "{signature}");
+    let reconcile = error(
+        "provider = \"square\"\npublic_url = \"https://hooks.example/x\"\n[source.reconcile]\napi_key = \"k\"",
+    );
+    assert!(reconcile.contains("reconcile"), "{reconcile}");
+    // {url} is signed by Square: without public_url it cannot verify.
+    let url = error("provider = \"square\"");
+    assert!(url.contains("public_url"), "{url}");
+    let unknown = error("provider = \"nope\"");
+    for name in ["paddle", "twitch", "svix", "stripe"] {
+        assert!(unknown.contains(name), "{unknown}");
+    }
+}
