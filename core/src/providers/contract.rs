@@ -11,7 +11,7 @@ use rand::{Rng, SeedableRng};
 use super::{Inbound, Scheme, Settings, Window, REGISTRY};
 
 #[path = "../../../server/tests/sdk/signer.rs"]
-mod signer;
+pub(crate) mod signer;
 
 /// What a provider module gives the contract.
 pub struct Contract {

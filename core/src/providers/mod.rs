@@ -258,6 +258,14 @@ pub trait Scheme: Send + Sync {
         None
     }
 
+    /// The provider's handshake (Zoom's `endpoint.url_validation`,
+    /// Twitch's verification challenge), answered by replaysafe itself in
+    /// every mode: recorded like any delivery, never forwarded. Only asked
+    /// of verified requests; None for everything else.
+    fn handshake(&self, _req: &Inbound) -> Option<Handshake> {
+        None
+    }
+
     /// Signs a sample event as the provider would, for `replaysafe send`.
     fn sign_sample(&self, _event_id: &str, _now: i64) -> Result<Signed, String> {
         Err("the provider signs with its private key, which replaysafe does not hold".into())
@@ -306,6 +314,12 @@ pub struct Answer {
     pub content_type: String,
     pub body: Vec<u8>,
     pub headers: Vec<(&'static str, String)>,
+}
+
+/// A handshake's answer, and what it was for the delivery's record.
+pub struct Handshake {
+    pub answer: Answer,
+    pub note: &'static str,
 }
 
 /// A sample request signed as its provider would sign it.

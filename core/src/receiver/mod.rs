@@ -264,17 +264,24 @@ pub async fn accept(
                 })
         }
         Ok((verification, (key, note))) => {
+            let handshake = source.scheme.handshake(inbound).map(|h| h.note);
             delivery.verified = true;
-            delivery.verification = noted(verification, note);
+            delivery.verification = noted(noted(verification, note), handshake.map(str::to_owned));
             delivery.idem_key = Some(&key);
             delivery.replay_digest = replay_digest(source, inbound);
             (delivery.plan, delivery.event_type) = plan(source, inbound);
+            // A handshake is replaysafe's to answer: kept, forwarded nowhere.
+            if handshake.is_some() {
+                for route in &mut delivery.plan {
+                    route.wanted = false;
+                }
+            }
             delivery.revives = receipt
                 .redelivery
                 .and_then(|r| r.destination)
                 .and_then(|i| source.destinations.get(usize::from(i)))
                 .map(|d| d.name.as_str());
-            let lease = (source.mode == Mode::Sync).then(|| SyncLease {
+            let lease = (source.mode == Mode::Sync && handshake.is_none()).then(|| SyncLease {
                 owner: format!("sync:{:016x}", rand::random::<u64>()),
                 secs: (source.attempt_timeout() + LEASE_MARGIN).as_secs_f64(),
             });

@@ -128,10 +128,17 @@ fn what_the_declarative_verifier_cannot_do_is_refused_at_start() {
             ok_key,
             "signature.algorithm",
         ),
+        // A public-key algorithm without the provider's key, a key for a
+        // shared-secret one.
         (
             "header = \"x\"\nalgorithm = \"ed25519\"",
             ok_key,
-            "signature.algorithm",
+            "public_key",
+        ),
+        (
+            "header = \"x\"\nalgorithm = \"hmac-sha256\"\npublic_key = \"k\"",
+            ok_key,
+            "signature.public_key",
         ),
         ("algorithm = \"hmac-sha256\"", ok_key, "signature.header"),
         (

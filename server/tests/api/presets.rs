@@ -199,3 +199,122 @@ fn presets_take_no_signature_table_nor_reconciliation() {
         assert!(unknown.contains(name), "{unknown}");
     }
 }
+
+/// Zoom's url_validation and Twitch's challenge are answered by replaysafe
+/// itself, in ack mode and in sync mode, only when signed; they are kept
+/// and never forwarded. Twitch's revocation is an event like any other.
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn zoom_and_twitch_handshakes_are_answered_by_replaysafe(pool: PgPool) {
+    let destination = Destination::start(vec![]).await;
+    let config = test_config(
+        &format!(
+            r#"
+[[source]]
+slug = "meetings"
+provider = "zoom"
+secrets = ["old-token", "zoom-token"]
+destination = "{url}"
+
+[[source]]
+slug = "meetings-sync"
+provider = "zoom"
+mode = "sync"
+secrets = ["zoom-token"]
+destination = "{url}"
+
+[[source]]
+slug = "stream"
+provider = "twitch"
+secrets = ["twitch-secret"]
+destination = "{url}"
+"#,
+            url = destination.url
+        ),
+        &[],
+    );
+    let app = spawn_app(pool.clone(), config).await;
+    let now = chrono::Utc::now().timestamp();
+    let validate = |slug: &'static str, token: &'static str, secret: &'static str| {
+        let body = format!(
+            r#"{{"payload":{{"plainToken":"{token}"}},"event_ts":{now}000,"event":"endpoint.url_validation"}}"#
+        );
+        let signature = hmac_hex(secret.as_bytes(), format!("v0:{now}:{body}").as_bytes());
+        app.client
+            .post(app.url(&format!("/hooks/{slug}")))
+            .header("content-type", "application/json")
+            .header("x-zm-request-timestamp", now.to_string())
+            .header("x-zm-signature", format!("v0={signature}"))
+            .body(body)
+            .send()
+    };
+    for (slug, token) in [
+        ("meetings", "qgg8vlvZRS6UYooatFL8Aw"),
+        ("meetings", "second-token-72h-later"),
+        ("meetings-sync", "qgg8vlvZRS6UYooatFL8Aw"),
+    ] {
+        let answer = validate(slug, token, "zoom-token").await.unwrap();
+        assert_eq!(answer.status(), 200, "{slug}");
+        let answer: serde_json::Value = answer.json().await.unwrap();
+        assert_eq!(answer["plainToken"], token, "{slug}");
+        assert_eq!(
+            answer["encryptedToken"],
+            hmac_hex(b"zoom-token", token.as_bytes()),
+            "{slug}"
+        );
+    }
+    // Unsigned, it is no handshake: refused, no token computed.
+    let forged = validate("meetings", "forged", "a guess").await.unwrap();
+    assert_eq!(forged.status(), 401);
+    assert!(!forged.text().await.unwrap().contains("encryptedToken"));
+
+    let ts = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
+    let twitch = |id: &'static str, kind: &'static str, body: &'static str| {
+        let signature = hmac_hex(b"twitch-secret", format!("{id}{ts}{body}").as_bytes());
+        app.client
+            .post(app.url("/hooks/stream"))
+            .header("content-type", "application/json")
+            .header("twitch-eventsub-message-id", id)
+            .header("twitch-eventsub-message-timestamp", ts.clone())
+            .header(
+                "twitch-eventsub-message-signature",
+                format!("sha256={signature}"),
+            )
+            .header("twitch-eventsub-message-type", kind)
+            .body(body)
+            .send()
+    };
+    let challenge = twitch(
+        "tw-1",
+        "webhook_callback_verification",
+        r#"{"challenge":"pogchamp-kappa-360noscope-vohiyo","subscription":{"type":"channel.follow"}}"#,
+    )
+    .await
+    .unwrap();
+    assert_eq!(challenge.status(), 200);
+    assert_eq!(
+        challenge.headers()["content-type"].to_str().unwrap(),
+        "text/plain"
+    );
+    assert_eq!(
+        challenge.text().await.unwrap(),
+        "pogchamp-kappa-360noscope-vohiyo"
+    );
+    let revoked = twitch(
+        "tw-2",
+        "revocation",
+        r#"{"subscription":{"type":"channel.follow","status":"authorization_revoked"}}"#,
+    )
+    .await
+    .unwrap();
+    assert_eq!(revoked.status(), 200);
+    app.drain().await;
+
+    assert_eq!(destination.keys(), ["stream:tw-2"], "only the revocation");
+    let handshakes: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM deliveries WHERE verified AND verification LIKE '%answered by replaysafe%'",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(handshakes, 4);
+}

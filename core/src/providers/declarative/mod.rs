@@ -15,8 +15,8 @@ use hmac::{Hmac, Mac};
 
 use super::template::{Field, KeyRule, RequestFields, Template, Unrendered, Use};
 use super::{
-    decode_base64, json_text, matched, EventType, Inbound, Provider, Reconciler, Rejection, Scheme,
-    SettingError, Settings, Signed, Window,
+    decode_base64, json_text, matched, Answer, EventType, Handshake, Inbound, Provider, Reconciler,
+    Rejection, Scheme, SettingError, Settings, Signed, Window,
 };
 
 pub const PROVIDER: Provider = Provider {
@@ -55,8 +55,26 @@ pub struct Spec {
     pub timestamp_format: TimestampFormat,
     /// Where `{id}` (and the key, unless the source sets `key`) comes from.
     pub id_header: Option<String>,
+    /// The provider's public key (PEM, or base64 DER) for the public-key
+    /// algorithms; else the source's `public_key`.
+    pub public_key: Option<String>,
     /// A preset's key for its events, where the source sets none.
     pub key: Option<KeyRule>,
+    /// A preset's handshake, answered by replaysafe.
+    pub handshake: Option<HandshakeKind>,
+}
+
+/// The handshakes replaysafe answers for a provider: without them the
+/// provider will not register the endpoint at all.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HandshakeKind {
+    /// `{"event":"endpoint.url_validation","payload":{"plainToken":..}}`,
+    /// answered with the token and its hex HMAC-SHA256 under the secret;
+    /// Zoom repeats it every 72 hours.
+    ZoomUrlValidation,
+    /// `Twitch-Eventsub-Message-Type: webhook_callback_verification`,
+    /// answered with the body's `challenge` as plain text.
+    TwitchChallenge,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -72,6 +90,28 @@ pub enum Algorithm {
     HmacSha1,
     HmacSha256,
     HmacSha512,
+    Ed25519,
+    /// ECDSA over P-256 with SHA-256, DER signatures (SendGrid).
+    EcdsaP256,
+}
+
+/// What a source verifies with: shared secrets, each tried (rotation), or
+/// the provider's public key.
+enum Keys {
+    Hmac {
+        hash: Hash,
+        secrets: Vec<Vec<u8>>,
+    },
+    Ed25519(ed25519_dalek::VerifyingKey),
+    /// An uncompressed P-256 point.
+    EcdsaP256(Vec<u8>),
+}
+
+#[derive(Clone, Copy)]
+enum Hash {
+    Sha1,
+    Sha256,
+    Sha512,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -119,7 +159,7 @@ pub enum TimestampFormat {
 
 struct Declared {
     spec: Spec,
-    keys: Vec<Vec<u8>>,
+    keys: Keys,
     /// The source's public URL, for `{url}`.
     url: Option<String>,
 }
@@ -131,16 +171,40 @@ pub fn build(settings: &Settings) -> Result<Box<dyn Scheme>, SettingError> {
             "provider hmac is described by a [source.signature] table: give one",
         )
     })?;
-    settings.shared_secrets(PROVIDER.name)?;
-    let keys = settings
-        .secrets
-        .iter()
-        .enumerate()
-        .map(|(i, s)| {
-            decode_secret(s.expose(), spec.secret_encoding)
-                .map_err(|p| SettingError::new(format!("secrets[{i}]"), p))
-        })
-        .collect::<Result<Vec<_>, _>>()?;
+    let hash = match spec.algorithm {
+        Algorithm::HmacSha1 => Some(Hash::Sha1),
+        Algorithm::HmacSha256 => Some(Hash::Sha256),
+        Algorithm::HmacSha512 => Some(Hash::Sha512),
+        Algorithm::Ed25519 | Algorithm::EcdsaP256 => None,
+    };
+    let keys = match hash {
+        Some(hash) => {
+            settings.shared_secrets(PROVIDER.name)?;
+            let secrets = settings
+                .secrets
+                .iter()
+                .enumerate()
+                .map(|(i, s)| {
+                    decode_secret(s.expose(), spec.secret_encoding)
+                        .map_err(|p| SettingError::new(format!("secrets[{i}]"), p))
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            Keys::Hmac { hash, secrets }
+        }
+        None => {
+            let text = spec
+                .public_key
+                .as_deref()
+                .or(settings.public_key.as_deref())
+                .ok_or_else(|| {
+                    SettingError::new(
+                        "public_key",
+                        "a public-key algorithm needs the provider's public key (PEM, or the base64 DER the provider shows)",
+                    )
+                })?;
+            public_key(text, spec.algorithm).map_err(|p| SettingError::new("public_key", p))?
+        }
+    };
     for field in spec.payload.fields() {
         match field {
             Field::Timestamp if spec.timestamp.is_none() => {
@@ -169,6 +233,54 @@ pub fn build(settings: &Settings) -> Result<Box<dyn Scheme>, SettingError> {
         keys,
         url: settings.public_url.clone(),
     }))
+}
+
+/// A SubjectPublicKeyInfo, PEM or base64 DER, of the algorithm's kind.
+fn public_key(text: &str, algorithm: Algorithm) -> Result<Keys, String> {
+    use spki::der::pem;
+    const ED25519: spki::ObjectIdentifier = spki::ObjectIdentifier::new_unwrap("1.3.101.112");
+    const EC_PUBLIC_KEY: spki::ObjectIdentifier =
+        spki::ObjectIdentifier::new_unwrap("1.2.840.10045.2.1");
+    const P256: spki::ObjectIdentifier = spki::ObjectIdentifier::new_unwrap("1.2.840.10045.3.1.7");
+    let text = text.trim();
+    let der = if text.starts_with("-----BEGIN") {
+        match pem::decode_vec(text.as_bytes()) {
+            Ok(("PUBLIC KEY", der)) => der,
+            Ok((label, _)) => return Err(format!("a {label} PEM, not a PUBLIC KEY")),
+            Err(e) => return Err(format!("not PEM: {e}")),
+        }
+    } else {
+        decode_base64(text).ok_or("neither PEM nor base64 DER")?
+    };
+    let info = spki::SubjectPublicKeyInfoRef::try_from(der.as_slice())
+        .map_err(|e| format!("not a public key (SubjectPublicKeyInfo): {e}"))?;
+    let oids = info.algorithm.oids().map_err(|e| e.to_string())?;
+    let bytes = info
+        .subject_public_key
+        .as_bytes()
+        .ok_or("the key's bit string is not whole bytes")?;
+    match (algorithm, oids) {
+        (Algorithm::Ed25519, (ED25519, None)) => {
+            let bytes: [u8; 32] = bytes.try_into().map_err(|_| "an Ed25519 key is 32 bytes")?;
+            let key = ed25519_dalek::VerifyingKey::from_bytes(&bytes)
+                .map_err(|_| "not an Ed25519 point")?;
+            if key.is_weak() {
+                return Err("a weak (small-order) Ed25519 key is refused".into());
+            }
+            Ok(Keys::Ed25519(key))
+        }
+        (Algorithm::EcdsaP256, (EC_PUBLIC_KEY, Some(P256))) => {
+            if bytes.len() != 65 || bytes[0] != 4 {
+                return Err("a P-256 key is an uncompressed point of 65 bytes".into());
+            }
+            Ok(Keys::EcdsaP256(bytes.to_vec()))
+        }
+        (_, (oid, params)) => Err(format!(
+            "a key of algorithm {oid}{}, not {}",
+            params.map_or(String::new(), |p| format!(" ({p})")),
+            algorithm_name(algorithm)
+        )),
+    }
 }
 
 fn decode_secret(secret: &str, encoding: SecretEncoding) -> Result<Vec<u8>, String> {
@@ -318,22 +430,6 @@ impl Declared {
             })
     }
 
-    /// The keyed MAC of `payload`, unfinished: checked (constant time) or
-    /// finished by the caller.
-    fn mac(&self, key: &[u8], payload: &[u8]) -> AnyMac {
-        fn of<M: Mac + KeyInit>(key: &[u8], payload: &[u8]) -> M {
-            let mut mac =
-                <M as KeyInit>::new_from_slice(key).expect("HMAC takes keys of any length");
-            Mac::update(&mut mac, payload);
-            mac
-        }
-        match self.spec.algorithm {
-            Algorithm::HmacSha1 => AnyMac::Sha1(of(key, payload)),
-            Algorithm::HmacSha256 => AnyMac::Sha256(of(key, payload)),
-            Algorithm::HmacSha512 => AnyMac::Sha512(of(key, payload)),
-        }
-    }
-
     fn encode(&self, mac: &[u8]) -> String {
         match self.spec.encoding {
             Encoding::Hex => hex::encode(mac),
@@ -349,6 +445,31 @@ fn digits(sent: &str) -> Option<i64> {
         return None;
     }
     sent.parse().ok()
+}
+
+fn algorithm_name(algorithm: Algorithm) -> &'static str {
+    match algorithm {
+        Algorithm::HmacSha1 => "hmac-sha1",
+        Algorithm::HmacSha256 => "hmac-sha256",
+        Algorithm::HmacSha512 => "hmac-sha512",
+        Algorithm::Ed25519 => "ed25519",
+        Algorithm::EcdsaP256 => "ecdsa-p256",
+    }
+}
+
+/// The keyed MAC of `payload`, unfinished: checked (constant time) or
+/// finished by the caller.
+fn mac(hash: Hash, key: &[u8], payload: &[u8]) -> AnyMac {
+    fn of<M: Mac + KeyInit>(key: &[u8], payload: &[u8]) -> M {
+        let mut mac = <M as KeyInit>::new_from_slice(key).expect("HMAC takes keys of any length");
+        Mac::update(&mut mac, payload);
+        mac
+    }
+    match hash {
+        Hash::Sha1 => AnyMac::Sha1(of(key, payload)),
+        Hash::Sha256 => AnyMac::Sha256(of(key, payload)),
+        Hash::Sha512 => AnyMac::Sha512(of(key, payload)),
+    }
 }
 
 /// An HMAC of one of the algorithms, keyed and fed.
@@ -403,11 +524,34 @@ impl Scheme for Declared {
             self.check_time(sent, window)?;
         }
         let payload = self.payload(&fields, presented.timestamp.as_deref(), req)?;
-        for (i, key) in self.keys.iter().enumerate() {
-            let mac = self.mac(key, &payload);
-            if presented.signatures.iter().any(|s| mac.signs(s)) {
-                return Ok(matched(self.algorithm_name(), i, self.keys.len()));
+        let name = algorithm_name(self.spec.algorithm);
+        let signed = match &self.keys {
+            Keys::Hmac { hash, secrets } => {
+                for (i, key) in secrets.iter().enumerate() {
+                    let mac = mac(*hash, key, &payload);
+                    if presented.signatures.iter().any(|s| mac.signs(s)) {
+                        return Ok(matched(name, i, secrets.len()));
+                    }
+                }
+                false
             }
+            Keys::Ed25519(key) => presented.signatures.iter().any(|s| {
+                ed25519_dalek::Signature::from_slice(s)
+                    .is_ok_and(|sig| key.verify_strict(&payload, &sig).is_ok())
+            }),
+            Keys::EcdsaP256(point) => {
+                let key = ring::signature::UnparsedPublicKey::new(
+                    &ring::signature::ECDSA_P256_SHA256_ASN1,
+                    point,
+                );
+                presented
+                    .signatures
+                    .iter()
+                    .any(|s| key.verify(&payload, s).is_ok())
+            }
+        };
+        if signed {
+            return Ok(matched(name, 0, 1));
         }
         Err(Rejection::signature("no signature matches"))
     }
@@ -462,6 +606,54 @@ impl Scheme for Declared {
             .map(Cow::Owned)
     }
 
+    fn handshake(&self, req: &Inbound) -> Option<Handshake> {
+        let json = || serde_json::from_slice::<serde_json::Value>(&req.body).ok();
+        match self.spec.handshake? {
+            HandshakeKind::ZoomUrlValidation => {
+                let body = json()?;
+                if body.pointer("/event")?.as_str()? != "endpoint.url_validation" {
+                    return None;
+                }
+                let token = body.pointer("/payload/plainToken")?.as_str()?;
+                // Under the secret the request was signed with (rotation).
+                let key = self.signing_key(req)?;
+                let encrypted = super::hmac_sha256(key, &[token.as_bytes()])
+                    .finalize()
+                    .into_bytes();
+                Some(Handshake {
+                    answer: Answer {
+                        status: 200,
+                        content_type: "application/json".into(),
+                        body: serde_json::json!({
+                            "plainToken": token,
+                            "encryptedToken": hex::encode(encrypted),
+                        })
+                        .to_string()
+                        .into_bytes(),
+                        headers: Vec::new(),
+                    },
+                    note: "Zoom's endpoint.url_validation, answered by replaysafe",
+                })
+            }
+            HandshakeKind::TwitchChallenge => {
+                let kind = req.header("twitch-eventsub-message-type")?.trim();
+                if kind != "webhook_callback_verification" {
+                    return None;
+                }
+                let challenge = json()?.pointer("/challenge")?.as_str()?.to_owned();
+                Some(Handshake {
+                    answer: Answer {
+                        status: 200,
+                        content_type: "text/plain".into(),
+                        body: challenge.into_bytes(),
+                        headers: Vec::new(),
+                    },
+                    note: "Twitch's webhook_callback_verification, answered by replaysafe",
+                })
+            }
+        }
+    }
+
     fn describe(&self) -> Option<String> {
         let spec = &self.spec;
         let place = match &spec.location {
@@ -493,7 +685,7 @@ impl Scheme for Declared {
         };
         Some(format!(
             "{} ({:?}) in {place}{format}{prefix}, over {}; {timestamp}",
-            self.algorithm_name(),
+            algorithm_name(self.spec.algorithm),
             spec.encoding,
             spec.payload.as_str()
         ))
@@ -512,6 +704,15 @@ impl Scheme for Declared {
     /// the signature where the provider puts them.
     fn sign_sample(&self, event_id: &str, now: i64) -> Result<Signed, String> {
         let spec = &self.spec;
+        let (hash, first) = match &self.keys {
+            Keys::Hmac { hash, secrets } => (*hash, secrets.first().ok_or("no secret")?),
+            Keys::Ed25519(_) | Keys::EcdsaP256(_) => {
+                return Err(
+                    "the provider signs with its private key, which replaysafe does not hold"
+                        .into(),
+                )
+            }
+        };
         let timestamp = match spec.timestamp_format {
             TimestampFormat::Unix => now.to_string(),
             TimestampFormat::UnixMs => now.saturating_mul(1000).to_string(),
@@ -552,7 +753,14 @@ impl Scheme for Declared {
         }
         match &spec.timestamp {
             Some(TimestampAt::Header(h)) => headers.push((h.clone(), timestamp.clone())),
-            Some(TimestampAt::Field(p)) => set_pointer(&mut body, p, timestamp.clone().into()),
+            // A number, as providers that put it in the body write one.
+            Some(TimestampAt::Field(p)) => {
+                let value = match timestamp.parse::<i64>() {
+                    Ok(n) => n.into(),
+                    Err(_) => timestamp.clone().into(),
+                };
+                set_pointer(&mut body, p, value)
+            }
             Some(TimestampAt::Kv) | None => {}
         }
         let own = super::sha256_hex(&[event_id.as_bytes()]);
@@ -579,7 +787,7 @@ impl Scheme for Declared {
         let signature = format!(
             "{}{}",
             spec.prefix.as_deref().unwrap_or(""),
-            self.encode(&self.mac(&self.keys[0], &payload).bytes())
+            self.encode(&mac(hash, first, &payload).bytes())
         );
         let value = match &spec.format {
             Format::Plain => signature,
@@ -640,12 +848,23 @@ fn set_pointer(root: &mut serde_json::Value, pointer: &str, value: serde_json::V
 }
 
 impl Declared {
-    fn algorithm_name(&self) -> &'static str {
-        match self.spec.algorithm {
-            Algorithm::HmacSha1 => "hmac-sha1",
-            Algorithm::HmacSha256 => "hmac-sha256",
-            Algorithm::HmacSha512 => "hmac-sha512",
-        }
+    /// The secret a request's signature was made with.
+    fn signing_key(&self, req: &Inbound) -> Option<&[u8]> {
+        let fields = RequestFields::new(req);
+        let presented = self.presented(req, &fields);
+        let payload = self
+            .payload(&fields, presented.timestamp.as_deref(), req)
+            .ok()?;
+        let Keys::Hmac { hash, secrets } = &self.keys else {
+            return None;
+        };
+        secrets
+            .iter()
+            .find(|key| {
+                let mac = mac(*hash, key, &payload);
+                presented.signatures.iter().any(|s| mac.signs(s))
+            })
+            .map(Vec::as_slice)
     }
 }
 
@@ -670,7 +889,9 @@ mod tests {
             timestamp: Some(TimestampAt::Header("webhook-timestamp".into())),
             timestamp_format: TimestampFormat::Unix,
             id_header: Some("webhook-id".into()),
+            public_key: None,
             key: None,
+            handshake: None,
         }
     }
 
@@ -960,6 +1181,98 @@ mod tests {
                 let _ = scheme.signed_content(&req);
             }
         }
+    }
+
+    /// Ed25519 and ECDSA P-256 (DER) signatures, made here with keys of
+    /// the test's own (ed25519-dalek's and ring's signers), verify under
+    /// the public key as PEM or base64 DER; another key, a changed byte or
+    /// a key of the other kind do not.
+    #[test]
+    fn public_key_algorithms_verify_their_signatures() {
+        use ring::signature::{EcdsaKeyPair, KeyPair, ECDSA_P256_SHA256_ASN1_SIGNING};
+        let b64 = |der: &[u8]| base64::engine::general_purpose::STANDARD.encode(der);
+        let pem = |der: &[u8]| {
+            spki::der::pem::encode_string("PUBLIC KEY", spki::der::pem::LineEnding::LF, der)
+                .unwrap()
+        };
+        let body = r#"{"id":"evt_pk","type":"t"}"#;
+        let spec = |algorithm, public_key: String| Spec {
+            algorithm,
+            prefix: None,
+            secret_encoding: SecretEncoding::Raw,
+            public_key: Some(public_key),
+            ..standard_spec()
+        };
+        let signed = |signature: &[u8]| {
+            let mut req = request(ID, "1700000000", "", body);
+            req.headers.retain(|(n, _)| n != "webhook-signature");
+            req.headers
+                .push(("webhook-signature".into(), b64(signature)));
+            req
+        };
+        let window = Some(Window {
+            now: 1_700_000_000,
+            tolerance: 300,
+        });
+        let payload = format!("{ID}.1700000000.{body}");
+
+        let ed = ed25519_dalek::SigningKey::from_bytes(&[7; 32]);
+        let mut ed_der = hex::decode("302a300506032b6570032100").unwrap();
+        ed_der.extend_from_slice(ed.verifying_key().as_bytes());
+        let ed_sig = ed25519_dalek::Signer::sign(&ed, payload.as_bytes()).to_bytes();
+
+        let rng = ring::rand::SystemRandom::new();
+        let pkcs8 = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_ASN1_SIGNING, &rng).unwrap();
+        let ec = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_ASN1_SIGNING, pkcs8.as_ref(), &rng)
+            .unwrap();
+        let mut ec_der =
+            hex::decode("3059301306072a8648ce3d020106082a8648ce3d030107034200").unwrap();
+        ec_der.extend_from_slice(ec.public_key().as_ref());
+        let ec_sig = ec.sign(&rng, payload.as_bytes()).unwrap();
+
+        for (algorithm, der, signature) in [
+            (Algorithm::Ed25519, &ed_der, ed_sig.to_vec()),
+            (Algorithm::EcdsaP256, &ec_der, ec_sig.as_ref().to_vec()),
+        ] {
+            for text in [pem(der), b64(der)] {
+                let scheme = build(&Settings {
+                    signature: Some(spec(algorithm, text)),
+                    ..Default::default()
+                })
+                .unwrap();
+                let req = signed(&signature);
+                assert_eq!(
+                    scheme.verify(&req, window).unwrap(),
+                    format!("{} signature matched", algorithm_name(algorithm))
+                );
+                let mut tampered = req.clone();
+                tampered.body[3] ^= 1;
+                assert!(scheme.verify(&tampered, window).is_err());
+                assert!(scheme.sign_sample("e", 1_700_000_000).is_err());
+            }
+        }
+        // A key of the other kind, or none at all, is refused at start.
+        let crossed = build(&Settings {
+            signature: Some(spec(Algorithm::EcdsaP256, b64(&ed_der))),
+            ..Default::default()
+        });
+        assert!(crossed.is_err());
+        let none = Spec {
+            public_key: None,
+            ..spec(Algorithm::Ed25519, String::new())
+        };
+        let missing = build(&Settings {
+            signature: Some(none),
+            ..Default::default()
+        });
+        assert_eq!(missing.err().unwrap().field, "public_key");
+        // The SendGrid vector under another P-256 key.
+        let other = build(&Settings {
+            signature: Some(spec(Algorithm::EcdsaP256, b64(&ec_der))),
+            ..Default::default()
+        })
+        .unwrap();
+        assert!(other.verify(&signed(&ed_sig), window).is_err());
     }
 
     #[test]

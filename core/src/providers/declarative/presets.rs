@@ -10,7 +10,7 @@ use std::sync::LazyLock;
 use serde::Deserialize;
 
 use super::spec::{self, RawSignature};
-use super::Spec;
+use super::{HandshakeKind, Spec};
 use crate::providers::template::{Field, KeyRule, Template};
 use crate::providers::{EventType, Inbound, Provider, Reconciler};
 
@@ -33,7 +33,9 @@ pub struct Preset {
 pub struct Vector {
     /// Where it was published, or that it is pinned and how it was signed.
     pub source: String,
-    pub secret: String,
+    /// The shared secret, or the provider's public key.
+    pub secret: Option<String>,
+    pub public_key: Option<String>,
     pub public_url: Option<String>,
     /// The Unix time it verifies at.
     pub now: i64,
@@ -80,6 +82,8 @@ struct RawPreset {
     #[serde(default)]
     credential_fields: Vec<String>,
     tolerance_secs: Option<u64>,
+    /// `zoom_url_validation` or `twitch_challenge`: answered by replaysafe.
+    handshake: Option<String>,
     signature: RawSignature,
     vector: Vector,
 }
@@ -133,8 +137,19 @@ fn load(text: &str) -> Result<Vec<Preset>, String> {
             .ok()
             .and_then(|t| t.single_field().cloned())
             .ok_or_else(|| at(format!("event_type {:?}: one field", raw.event_type)))?;
+        let handshake = match raw.handshake.as_deref() {
+            None => None,
+            Some("zoom_url_validation") => Some(HandshakeKind::ZoomUrlValidation),
+            Some("twitch_challenge") => Some(HandshakeKind::TwitchChallenge),
+            Some(other) => {
+                return Err(at(format!(
+                    "handshake {other:?}: zoom_url_validation or twitch_challenge"
+                )))
+            }
+        };
         let spec = Spec {
             key: Some(key.clone()),
+            handshake,
             ..spec
         };
         presets.push(Preset {
@@ -169,13 +184,25 @@ mod tests {
     use crate::providers::{RejectKind, Scheme, Settings, Window};
     use crate::secret::Secret;
 
-    fn settings(preset: &Preset, secret: &str) -> Settings {
+    /// The vector's settings with `key` as its secret or public key.
+    fn settings(preset: &Preset, key: &str) -> Settings {
+        let public = preset.vector.public_key.is_some();
         Settings {
-            secrets: vec![Secret::new(secret)],
+            secrets: if public {
+                vec![]
+            } else {
+                vec![Secret::new(key)]
+            },
+            public_key: public.then(|| key.to_owned()),
             signature: Some(preset.spec.clone()),
             public_url: preset.vector.public_url.clone(),
             ..Default::default()
         }
+    }
+
+    fn credential(preset: &Preset) -> &str {
+        let v = &preset.vector;
+        v.secret.as_deref().or(v.public_key.as_deref()).unwrap()
     }
 
     fn scheme(preset: &Preset, secret: &str) -> Box<dyn Scheme> {
@@ -217,10 +244,10 @@ mod tests {
     /// one key per event; no seeded random input panics.
     #[test]
     fn every_preset_keeps_the_contract() {
-        assert!(all().len() >= 14, "{}", all().len());
+        assert_eq!(all().len(), 15);
         for preset in all() {
             let name = preset.provider.name;
-            let scheme = scheme(preset, &preset.vector.secret);
+            let scheme = scheme(preset, credential(preset));
             let request = preset.vector.request();
             let now = preset.vector.now;
             let window = |now| {
@@ -249,6 +276,11 @@ mod tests {
                 let late = scheme.verify(&request, window(now + 3600)).unwrap_err();
                 assert_eq!(late.kind, RejectKind::Timestamp, "{name}");
             }
+            if preset.vector.public_key.is_some() {
+                // Signed with the provider's private key: no sample.
+                assert!(scheme.sign_sample("evt_contract_1", now).is_err(), "{name}");
+                continue;
+            }
             let sample = |id: &str| {
                 let signed = scheme
                     .sign_sample(id, now)
@@ -271,10 +303,14 @@ mod tests {
     }
 
     fn scheme_with_other_secret(preset: &Preset) -> Box<dyn Scheme> {
-        let other = if preset.vector.secret.starts_with("whsec_") {
+        let key = credential(preset);
+        let other = if preset.vector.public_key.is_some() {
+            // Another P-256 key, made with openssl for this test.
+            "MFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAENxInvkV064jHQEK1ygbkMmq0RrvoI3tKPvVMf11YYi2cXxew/1fznNG5Fc/slrlcGcGfQKJKe6W77Y+XMDhLSg==".to_owned()
+        } else if key.starts_with("whsec_") {
             "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSx".to_owned()
         } else {
-            format!("{}-not", preset.vector.secret)
+            format!("{key}-not")
         };
         scheme(preset, &other)
     }
@@ -283,7 +319,7 @@ mod tests {
     fn no_input_panics_or_passes_any_preset() {
         use crate::providers::contract::Garbage;
         for preset in all() {
-            let scheme = scheme(preset, &preset.vector.secret);
+            let scheme = scheme(preset, credential(preset));
             let vector = preset.vector.request();
             let pieces: Vec<String> = preset.vector.headers.values().cloned().collect();
             let mut garbage = Garbage::new(&pieces);
@@ -324,6 +360,80 @@ mod tests {
                     garbage.seed
                 );
             }
+        }
+    }
+
+    /// The providers' own packages (server/tests/sdk/presets.mjs) accept
+    /// what replaysafe signs as each preset, and refuse it with a byte
+    /// changed; what Svix's package and a SendGrid-style ECDSA signer sign,
+    /// replaysafe verifies.
+    #[test]
+    fn official_packages_agree_with_the_presets() {
+        use crate::providers::contract::signer::sdk_sign;
+        // The packages check the clock (Paddle allows five seconds): signed
+        // at now, checked at once.
+        let now = chrono::Utc::now().timestamp();
+        let mut requests = Vec::new();
+        let mut expected = Vec::new();
+        for name in [
+            "paddle", "square", "linear", "hubspot", "svix", "clerk", "resend",
+        ] {
+            let preset = find(name).unwrap();
+            let scheme = scheme(preset, credential(preset));
+            let mut request = scheme.sign_sample("evt_sdk_1", now).unwrap().into_request();
+            for tamper in [false, true] {
+                if tamper {
+                    let at = request.body.len() / 2;
+                    request.body[at] ^= 1;
+                }
+                let headers: serde_json::Map<String, serde_json::Value> = request
+                    .headers
+                    .iter()
+                    .map(|(n, v)| (n.clone(), v.clone().into()))
+                    .collect();
+                requests.push(serde_json::json!({
+                    "op": "verify", "provider": name, "secret": credential(preset),
+                    "headers": headers, "body": String::from_utf8_lossy(&request.body),
+                    "url": preset.vector.public_url, "timestamp": now,
+                }));
+                expected.push((name, !tamper));
+            }
+        }
+        let answers = sdk_sign("presets.mjs", requests.into());
+        assert_eq!(answers.len(), expected.len());
+        for (answer, (name, valid)) in answers.iter().zip(expected) {
+            assert_eq!(answer["valid"], valid, "{name}: {answer}");
+        }
+
+        let body = r#"{"type":"user.created","data":{"id":"u1"}}"#;
+        let signed = sdk_sign(
+            "presets.mjs",
+            serde_json::json!([
+                {"op": "sign", "provider": "svix", "secret": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+                 "body": body, "timestamp": now, "id": "msg_sdk_1"},
+                {"op": "sign", "provider": "sendgrid", "body": format!("[{body}]\r\n"), "timestamp": now},
+            ]),
+        );
+        for (name, answer) in ["svix", "sendgrid"].into_iter().zip(&signed) {
+            let preset = find(name).unwrap();
+            let key = answer["public_key"].as_str().unwrap_or(credential(preset));
+            let scheme = scheme(preset, key);
+            let request = Inbound {
+                headers: answer["headers"]
+                    .as_object()
+                    .unwrap()
+                    .iter()
+                    .map(|(n, v)| (n.to_ascii_lowercase(), v.as_str().unwrap().to_owned()))
+                    .collect(),
+                body: answer["body"].as_str().unwrap().as_bytes().to_vec(),
+                ..Default::default()
+            };
+            let window = Some(Window {
+                now,
+                tolerance: 300,
+            });
+            let verdict = scheme.verify(&request, window);
+            assert!(verdict.is_ok(), "{name}: {verdict:?}");
         }
     }
 

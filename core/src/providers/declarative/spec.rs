@@ -58,15 +58,8 @@ pub fn parse(raw: RawSignature) -> Result<Spec, SettingError> {
         "hmac-sha1" => Algorithm::HmacSha1,
         "hmac-sha256" => Algorithm::HmacSha256,
         "hmac-sha512" => Algorithm::HmacSha512,
-        "ed25519" | "ecdsa-p256" => {
-            return refuse(
-                "algorithm",
-                format!(
-                    "{:?} is not available in this version yet (the hmac ones are)",
-                    raw.algorithm
-                ),
-            )
-        }
+        "ed25519" => Algorithm::Ed25519,
+        "ecdsa-p256" => Algorithm::EcdsaP256,
         other => {
             return refuse(
                 "algorithm",
@@ -74,10 +67,17 @@ pub fn parse(raw: RawSignature) -> Result<Spec, SettingError> {
             )
         }
     };
-    if raw.public_key.is_some() {
+    let public = matches!(algorithm, Algorithm::Ed25519 | Algorithm::EcdsaP256);
+    if raw.public_key.is_some() && !public {
         return refuse(
             "public_key",
             "only the public-key algorithms take one".into(),
+        );
+    }
+    if public && raw.secret_encoding.is_some() {
+        return refuse(
+            "secret_encoding",
+            "a public-key algorithm has no shared secret".into(),
         );
     }
     let encoding = match raw.encoding.as_deref().unwrap_or("hex") {
@@ -228,7 +228,9 @@ pub fn parse(raw: RawSignature) -> Result<Spec, SettingError> {
             .id_header
             .map(|h| h.trim().to_ascii_lowercase())
             .filter(|h| !h.is_empty()),
+        public_key: raw.public_key,
         key: None,
+        handshake: None,
     })
 }
 
