@@ -61,7 +61,8 @@ for r in res:
     groups[(r["layout"], r["server"], int(r["conns"]))].append(r)
 
 SERVERS = [("node-single", "node, one process"), ("node-cluster", "node, two workers"),
-           ("replaysafe", "replaysafe"), ("replaysafe-base", "replaysafe, baseline"),
+           ("replaysafe", "replaysafe"), ("replaysafe-hmac", "replaysafe, declared src"),
+           ("replaysafe-base", "replaysafe, baseline"),
            ("pgbench", "pgbench (claim tx)")]
 W = 16
 print(f"replaysafe receiver benchmark {stamp}: {len(runs)} run(s), req/s (p99 ms) at c connections")
@@ -91,7 +92,8 @@ for lay in layouts:
     for a, b, label in [("replaysafe", "node-single", "replaysafe / node single"),
                         ("replaysafe", "node-cluster", "replaysafe / node 2 wkrs"),
                         ("replaysafe", "pgbench", "replaysafe / pgbench"),
-                        ("replaysafe", "replaysafe-base", "replaysafe / baseline")]:
+                        ("replaysafe", "replaysafe-base", "replaysafe / baseline"),
+                        ("replaysafe-hmac", "replaysafe", "declared / standard")]:
         cells = []
         for c in conns:
             if (a, c) in rps and (b, c) in rps and rps[(b, c)] > 0:

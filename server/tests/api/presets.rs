@@ -318,3 +318,83 @@ destination = "{url}"
     .unwrap();
     assert_eq!(handshakes, 4);
 }
+
+/// `replaysafe send` signs samples for every shared-secret preset and for
+/// a declared source, and each is verified, keyed and deduplicated: two
+/// events sent twice each are two events per source. `config check` shows
+/// each preset's verifier.
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn replaysafe_send_signs_for_every_shared_secret_preset(pool: PgPool) {
+    let shared: Vec<&str> = replaysafe_core::providers::declarative::presets::all()
+        .iter()
+        .filter(|p| p.vector.public_key.is_none())
+        .map(|p| p.provider.name)
+        .collect();
+    assert_eq!(shared.len(), 14);
+    let mut text = String::new();
+    for name in &shared {
+        let secret = if matches!(*name, "svix" | "clerk" | "resend") {
+            "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+        } else {
+            "a-shared-secret"
+        };
+        text.push_str(&format!(
+            "[[source]]\nslug = \"{name}\"\nprovider = \"{name}\"\nsecrets = [\"{secret}\"]\npublic_url = \"https://hooks.example/hooks/{name}\"\n\n"
+        ));
+    }
+    text.push_str(
+        "[[source]]\nslug = \"declared\"\nprovider = \"hmac\"\nsecrets = [\"s\"]\n[source.signature]\nheader = \"x-sig\"\nalgorithm = \"hmac-sha512\"\ntimestamp_header = \"x-ts\"\npayload = \"{timestamp}.{body}\"\nid_header = \"x-id\"\n",
+    );
+    let app = spawn_app(pool.clone(), test_config(&text, &[])).await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("replaysafe.toml");
+    std::fs::write(&path, &text).unwrap();
+    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let url = format!("http://{}", app.addr);
+    for slug in shared.iter().copied().chain(["declared"]) {
+        // Async: the receiver answers from this test's runtime.
+        let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_replaysafe"))
+            .args(["send", "--source", slug, "--events", "2", "--repeat", "2"])
+            .args(["--url", &url, "--config"])
+            .arg(&path)
+            .output()
+            .await
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{slug}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let per_source: Vec<(String, i64)> =
+        sqlx::query_as("SELECT source, count(*) FROM events GROUP BY source ORDER BY source")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    assert_eq!(per_source.len(), 15, "{per_source:?}");
+    assert!(per_source.iter().all(|(_, n)| *n == 2), "{per_source:?}");
+    let refused: i64 = sqlx::query_scalar("SELECT count(*) FROM deliveries WHERE NOT verified")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(refused, 0);
+
+    let check = std::process::Command::new(env!("CARGO_BIN_EXE_replaysafe"))
+        .args(["config", "check", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&check.stdout);
+    assert!(
+        shown.contains(
+            "provider        paddle (Paddle Billing, a preset of the declarative verifier)"
+        ),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("hmac-sha256 (Hex) in header paddle-signature as h1= pairs"),
+        "{shown}"
+    );
+    assert!(!shown.contains("a-shared-secret"), "{shown}");
+}
