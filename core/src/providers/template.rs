@@ -154,8 +154,10 @@ impl Template {
                     };
                     match use_ {
                         Use::Signed => {
-                            if let Some(Part::Text(next)) = self.parts.get(i + 1) {
-                                if contains(&v, next.as_bytes()) {
+                            if let (Some(Part::Text(next)), Some(Part::Field(_))) =
+                                (self.parts.get(i + 1), self.parts.get(i + 2))
+                            {
+                                if !splits_at_end(&v, next.as_bytes()) {
                                     return Err(Unrendered::Ambiguous(written(f), next.clone()));
                                 }
                             }
@@ -215,8 +217,11 @@ impl std::fmt::Display for Unrendered {
     }
 }
 
-fn contains(haystack: &[u8], needle: &[u8]) -> bool {
-    !needle.is_empty() && haystack.windows(needle.len()).any(|w| w == needle)
+/// Whether `separator` first occurs in `value + separator` where the value
+/// ends: the reader's split is then the sender's.
+fn splits_at_end(value: &[u8], separator: &[u8]) -> bool {
+    let joined = [value, separator].concat();
+    joined.windows(separator.len()).position(|w| w == separator) == Some(value.len())
 }
 
 fn field(inside: &str) -> Result<Field, String> {
@@ -349,6 +354,12 @@ impl KeyRule {
     /// text between it and the next.
     pub fn parse(text: &str, fallback: Option<&str>) -> Result<Self, (&'static str, String)> {
         let template = Template::parse(text, Field::of_request).map_err(|e| ("key", e))?;
+        if !text.is_ascii() {
+            return Err((
+                "key",
+                format!("{text:?}: a key's own text is ASCII (values are escaped byte by byte)"),
+            ));
+        }
         if let Some((a, b)) = template.adjacent().next() {
             return Err((
                 "key",
@@ -373,6 +384,16 @@ impl KeyRule {
             template,
             digest_fallback,
         })
+    }
+
+    /// Whether the signature binds every key this rule can give: each field
+    /// covered, and a fallback digest only where the body is signed and no
+    /// form field could go missing by a changed (unsigned) content type.
+    pub fn is_bound(&self, covers: impl Fn(&Field) -> bool) -> bool {
+        self.template.fields().all(&covers)
+            && (!self.digest_fallback
+                || (covers(&Field::Body)
+                    && !self.template.fields().any(|f| matches!(f, Field::Form(_)))))
     }
 
     /// The key of `req`, at most `max_bytes` long, and a note for its
@@ -515,6 +536,19 @@ mod tests {
             })
         };
         assert_eq!(render(b"17").unwrap(), b"17.{}");
+        // Text after the last field may appear in it: the split is known.
+        let tail = Template::parse("{timestamp}\n{body}\n", |_| true).unwrap();
+        let multiline = json("{\n}");
+        let fields = RequestFields::new(&multiline);
+        assert!(tail
+            .render(Use::Signed, |f| match f {
+                Field::Timestamp => Some(Cow::Borrowed(b"17".as_slice())),
+                f => fields.get(f),
+            })
+            .is_ok());
+        // A separator that overlaps the value's end is caught too.
+        assert!(!splits_at_end(b"x:", b"::"));
+        assert!(splits_at_end(b"x", b"::"));
         // A value holding the text after it could be split elsewhere.
         assert!(matches!(render(b"17.5"), Err(Unrendered::Ambiguous(..))));
     }

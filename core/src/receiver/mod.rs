@@ -14,7 +14,6 @@ use sqlx::PgPool;
 
 use crate::config::{destination, Mode, SourceConfig};
 use crate::events::LEASE_MARGIN;
-use crate::providers::template::Field;
 pub use crate::providers::Inbound;
 use crate::providers::{Rejection, Window};
 use batch::{ClaimBatcher, ClaimError, PendingClaim};
@@ -163,9 +162,7 @@ fn replay_digest(source: &SourceConfig, req: &Inbound) -> Option<Vec<u8>> {
         // where a timestamp is signed: within its tolerance a capture could
         // be re-posted with the unsigned field changed.
         Some(rule) => {
-            let bound = rule.template.fields().all(|f| source.scheme.covers(f))
-                && (!rule.digest_fallback || source.scheme.covers(&Field::Body));
-            if bound {
+            if rule.is_bound(|f| source.scheme.covers(f)) {
                 return None;
             }
             source.scheme.signed_content(req)?
@@ -203,8 +200,25 @@ pub async fn accept(
     inbound: &Inbound,
     receipt: Receipt,
 ) -> Accepted {
-    let checked = verify(source, inbound, receipt.now, receipt.waive_timestamp)
-        .and_then(|verification| idempotency_key(source, inbound).map(|key| (verification, key)));
+    // A handshake is keyed by its body whatever the source's key reads: a
+    // key that cannot read it must not keep the provider from registering.
+    let checked =
+        verify(source, inbound, receipt.now, receipt.waive_timestamp).and_then(|verification| {
+            match source.scheme.handshake(inbound) {
+                Some(handshake) => Ok((
+                    verification,
+                    (
+                        format!(
+                            "sha256:{}",
+                            hex::encode(sha2::Sha256::digest(&inbound.body))
+                        ),
+                        Some(handshake.note.to_owned()),
+                    ),
+                    true,
+                )),
+                None => idempotency_key(source, inbound).map(|key| (verification, key, false)),
+            }
+        });
     let mut delivery = NewDelivery {
         source: &source.slug,
         idem_key: None,
@@ -263,15 +277,14 @@ pub async fn accept(
                     })
                 })
         }
-        Ok((verification, (key, note))) => {
-            let handshake = source.scheme.handshake(inbound).map(|h| h.note);
+        Ok((verification, (key, note), handshake)) => {
             delivery.verified = true;
-            delivery.verification = noted(noted(verification, note), handshake.map(str::to_owned));
+            delivery.verification = noted(verification, note);
             delivery.idem_key = Some(&key);
             delivery.replay_digest = replay_digest(source, inbound);
             (delivery.plan, delivery.event_type) = plan(source, inbound);
             // A handshake is replaysafe's to answer: kept, forwarded nowhere.
-            if handshake.is_some() {
+            if handshake {
                 for route in &mut delivery.plan {
                     route.wanted = false;
                 }
@@ -281,7 +294,7 @@ pub async fn accept(
                 .and_then(|r| r.destination)
                 .and_then(|i| source.destinations.get(usize::from(i)))
                 .map(|d| d.name.as_str());
-            let lease = (source.mode == Mode::Sync && handshake.is_none()).then(|| SyncLease {
+            let lease = (source.mode == Mode::Sync && !handshake).then(|| SyncLease {
                 owner: format!("sync:{:016x}", rand::random::<u64>()),
                 secs: (source.attempt_timeout() + LEASE_MARGIN).as_secs_f64(),
             });

@@ -558,9 +558,21 @@ pub fn github_request(
     body: &str,
     secret: &[u8],
 ) -> reqwest::RequestBuilder {
+    github_request_as(client, url, id, body, secret, "application/json")
+}
+
+/// A GitHub delivery with its body sent as `content_type`.
+pub fn github_request_as(
+    client: &reqwest::Client,
+    url: &str,
+    id: &str,
+    body: &str,
+    secret: &[u8],
+    content_type: &str,
+) -> reqwest::RequestBuilder {
     client
         .post(url)
-        .header("content-type", "application/json")
+        .header("content-type", content_type)
         .header("x-github-event", "push")
         .header("x-github-delivery", id)
         .header(

@@ -130,3 +130,47 @@ async fn a_missing_field_falls_back_to_the_bodys_digest_and_says_so(pool: PgPool
     );
     assert_eq!(destination.count(), 2);
 }
+
+/// The content type is not signed: a captured form delivery re-posted as
+/// `text/plain` has no form fields, and with `key_fallback = "digest"` would
+/// be keyed anew by its body. Such a key is not bound by the signature, so
+/// the replay guard holds it: one event.
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn a_form_key_with_a_digest_fallback_survives_a_changed_content_type(pool: PgPool) {
+    let destination = Destination::start(vec![]).await;
+    let config = test_config(
+        &format!(
+            r#"
+[[source]]
+slug = "forms"
+provider = "github"
+secrets = ["gh-secret"]
+destination = "{}"
+key = "order-{{form:order}}"
+key_fallback = "digest"
+"#,
+            destination.url
+        ),
+        &[],
+    );
+    let app = spawn_app(pool.clone(), config).await;
+    let body = "order=o-1&status=paid";
+    let url = app.url("/hooks/forms");
+    let post = |content_type: &'static str, delivery: &'static str| {
+        crate::helpers::github_request_as(&app.client, &url, delivery, body, SECRET, content_type)
+            .send()
+    };
+    let first = post("application/x-www-form-urlencoded", "f-1")
+        .await
+        .unwrap();
+    assert_eq!(first.status(), 200);
+    let flipped = post("text/plain", "f-2").await.unwrap();
+    assert_eq!(flipped.status(), 200);
+    app.drain().await;
+    let keys: Vec<String> = sqlx::query_scalar("SELECT idem_key FROM events")
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+    assert_eq!(keys, ["order-o-1"]);
+    assert_eq!(destination.count(), 1);
+}

@@ -97,7 +97,7 @@ async fn presets_verify_key_and_dedup_their_providers_streams(pool: PgPool) {
     let now = chrono::Utc::now().timestamp();
 
     // Paddle re-signs each send: a retry is a duplicate by event_id; a
-    // forgery and a send older than Paddle's five seconds are refused.
+    // forgery and a send older than the window are refused.
     assert_eq!(paddle(&app, "evt_01", now, "pdl_ntfset_secret").await, 200);
     assert_eq!(
         paddle(&app, "evt_01", now + 1, "pdl_ntfset_secret").await,
@@ -105,7 +105,7 @@ async fn presets_verify_key_and_dedup_their_providers_streams(pool: PgPool) {
     );
     assert_eq!(paddle(&app, "evt_02", now, "a guess").await, 401);
     assert_eq!(
-        paddle(&app, "evt_03", now - 60, "pdl_ntfset_secret").await,
+        paddle(&app, "evt_03", now - 600, "pdl_ntfset_secret").await,
         401
     );
 
@@ -200,6 +200,9 @@ fn presets_take_no_signature_table_nor_reconciliation() {
     }
 }
 
+const CHALLENGE: &str =
+    r#"{"challenge":"pogchamp-kappa-360noscope-vohiyo","subscription":{"type":"channel.follow"}}"#;
+
 /// Zoom's url_validation and Twitch's challenge are answered by replaysafe
 /// itself, in ack mode and in sync mode, only when signed; they are kept
 /// and never forwarded. Twitch's revocation is an event like any other.
@@ -214,6 +217,8 @@ slug = "meetings"
 provider = "zoom"
 secrets = ["old-token", "zoom-token"]
 destination = "{url}"
+# A key the handshake's body cannot give: it is answered all the same.
+key = "{{/payload/object/uuid}}"
 
 [[source]]
 slug = "meetings-sync"
@@ -283,13 +288,9 @@ destination = "{url}"
             .body(body)
             .send()
     };
-    let challenge = twitch(
-        "tw-1",
-        "webhook_callback_verification",
-        r#"{"challenge":"pogchamp-kappa-360noscope-vohiyo","subscription":{"type":"channel.follow"}}"#,
-    )
-    .await
-    .unwrap();
+    let challenge = twitch("tw-1", "webhook_callback_verification", CHALLENGE)
+        .await
+        .unwrap();
     assert_eq!(challenge.status(), 200);
     assert_eq!(
         challenge.headers()["content-type"].to_str().unwrap(),
@@ -297,6 +298,13 @@ destination = "{url}"
     );
     assert_eq!(
         challenge.text().await.unwrap(),
+        "pogchamp-kappa-360noscope-vohiyo"
+    );
+    // Relabelled as a notification, a captured challenge is still one: its
+    // signed body says so, and it is never forwarded as an event.
+    let relabelled = twitch("tw-1", "notification", CHALLENGE).await.unwrap();
+    assert_eq!(
+        relabelled.text().await.unwrap(),
         "pogchamp-kappa-360noscope-vohiyo"
     );
     let revoked = twitch(
@@ -316,7 +324,7 @@ destination = "{url}"
     .fetch_one(&pool)
     .await
     .unwrap();
-    assert_eq!(handshakes, 4);
+    assert_eq!(handshakes, 5);
 }
 
 /// `replaysafe send` signs samples for every shared-secret preset and for

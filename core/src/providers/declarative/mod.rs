@@ -72,8 +72,8 @@ pub enum HandshakeKind {
     /// answered with the token and its hex HMAC-SHA256 under the secret;
     /// Zoom repeats it every 72 hours.
     ZoomUrlValidation,
-    /// `Twitch-Eventsub-Message-Type: webhook_callback_verification`,
-    /// answered with the body's `challenge` as plain text.
+    /// `Twitch-Eventsub-Message-Type: webhook_callback_verification`, told
+    /// by its signed body's `challenge`: answered with it as plain text.
     TwitchChallenge,
 }
 
@@ -412,7 +412,8 @@ impl Declared {
                     .id_header
                     .as_deref()
                     .and_then(|h| req.header(h))
-                    .map(|v| Cow::Owned(v.trim().as_bytes().to_vec())),
+                    // As sent: a key reading the header reads it so too.
+                    .map(|v| Cow::Owned(v.as_bytes().to_vec())),
                 Field::Method => Some(Cow::Borrowed(b"POST".as_slice())),
                 Field::Url => self
                     .url
@@ -441,7 +442,8 @@ impl Declared {
 /// A Unix time as a provider writes it: ASCII digits only (no sign, no
 /// spaces), so a signed payload's split cannot move a byte into it.
 fn digits(sent: &str) -> Option<i64> {
-    if sent.is_empty() || !sent.bytes().all(|b| b.is_ascii_digit()) {
+    // No leading zero either: `0170..` would let a digit move in.
+    if sent.is_empty() || !sent.bytes().all(|b| b.is_ascii_digit()) || sent.starts_with('0') {
         return None;
     }
     sent.parse().ok()
@@ -559,7 +561,11 @@ impl Scheme for Declared {
     fn key(&self, req: &Inbound) -> Result<String, Rejection> {
         match (&self.spec.key, &self.spec.id_header) {
             (Some(rule), _) => rule.key(req, usize::MAX).map(|(key, _)| key),
-            (None, Some(h)) => req.required_header(h),
+            // As sent, as `{id}` is signed.
+            (None, Some(h)) => match req.header(h) {
+                Some(v) if !v.is_empty() => Ok(v.to_owned()),
+                _ => Err(Rejection::key(format!("missing {h} header"))),
+            },
             (None, None) => Err(Rejection::key(
                 "the source has neither key nor signature.id_header",
             )),
@@ -571,10 +577,7 @@ impl Scheme for Declared {
     /// repeats the signed payload.
     fn replay_content<'a>(&self, req: &'a Inbound) -> Option<Cow<'a, [u8]>> {
         let bound = match &self.spec.key {
-            Some(rule) => {
-                rule.template.fields().all(|f| self.covers(f))
-                    && (!rule.digest_fallback || self.covers(&Field::Body))
-            }
+            Some(rule) => rule.is_bound(|f| self.covers(f)),
             None => self.covers(&Field::Header(self.spec.id_header.clone()?)),
         };
         if bound {
@@ -635,12 +638,11 @@ impl Scheme for Declared {
                     note: "Zoom's endpoint.url_validation, answered by replaysafe",
                 })
             }
+            // Told by the signed body (its `challenge`), not by the unsigned
+            // message-type header: a relabelled challenge is still one, and
+            // never reaches the application as an event.
             HandshakeKind::TwitchChallenge => {
-                let kind = req.header("twitch-eventsub-message-type")?.trim();
-                if kind != "webhook_callback_verification" {
-                    return None;
-                }
-                let challenge = json()?.pointer("/challenge")?.as_str()?.to_owned();
+                let challenge = json()?.get("challenge")?.as_str()?.to_owned();
                 Some(Handshake {
                     answer: Answer {
                         status: 200,
