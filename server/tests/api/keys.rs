@@ -174,3 +174,63 @@ key_fallback = "digest"
     assert_eq!(keys, ["order-o-1"]);
     assert_eq!(destination.count(), 1);
 }
+
+/// Ordering keys keep working with composed keys: one order's events, each
+/// its own composed key, wait behind each other at an ordered destination
+/// and reach it in receipt order.
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn composed_keys_keep_their_ordering_keys(pool: PgPool) {
+    let destination = Destination::start(vec![]).await;
+    let config = test_config(
+        &format!(
+            r#"
+[[source]]
+slug = "orders"
+provider = "github"
+secrets = ["gh-secret"]
+key = "{{/order/id}}:{{/status}}"
+
+[[source.destination]]
+name = "ordered"
+url = "{}"
+ordering = "per_key"
+ordering_key = "/order/id"
+"#,
+            destination.url
+        ),
+        &[],
+    );
+    let app = spawn_app(pool.clone(), config).await;
+    for (i, status) in ["created", "paid", "shipped"].into_iter().enumerate() {
+        let body = format!(r#"{{"order":{{"id":7}},"status":"{status}"}}"#);
+        assert_eq!(
+            app.github_delivery("orders", &format!("o-{i}"), &body, SECRET)
+                .await,
+            200
+        );
+    }
+    // An ordered destination is leased through its gate, one of a key at
+    // a time: each pass forwards the next.
+    let workers = app.workers();
+    while workers.pace_once("test-worker").await.unwrap() > 0 {}
+    let lanes: Vec<(String, Option<String>)> = sqlx::query_as(
+        "SELECT e.idem_key, d.ordering_key FROM events e JOIN dispatches d ON d.event_id = e.id
+         ORDER BY e.id",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    let seven = Some("7".to_owned());
+    assert_eq!(
+        lanes,
+        [
+            ("7:created".to_owned(), seven.clone()),
+            ("7:paid".to_owned(), seven.clone()),
+            ("7:shipped".to_owned(), seven)
+        ]
+    );
+    assert_eq!(
+        destination.keys(),
+        ["orders:7:created", "orders:7:paid", "orders:7:shipped"]
+    );
+}
