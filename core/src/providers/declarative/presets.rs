@@ -224,14 +224,44 @@ mod tests {
                 out.push(copy);
             }
         }
+        // A signed value carried in a header: the id, a named header, a
+        // timestamp header (one second later, still in the window).
+        let header_changed = |name: &str, change: &dyn Fn(&str) -> String| {
+            let mut copy = request.clone();
+            for (n, v) in copy.headers.iter_mut() {
+                if n.eq_ignore_ascii_case(name) {
+                    *v = change(v);
+                }
+            }
+            assert_ne!(copy.headers, request.headers, "{name} is in the vector");
+            copy
+        };
         for field in payload {
-            if let Field::Pointer(p) = field {
-                let mut json: serde_json::Value = serde_json::from_slice(&request.body).unwrap();
-                let value = json.pointer_mut(p).unwrap();
-                *value = format!("{}x", value.as_str().unwrap()).into();
-                let mut copy = request.clone();
-                copy.body = serde_json::to_vec(&json).unwrap();
-                out.push(copy);
+            match field {
+                Field::Pointer(p) => {
+                    let mut json: serde_json::Value =
+                        serde_json::from_slice(&request.body).unwrap();
+                    let value = json.pointer_mut(p).unwrap();
+                    *value = format!("{}x", value.as_str().unwrap()).into();
+                    let mut copy = request.clone();
+                    copy.body = serde_json::to_vec(&json).unwrap();
+                    out.push(copy);
+                }
+                Field::Id => {
+                    let id = preset.spec.id_header.as_deref().unwrap();
+                    out.push(header_changed(id, &|v| format!("{v}x")));
+                }
+                Field::Header(h) => out.push(header_changed(h, &|v| format!("{v}x"))),
+                Field::Timestamp => {
+                    if let Some(super::super::TimestampAt::Header(h)) = &preset.spec.timestamp {
+                        out.push(header_changed(h, &|v| match v.parse::<i64>() {
+                            Ok(n) => (n + 1).to_string(),
+                            // RFC 3339: another instant in the same second.
+                            Err(_) => v.replacen('.', ".9", 1),
+                        }));
+                    }
+                }
+                _ => {}
             }
         }
         assert!(!out.is_empty(), "{}: nothing signed", preset.provider.name);
