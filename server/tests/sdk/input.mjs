@@ -27,3 +27,39 @@ export function timestamp(item) {
   if (n > 1e11) fail(`"timestamp" ${n} looks like milliseconds; give unix SECONDS`);
   return n;
 }
+
+// The scripts' one driver: stdin a JSON array, `answer(item)` for each (an
+// object checked already), stdout the answers in order; any error: a message
+// on stderr naming the item, nothing on stdout, exit 1.
+export function serve(script, label, answer) {
+  async function main() {
+    const chunks = [];
+    for await (const c of process.stdin) chunks.push(c);
+    let input;
+    try {
+      input = JSON.parse(Buffer.concat(chunks).toString("utf8"));
+    } catch (e) {
+      throw new InputError(`stdin is not valid JSON: ${e.message}`);
+    }
+    if (!Array.isArray(input)) throw new InputError("stdin must be a JSON array of requests");
+    const out = [];
+    for (const [i, item] of input.entries()) {
+      const named = item && typeof item === "object" ? label(item) : "";
+      const where = `item ${i}${named ? ` (${named})` : ""}`;
+      try {
+        if (!item || typeof item !== "object" || Array.isArray(item)) fail("must be an object");
+        out.push(await answer(item));
+      } catch (e) {
+        const err = new InputError(`${where}: ${e?.message ?? e}`);
+        err.code = e?.code;
+        throw err;
+      }
+    }
+    process.stdout.write(JSON.stringify(out) + "\n");
+  }
+  main().catch((e) => {
+    process.stderr.write(`${script}: ${e instanceof InputError ? e.message : e.stack || e}\n`);
+    if (e?.code === "ERR_MODULE_NOT_FOUND") process.stderr.write(`${script}: run setup.sh in this folder first\n`);
+    process.exitCode = 1;
+  });
+}

@@ -53,7 +53,7 @@
 //   "timestamp" (unix seconds) defaults to now, "id" to a random msg_... .
 
 import { createECDH, createPrivateKey, createPublicKey, generateKeyPairSync, randomBytes, sign as cryptoSign } from "node:crypto";
-import { InputError, fail, str, timestamp } from "./input.mjs";
+import { fail, serve, str, timestamp } from "./input.mjs";
 
 // Nothing but the answers may reach stdout (an SDK that logs must not corrupt it).
 for (const level of ["log", "info", "debug", "warn", "trace"]) console[level] = console.error.bind(console);
@@ -232,37 +232,14 @@ const ops = {
   sign: { table: signers, run: (item) => signers[item.provider](item) },
 };
 
-async function main() {
-  const chunks = [];
-  for await (const c of process.stdin) chunks.push(c);
-  let input;
-  try {
-    input = JSON.parse(Buffer.concat(chunks).toString("utf8"));
-  } catch (e) {
-    throw new InputError(`stdin is not valid JSON: ${e.message}`);
-  }
-  if (!Array.isArray(input)) throw new InputError("stdin must be a JSON array of requests");
-  const out = [];
-  for (const [i, item] of input.entries()) {
-    const where = `item ${i}${item && typeof item.op === "string" ? ` (${item.op} ${item.provider})` : ""}`;
-    try {
-      if (!item || typeof item !== "object" || Array.isArray(item)) fail("must be an object");
-      const op = Object.hasOwn(ops, item.op) ? ops[item.op] : undefined;
-      if (!op) fail(`unknown op ${JSON.stringify(item.op)}; presets.mjs does: ${Object.keys(ops).join(", ")}`);
-      if (!Object.hasOwn(op.table, item.provider))
-        fail(`op ${item.op}: unknown provider ${JSON.stringify(item.provider)}; it does: ${Object.keys(op.table).join(", ")}`);
-      out.push(await op.run(item));
-    } catch (e) {
-      const err = new InputError(`${where}: ${e?.message ?? e}`);
-      err.code = e?.code;
-      throw err;
-    }
-  }
-  process.stdout.write(JSON.stringify(out) + "\n");
-}
-
-main().catch((e) => {
-  process.stderr.write(`presets.mjs: ${e instanceof InputError ? e.message : e.stack || e}\n`);
-  if (e?.code === "ERR_MODULE_NOT_FOUND") process.stderr.write("presets.mjs: run setup.sh in this folder first\n");
-  process.exitCode = 1;
-});
+serve(
+  "presets.mjs",
+  (item) => (typeof item.op === "string" ? `${item.op} ${item.provider}` : ""),
+  async (item) => {
+    const op = Object.hasOwn(ops, item.op) ? ops[item.op] : undefined;
+    if (!op) fail(`unknown op ${JSON.stringify(item.op)}; presets.mjs does: ${Object.keys(ops).join(", ")}`);
+    if (!Object.hasOwn(op.table, item.provider))
+      fail(`op ${item.op}: unknown provider ${JSON.stringify(item.provider)}; it does: ${Object.keys(op.table).join(", ")}`);
+    return op.run(item);
+  },
+);

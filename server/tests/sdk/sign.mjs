@@ -16,7 +16,7 @@
 // Slack (and the PyPI Standard Webhooks SDK) are in sign.py.
 
 import { createPrivateKey, createPublicKey, randomBytes, randomUUID, sign as edSign } from "node:crypto";
-import { InputError, fail, str, timestamp } from "./input.mjs";
+import { fail, serve, str, timestamp } from "./input.mjs";
 
 
 const signers = {
@@ -128,36 +128,13 @@ const signers = {
   },
 };
 
-async function main() {
-  const chunks = [];
-  for await (const c of process.stdin) chunks.push(c);
-  let input;
-  try {
-    input = JSON.parse(Buffer.concat(chunks).toString("utf8"));
-  } catch (e) {
-    throw new InputError(`stdin is not valid JSON: ${e.message}`);
-  }
-  if (!Array.isArray(input)) throw new InputError("stdin must be a JSON array of requests");
-  const out = [];
-  for (const [i, item] of input.entries()) {
-    const where = `item ${i}${item && typeof item.provider === "string" ? ` (${item.provider})` : ""}`;
-    try {
-      if (!item || typeof item !== "object" || Array.isArray(item)) fail("must be an object");
-      const signer = Object.hasOwn(signers, item.provider) ? signers[item.provider] : undefined;
-      if (!signer)
-        fail(`unknown provider ${JSON.stringify(item.provider)}; sign.mjs does: ${Object.keys(signers).join(", ")} (slack: sign.py)`);
-      out.push({ provider: item.provider, ...(await signer(item)) });
-    } catch (e) {
-      const err = new InputError(`${where}: ${e?.message ?? e}`);
-      err.code = e?.code;
-      throw err;
-    }
-  }
-  process.stdout.write(JSON.stringify(out) + "\n");
-}
-
-main().catch((e) => {
-  process.stderr.write(`sign.mjs: ${e instanceof InputError ? e.message : e.stack || e}\n`);
-  if (e?.code === "ERR_MODULE_NOT_FOUND") process.stderr.write("sign.mjs: run setup.sh in this folder first\n");
-  process.exitCode = 1;
-});
+serve(
+  "sign.mjs",
+  (item) => (typeof item.provider === "string" ? item.provider : ""),
+  async (item) => {
+    const signer = Object.hasOwn(signers, item.provider) ? signers[item.provider] : undefined;
+    if (!signer)
+      fail(`unknown provider ${JSON.stringify(item.provider)}; sign.mjs does: ${Object.keys(signers).join(", ")} (slack: sign.py)`);
+    return { provider: item.provider, ...(await signer(item)) };
+  },
+);
