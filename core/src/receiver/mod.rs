@@ -214,9 +214,9 @@ pub async fn accept(
                         ),
                         Some(handshake.note.to_owned()),
                     ),
-                    true,
+                    Some(handshake.answer),
                 )),
-                None => idempotency_key(source, inbound).map(|key| (verification, key, false)),
+                None => idempotency_key(source, inbound).map(|key| (verification, key, None)),
             }
         });
     let mut delivery = NewDelivery {
@@ -284,7 +284,7 @@ pub async fn accept(
             delivery.replay_digest = replay_digest(source, inbound);
             (delivery.plan, delivery.event_type) = plan(source, inbound);
             // A handshake is replaysafe's to answer: kept, forwarded nowhere.
-            if handshake {
+            if handshake.is_some() {
                 for route in &mut delivery.plan {
                     route.wanted = false;
                 }
@@ -294,12 +294,19 @@ pub async fn accept(
                 .and_then(|r| r.destination)
                 .and_then(|i| source.destinations.get(usize::from(i)))
                 .map(|d| d.name.as_str());
-            let lease = (source.mode == Mode::Sync && !handshake).then(|| SyncLease {
+            let lease = (source.mode == Mode::Sync && handshake.is_none()).then(|| SyncLease {
                 owner: format!("sync:{:016x}", rand::random::<u64>()),
                 secs: (source.attempt_timeout() + LEASE_MARGIN).as_secs_f64(),
             });
-            let answered =
-                |claimed: Claimed| Accepted::Answered(reply::verified(source, inbound, &claimed));
+            // A handshake gets its answer however often it comes.
+            let answered = |claimed: Claimed| {
+                Accepted::Answered(match &handshake {
+                    Some(answer) => {
+                        Reply::from_answer(answer.clone(), claimed.outcome, claimed.delivery_id)
+                    }
+                    None => reply::verified(source, inbound, &claimed),
+                })
+            };
             match lease {
                 // A re-delivery is claimed on its own and always forwarded by
                 // the workers (its provider is not waiting for an answer).

@@ -36,10 +36,6 @@ impl Reply {
 /// The answer for a verified delivery, in the form its provider expects.
 pub fn verified(source: &SourceConfig, req: &Inbound, claimed: &Claimed) -> Reply {
     let outcome = claimed.outcome;
-    // A handshake gets its answer however often it comes.
-    if let Some(handshake) = source.scheme.handshake(req) {
-        return Reply::from_answer(handshake.answer, outcome, claimed.delivery_id);
-    }
     // Sync mode: a later duplicate gets the destination's stored answer, byte for byte.
     if let (Mode::Sync, Some(stored)) = (source.mode, &claimed.stored_response) {
         if matches!(outcome, Outcome::Completed | Outcome::Dead) {
