@@ -22,15 +22,59 @@ pub async fn ensure(pool: &PgPool) -> Result<i32, sqlx::Error> {
 }
 
 /// `ensure`, and from `days_back` days ago too (rows moved into the past, as
-/// `replaysafe seed` does, need their days' partitions).
+/// `replaysafe seed` does, need their days' partitions). Also notes the id
+/// ranges of the delivery partitions whose day is over (migration 31), which
+/// bound reads by delivery id.
 pub async fn ensure_from(pool: &PgPool, days_back: i32) -> Result<i32, sqlx::Error> {
-    sqlx::query_scalar!(
+    let made = sqlx::query_scalar!(
         r#"SELECT history_partitions_ensure($1, $2) AS "made!""#,
         DAYS_AHEAD,
         days_back
     )
     .fetch_one(pool)
-    .await
+    .await?;
+    sqlx::query_scalar!(r#"SELECT history_id_ranges_note() AS "noted!""#)
+        .fetch_one(pool)
+        .await?;
+    Ok(made)
+}
+
+/// Receipt times: `None` is no bound on that side.
+pub type Since = Option<chrono::DateTime<chrono::Utc>>;
+
+/// A read by delivery id, bounded to the partitions the id can be in:
+/// `read(lo, hi)` reads with `received_at >= coalesce($lo, '-infinity') AND
+/// received_at < coalesce($hi, 'infinity')`, which PostgreSQL prunes by
+/// before it opens a partition. The bounds come from the noted id ranges
+/// (`delivery_received_bounds`, migration 31); only when nothing is found
+/// within them is it read again unbounded: a claim that ran across
+/// midnight, or an id that does not exist. Two statements, not one with the
+/// bounds as a subquery: a subquery's values are not known when the
+/// statement is planned, and planning every partition cost more than the
+/// probes it saved.
+pub async fn by_delivery_id<T, F, Fut>(
+    pool: &PgPool,
+    id: i64,
+    read: F,
+) -> Result<Option<T>, sqlx::Error>
+where
+    F: Fn(Since, Since) -> Fut,
+    Fut: std::future::Future<Output = Result<Option<T>, sqlx::Error>>,
+{
+    let bounds = sqlx::query!(
+        r#"SELECT lo AS "lo: chrono::DateTime<chrono::Utc>", hi AS "hi: chrono::DateTime<chrono::Utc>"
+           FROM delivery_received_bounds($1)"#,
+        id
+    )
+        .fetch_one(pool)
+        .await?;
+    if let Some(found) = read(bounds.lo, bounds.hi).await? {
+        return Ok(Some(found));
+    }
+    if bounds.lo.is_none() && bounds.hi.is_none() {
+        return Ok(None);
+    }
+    read(None, None).await
 }
 
 /// What retiring the expired partitions did.

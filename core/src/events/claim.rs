@@ -209,13 +209,15 @@ pub async fn revive(
                AND ($3::bigint IS NULL OR NOT EXISTS (
                        SELECT 1 FROM deliveries d
                        WHERE d.event_id = p.event_id AND d.bulk_job_id = $3
-                         AND d.outcome = 'claimed'))
+                         AND d.outcome = 'claimed'
+                         AND d.received_at >= (SELECT j.created_at FROM bulk_jobs j WHERE j.id = $3)))
              RETURNING p.event_id
          )
          UPDATE events e SET receive_count = receive_count + 1, last_seen_at = now(),
              first_delivery_id = CASE WHEN EXISTS (SELECT 1 FROM deliveries d
                                                    WHERE d.id = e.first_delivery_id
-                                                     AND d.body IS NOT NULL)
+                                                     AND d.body IS NOT NULL
+                                                     AND d.received_at >= e.first_seen_at)
                                       THEN e.first_delivery_id ELSE $2 END
          WHERE e.id = $1 AND EXISTS (SELECT 1 FROM revived)
          RETURNING id"#,

@@ -49,6 +49,7 @@ pub async fn force(
     let payload: Option<Option<i64>> = sqlx::query_scalar!(
         "SELECT (SELECT d.id FROM deliveries d
                  WHERE d.event_id = e.id AND d.body IS NOT NULL AND d.idem_key = e.idem_key
+                   AND d.received_at >= event_history_starts(e.first_seen_at)
                  ORDER BY d.id = e.first_delivery_id DESC, d.id DESC
                  LIMIT 1) AS payload
          FROM events e WHERE e.id = $1

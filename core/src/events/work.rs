@@ -321,7 +321,7 @@ async fn lease_on(
          LEFT JOIN LATERAL (
              SELECT c.body, c.content_type, c.headers FROM deliveries c
              WHERE d.body IS NULL AND c.event_id = e.id AND c.idem_key = e.idem_key
-               AND c.body IS NOT NULL
+               AND c.body IS NOT NULL AND c.received_at >= event_history_starts(e.first_seen_at)
              ORDER BY c.id DESC LIMIT 1
          ) c ON true"#,
         worker,

@@ -301,6 +301,8 @@ async fn settle(tx: &mut sqlx::PgConnection, id: i64, all: bool, why: &str) -> R
                     (SELECT d.id FROM deliveries d
                      WHERE d.event_id = r.event_id AND d.bulk_job_id = $1
                        AND d.outcome = 'claimed'
+                       -- Recorded by the job's runs, all begun after it was made.
+                       AND d.received_at >= (SELECT j.created_at FROM bulk_jobs j WHERE j.id = $1)
                      ORDER BY d.id LIMIT 1) AS claimed
              FROM bulk_job_results r
              WHERE r.job_id = $1 AND r.outcome = 'pending'),
@@ -542,6 +544,7 @@ pub async fn record(
                       (SELECT d.id FROM deliveries d
                        WHERE NOT a.requeued AND d.event_id = a.event_id
                          AND d.bulk_job_id = $1 AND d.outcome = 'claimed'
+                         AND d.received_at >= (SELECT j.created_at FROM bulk_jobs j WHERE j.id = $1)
                        ORDER BY d.id LIMIT 1) AS earlier
                FROM unnest($3::bigint[], $4::bigint[], $5::bigint[], $6::text[], $7::bool[], $8::text[])
                     AS a(event_id, redelivered, delivery_id, outcome, requeued, message)),

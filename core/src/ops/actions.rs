@@ -125,10 +125,12 @@ pub async fn redeliver(
 async fn delivery_of(pool: &sqlx::PgPool, event_id: i64) -> Result<Option<Option<i64>>, OpError> {
     Ok(sqlx::query_scalar!(
         "SELECT coalesce((SELECT d.id FROM deliveries d
-                          WHERE d.id = e.first_delivery_id AND d.body IS NOT NULL),
+                          WHERE d.id = e.first_delivery_id AND d.body IS NOT NULL
+                            AND d.received_at >= e.first_seen_at),
                          (SELECT d.id FROM deliveries d
                           WHERE d.event_id = e.id AND d.body IS NOT NULL
                             AND d.idem_key = e.idem_key
+                            AND d.received_at >= event_history_starts(e.first_seen_at)
                           ORDER BY d.id DESC LIMIT 1))
          FROM events e WHERE e.id = $1",
         event_id

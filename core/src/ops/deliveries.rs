@@ -98,7 +98,10 @@ async fn id_bounds(
         // Only when the rollups are past `to` (with a minute to spare).
         Some(to) => {
             sqlx::query_scalar!(
-                "SELECT CASE WHEN (SELECT received_at FROM deliveries WHERE id = p.last_id)
+                "SELECT CASE WHEN (SELECT received_at FROM deliveries
+                               WHERE id = p.last_id
+                                 AND received_at >= coalesce((SELECT lo FROM delivery_received_bounds(p.last_id)), '-infinity')
+                                 AND received_at < coalesce((SELECT hi FROM delivery_received_bounds(p.last_id)), 'infinity'))
                               >= $1::text::timestamptz + interval '1 minute'
                     THEN coalesce((SELECT max(last_delivery_id) FROM minute_stats
                                    WHERE minute <= date_trunc('minute', $1::text::timestamptz)), 0)
@@ -142,6 +145,12 @@ pub async fn query(
             .push_bind(lo)
             .push(" AND ")
             .push_bind(hi);
+        if !(lo..=hi).contains(&200) {
+            // Said outright (not left to the planner to prove from bound
+            // values): newest first through the index of answers other than
+            // 200, not along the whole history for the few that match.
+            q.push(" AND d.http_status <> 200");
+        }
     }
     let key = f.key.trim();
     if !key.is_empty() {

@@ -124,17 +124,24 @@ async fn delivery(
     masking: Option<CredentialsOf<'_>>,
 ) -> Result<Option<DeliveryDetail>, sqlx::Error> {
     // Times are shown in UTC to the millisecond, as on the deliveries page.
-    let row = sqlx::query!(
-        r#"SELECT d.id,
+    let row = crate::db::history::by_delivery_id(pool, id, |lo, hi| {
+        sqlx::query!(
+            r#"SELECT d.id,
                   d.received_at AS "received_at!: Time",
                   d.source, d.event_id, d.idem_key, d.outcome AS "outcome: Outcome",
                   d.http_status, d.reject_reason, d.reject_kind, d.ack_micros, d.redelivery_of,
                   d.verified, d.verification, d.method, d.query, d.content_type,
                   d.headers, d.body, d.body_size, d.remote_addr, d.truncated, d.body_sha256
-           FROM deliveries d WHERE d.id = $1"#,
-        id
-    )
-    .fetch_optional(pool)
+           FROM deliveries d
+           WHERE d.id = $1
+             AND d.received_at >= coalesce($2::timestamptz, '-infinity')
+             AND d.received_at < coalesce($3::timestamptz, 'infinity')"#,
+            id,
+            lo as _,
+            hi as _
+        )
+        .fetch_optional(pool)
+    })
     .await?;
     Ok(row.map(|r| {
         let excerpt = r.truncated.then(|| Excerpt {
@@ -201,15 +208,20 @@ async fn event(
                   d.received_at AS "received_at!: Time",
                   d.source, d.event_id, d.idem_key, d.outcome AS "outcome: Outcome",
                   d.http_status, d.reject_reason, d.reject_kind, d.ack_micros, d.redelivery_of
-           FROM deliveries d WHERE d.event_id = $1 ORDER BY d.id LIMIT $2"#,
+           FROM deliveries d
+           WHERE d.event_id = $1 AND d.received_at >= event_history_starts($3)
+           ORDER BY d.id LIMIT $2"#,
         id,
-        TIMELINE_DELIVERIES
+        TIMELINE_DELIVERIES,
+        event.first_seen_at as _
     )
     .fetch_all(pool)
     .await?;
     let deliveries_total: i64 = sqlx::query_scalar!(
-        r#"SELECT count(*) AS "n!" FROM deliveries WHERE event_id = $1"#,
-        id
+        r#"SELECT count(*) AS "n!" FROM deliveries
+           WHERE event_id = $1 AND received_at >= event_history_starts($2)"#,
+        id,
+        event.first_seen_at as _
     )
     .fetch_one(pool)
     .await?;
@@ -254,8 +266,10 @@ async fn event(
                        THEN next_attempt_at END
                       AS "next_attempt_at: Time",
                   result
-           FROM attempts WHERE event_id = $1 ORDER BY id"#,
-        id
+           FROM attempts WHERE event_id = $1 AND started_at >= event_history_starts($2)
+           ORDER BY id"#,
+        id,
+        event.first_seen_at as _
     )
     .fetch_all(pool)
     .await?;

@@ -46,14 +46,21 @@ pub async fn redeliver(
     bulk_job: Option<i64>,
     destination: Option<String>,
 ) -> Result<RedeliveryResult, OpError> {
-    let stored = sqlx::query_as!(
-        Stored,
-        r#"SELECT source, headers, body, query, outcome AS "outcome: Outcome", truncated,
+    let stored = crate::db::history::by_delivery_id(&services.pool, delivery_id, |lo, hi| {
+        sqlx::query_as!(
+            Stored,
+            r#"SELECT source, headers, body, query, outcome AS "outcome: Outcome", truncated,
                       extract(epoch FROM received_at)::bigint AS "received_at!"
-               FROM deliveries WHERE id = $1"#,
-        delivery_id
-    )
-    .fetch_optional(&services.pool)
+               FROM deliveries
+               WHERE id = $1
+                 AND received_at >= coalesce($2::timestamptz, '-infinity')
+                 AND received_at < coalesce($3::timestamptz, 'infinity')"#,
+            delivery_id,
+            lo as _,
+            hi as _
+        )
+        .fetch_optional(&services.pool)
+    })
     .await?;
     let Some(stored) = stored else {
         return Err(OpError::NotFound(String::from("delivery not found")));
@@ -162,16 +169,27 @@ pub async fn redeliver(
             "the re-delivery was not recorded",
         )));
     };
-    let recorded = sqlx::query_as!(
-        Recorded,
-        r#"SELECT d.id, d.event_id, d.idem_key, d.outcome AS "outcome: Outcome", d.reject_reason,
+    let recorded = crate::db::history::by_delivery_id(&services.pool, recorded_id, |lo, hi| {
+        sqlx::query_as!(
+            Recorded,
+            r#"SELECT d.id, d.event_id, d.idem_key, d.outcome AS "outcome: Outcome", d.reject_reason,
                       EXISTS (SELECT 1 FROM deliveries o
-                              WHERE o.event_id = d.event_id AND o.id < d.id) AS "revived!"
-               FROM deliveries d WHERE d.id = $1"#,
-        recorded_id
-    )
-    .fetch_one(&services.pool)
-    .await?;
+                              WHERE o.event_id = d.event_id AND o.id < d.id
+                                AND o.received_at >= (SELECT event_history_starts(e.first_seen_at)
+                                                      FROM events e WHERE e.id = d.event_id))
+                          AS "revived!"
+               FROM deliveries d
+               WHERE d.id = $1
+                 AND d.received_at >= coalesce($2::timestamptz, '-infinity')
+                 AND d.received_at < coalesce($3::timestamptz, 'infinity')"#,
+            recorded_id,
+            lo as _,
+            hi as _
+        )
+        .fetch_optional(&services.pool)
+    })
+    .await?
+    .ok_or(sqlx::Error::RowNotFound)?;
     let requeued = recorded.outcome == Outcome::Claimed && recorded.revived;
     // Refused for one destination: its own dispatch's state says why
     // (the delivery's outcome is the event's, any destination's).

@@ -187,22 +187,29 @@ async fn day_partition(pool: &PgPool, parent: &str, days: i32) -> String {
     .unwrap()
 }
 
+/// Makes the database one partitioned by day `days` days ago (no legacy
+/// partition); returns how many partitions that made.
+async fn partitioned_since(pool: &PgPool, days: i32) -> i32 {
+    sqlx::query("DROP TABLE deliveries_legacy, attempts_legacy")
+        .execute(pool)
+        .await
+        .unwrap();
+    sqlx::query("UPDATE history_partitions SET first_day = (now() AT TIME ZONE 'UTC')::date - $1")
+        .bind(days)
+        .execute(pool)
+        .await
+        .unwrap();
+    replaysafe_core::db::history::ensure_from(pool, days)
+        .await
+        .unwrap()
+}
+
 #[sqlx::test(migrator = "MIGRATOR")]
 async fn retention_drops_a_day_but_never_the_payload_of_an_event_in_flight(pool: PgPool) {
     // A database partitioned for 45 days already: daily partitions back
     // then, no legacy one.
-    sqlx::query("DROP TABLE deliveries_legacy, attempts_legacy")
-        .execute(&pool)
-        .await
-        .unwrap();
-    sqlx::query("UPDATE history_partitions SET first_day = (now() AT TIME ZONE 'UTC')::date - 45")
-        .execute(&pool)
-        .await
-        .unwrap();
     assert_eq!(
-        replaysafe_core::db::history::ensure_from(&pool, 45)
-            .await
-            .unwrap(),
+        partitioned_since(&pool, 45).await,
         2 * 46,
         "today and the 45 days before, for each table"
     );
@@ -355,4 +362,185 @@ async fn connections_run_without_jit(pool: PgPool) {
         .await
         .unwrap();
     assert_eq!(default, "on", "the server's default, which ours overrides");
+}
+
+/// The partitions a read of `statement` (with constants) opens, by name.
+async fn partitions_read(pool: &PgPool, statement: &str) -> Vec<String> {
+    let plan: serde_json::Value = sqlx::query_scalar(&format!("EXPLAIN (FORMAT JSON) {statement}"))
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    fn walk(node: &serde_json::Value, found: &mut Vec<String>) {
+        if let Some(name) = node.get("Relation Name").and_then(|n| n.as_str()) {
+            found.push(name.to_owned());
+        }
+        for child in node
+            .get("Plans")
+            .and_then(|p| p.as_array())
+            .into_iter()
+            .flatten()
+        {
+            walk(child, found);
+        }
+    }
+    let mut found = Vec::new();
+    walk(&plan[0]["Plan"], &mut found);
+    found.sort();
+    found
+}
+
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn reads_by_delivery_id_open_only_the_days_that_can_hold_it(pool: PgPool) {
+    // Ten days of history, partitioned by day since before them.
+    partitioned_since(&pool, 10).await;
+    let destination = Destination::start(vec![Scripted::status(200)]).await;
+    let app = spawn_app(pool.clone(), config(&destination.url)).await;
+    // One event a day, ids ascending with time as claims draw them, and a
+    // copy of each a day later; a rejection and a 409 for the status filter.
+    for day in (1..=9).rev() {
+        assert_eq!(
+            app.github_delivery(
+                "gh",
+                &format!("k{day}"),
+                &format!(r#"{{"day":{day}}}"#),
+                b"gh-secret"
+            )
+            .await,
+            200
+        );
+        sqlx::query(
+            "UPDATE deliveries SET received_at = (now() AT TIME ZONE 'UTC')::date - $1 + interval '12 hours'
+             WHERE id = (SELECT max(id) FROM deliveries)",
+        )
+        .bind(day)
+        .execute(&pool)
+        .await
+        .unwrap();
+    }
+    sqlx::query(
+        "UPDATE events e SET first_seen_at = d.received_at, last_seen_at = d.received_at
+         FROM deliveries d WHERE d.id = e.first_delivery_id",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    sqlx::query(
+        "INSERT INTO deliveries (source, received_at, outcome, http_status, verified, headers, body_size)
+         VALUES ('gh', now(), 'in_progress', 409, true, '{}', 0)",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    // The ten whole days before today are noted (the ninth and tenth
+    // empty).
+    sqlx::query("DELETE FROM history_id_ranges")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let noted: i32 = sqlx::query_scalar("SELECT history_id_ranges_note()")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(noted, 10, "ten whole days before today");
+
+    // A claim that began before midnight and committed after its day was
+    // noted: its id is past every noted range, its row in a noted day.
+    let straggler: i64 = sqlx::query_scalar(
+        "INSERT INTO deliveries (source, received_at, outcome, http_status, verified, headers, body_size)
+         VALUES ('gh', (now() AT TIME ZONE 'UTC')::date - 4 + interval '23 hours 59 minutes 59 seconds',
+                 'rejected', 401, false, '{}', 0)
+         RETURNING id",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    let id_of = |key: &'static str| {
+        let pool = pool.clone();
+        async move {
+            sqlx::query_scalar::<_, i64>("SELECT first_delivery_id FROM events WHERE idem_key = $1")
+                .bind(key)
+                .fetch_one(&pool)
+                .await
+                .unwrap()
+        }
+    };
+    let middle = id_of("k5").await;
+    let bounds: (
+        Option<chrono::DateTime<chrono::Utc>>,
+        Option<chrono::DateTime<chrono::Utc>>,
+    ) = sqlx::query_as("SELECT lo, hi FROM delivery_received_bounds($1)")
+        .bind(middle)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    let (lo, hi) = (bounds.0.unwrap(), bounds.1.unwrap());
+    assert_eq!(hi - lo, chrono::Duration::days(1), "one day holds it");
+    assert_eq!(
+        partitions_read(
+            &pool,
+            &format!(
+                "SELECT * FROM deliveries WHERE id = {middle} AND received_at >= '{lo}' AND received_at < '{hi}'"
+            )
+        )
+        .await,
+        vec![day_partition(&pool, "deliveries", 5).await],
+        "the read by id opens that day's partition only"
+    );
+
+    // Through the dashboard: the bounded read, the straggler found by the
+    // read anywhere after the bounded one missed, and a stranger id.
+    for (id, status) in [
+        (middle, 200),
+        (straggler, 200),
+        (id_of("k1").await, 200),
+        (987_654_321, 404),
+    ] {
+        let (got, body) = app.server_fn("delivery", &format!("id={id}")).await;
+        assert_eq!(got, status, "delivery {id}: {body}");
+        if status == 200 {
+            assert_eq!(body["row"]["id"], id);
+        }
+    }
+    let (got, body) = app.server_fn("deliveries", "filter[status]=4xx").await;
+    assert_eq!(got, 200, "{body}");
+    let statuses: Vec<i64> = body["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["http_status"].as_i64().unwrap())
+        .collect();
+    assert_eq!(
+        statuses,
+        vec![401, 409],
+        "the 4xx answers, newest first: {body}"
+    );
+    let newest: i64 = sqlx::query_scalar("SELECT id FROM deliveries WHERE http_status = 409")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    // A delivery received after the last noted day (today's).
+    let (got, body) = app.server_fn("delivery", &format!("id={newest}")).await;
+    assert_eq!((got, body["row"]["http_status"].as_i64()), (200, Some(409)));
+
+    // An event's story through its first seen time: a copy received a
+    // day later, and one whose statement began a moment before the claim's
+    // (it waited on the claim's row lock), are in its timeline.
+    let event: i64 = sqlx::query_scalar("SELECT id FROM events WHERE idem_key = 'k5'")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    sqlx::query(
+        "INSERT INTO deliveries (source, received_at, event_id, idem_key, outcome, http_status, verified, headers, body_size)
+         SELECT 'gh', e.first_seen_at + offs, e.id, 'k5', 'completed', 200, true, '{}', 0
+         FROM events e, unnest(ARRAY[interval '1 day', interval '-2 seconds']) offs WHERE e.id = $1",
+    )
+    .bind(event)
+    .execute(&pool)
+    .await
+    .unwrap();
+    let (got, body) = app.server_fn("event", &format!("id={event}")).await;
+    assert_eq!(got, 200, "{body}");
+    assert_eq!(body["deliveries_total"], 3, "{body}");
+    assert_eq!(body["deliveries_shown"], 3, "{body}");
+    assert_eq!(body["first_delivery"]["row"]["id"], middle);
 }
