@@ -204,15 +204,17 @@ async fn lease_on(
          ),
          -- Each destination's due dispatches by themselves: one's backlog is
          -- never walked through to find another's.
-         candidates AS (
+         candidates AS MATERIALIZED (
              -- An ordered destination's dispatch only while no other of its
              -- key is in flight and none received before it waits: one at a
              -- time, in receipt order. Its leases take turns on its gate
              -- (`lease_gated`), each in a snapshot after the last one's
              -- commit: one snapshot that missed a revive or a late claim of
              -- an earlier event never races another's.
-             (SELECT c.event_id, c.destination FROM runnable r, LATERAL (
-                  SELECT w.event_id, w.destination FROM dispatches w
+             (SELECT c.* FROM runnable r, LATERAL (
+                  SELECT w.event_id, w.destination, w.state, w.forwarder, w.next_attempt_at,
+                         w.lease_expires_at, w.state_changed_at
+                  FROM dispatches w
                   WHERE w.source = r.slug AND w.destination = r.destination
                     AND w.state IN ('queued', 'retrying') AND w.next_attempt_at <= now()
                     AND w.forwarder = 'workers'
@@ -226,32 +228,43 @@ async fn lease_on(
                               AND (q.event_id < w.event_id OR q.state = 'processing')))
                   ORDER BY w.next_attempt_at LIMIT $9) c)
              UNION ALL
-             (SELECT event_id, destination FROM dispatches
+             (SELECT event_id, destination, state, forwarder, next_attempt_at, lease_expires_at,
+                     state_changed_at FROM dispatches
               WHERE state = 'processing' AND lease_expires_at < now() - make_interval(secs => $6)
                 AND (source, destination) IN (SELECT slug, destination FROM runnable)
               ORDER BY lease_expires_at LIMIT $2)
              UNION ALL
-             (SELECT event_id, destination FROM dispatches
+             (SELECT event_id, destination, state, forwarder, next_attempt_at, lease_expires_at,
+                     state_changed_at FROM dispatches
               WHERE state = 'retrying' AND forwarder = 'request'
                 AND state_changed_at < now() - make_interval(secs => $5)
                 AND (source, destination) IN (SELECT slug, destination FROM runnable)
               ORDER BY state_changed_at LIMIT $2)
          ),
+         -- Each candidate is locked through its primary key, and only while
+         -- it is as the candidates saw it (a lease, a completion or a dead
+         -- letter that committed meanwhile changes one of these, and the
+         -- row is skipped). Its conditions name the candidate's values, not
+         -- constants, so no plan can reach the rows through the queue's
+         -- partial indexes: their statistics may say no dispatch waits (a
+         -- quiet queue's, or an empty table's) while a backlog of thousands
+         -- does, and such a plan joined each of them to every candidate
+         -- (a lease of 53 s; bench/README, "A lease planned for an empty
+         -- queue").
          locked AS (
-             SELECT event_id, destination, state = 'processing' AS taken_over,
-                    lease_owner AS lost_by, forwarder AS lost_forwarder,
-                    state_changed_at AS began FROM dispatches
-             WHERE (event_id, destination) IN (SELECT event_id, destination FROM candidates)
-               AND ((state IN ('queued', 'retrying') AND next_attempt_at <= now()
-                     AND forwarder = 'workers')
-                    OR (state = 'processing' AND lease_expires_at < now() - make_interval(secs => $6))
-                    OR (state = 'retrying' AND forwarder = 'request'
-                        AND state_changed_at < now() - make_interval(secs => $5)))
+             SELECT d.event_id, d.destination, d.state = 'processing' AS taken_over,
+                    d.lease_owner AS lost_by, d.forwarder AS lost_forwarder,
+                    d.state_changed_at AS began
+             FROM candidates c
+             JOIN dispatches d ON d.event_id = c.event_id AND d.destination = c.destination
+             WHERE d.state = c.state AND d.forwarder = c.forwarder
+               AND d.next_attempt_at = c.next_attempt_at AND d.state_changed_at = c.state_changed_at
+               AND d.lease_expires_at IS NOT DISTINCT FROM c.lease_expires_at
              -- A probe takes the dispatch that failed least: an event the
              -- application keeps refusing never holds the breaker open.
-             ORDER BY CASE WHEN $8 THEN attempt_count END, next_attempt_at
+             ORDER BY CASE WHEN $8 THEN d.attempt_count END, d.next_attempt_at
              LIMIT $2
-             FOR UPDATE SKIP LOCKED
+             FOR UPDATE OF d SKIP LOCKED
          ),
          leased AS (
              UPDATE dispatches p SET

@@ -522,6 +522,24 @@ async fn reads_by_delivery_id_open_only_the_days_that_can_hold_it(pool: PgPool) 
     let (got, body) = app.server_fn("delivery", &format!("id={newest}")).await;
     assert_eq!((got, body["row"]["http_status"].as_i64()), (200, Some(409)));
 
+    // The events are forwarded (their payloads read through each event),
+    // and an operator's re-delivery reads its stored request by id (five
+    // days old: an admin's, with a reason): the dedup layer answers
+    // completed and records the re-delivery.
+    app.drain().await;
+    assert_eq!(destination.count(), 9, "every event forwarded once");
+    let (got, body) = app
+        .server_fn(
+            "redeliver",
+            &format!("delivery_id={middle}&past_window_reason=checking%20day%205"),
+        )
+        .await;
+    assert_eq!(got, 200, "{body}");
+    assert_eq!(
+        (body["redelivered"].as_i64(), body["outcome"].as_str()),
+        (Some(middle), Some("completed"))
+    );
+
     // An event's story through its first seen time: a copy received a
     // day later, and one whose statement began a moment before the claim's
     // (it waited on the claim's row lock), are in its timeline.
@@ -540,7 +558,8 @@ async fn reads_by_delivery_id_open_only_the_days_that_can_hold_it(pool: PgPool) 
     .unwrap();
     let (got, body) = app.server_fn("event", &format!("id={event}")).await;
     assert_eq!(got, 200, "{body}");
-    assert_eq!(body["deliveries_total"], 3, "{body}");
-    assert_eq!(body["deliveries_shown"], 3, "{body}");
+    // With the operator's re-delivery above: four.
+    assert_eq!(body["deliveries_total"], 4, "{body}");
+    assert_eq!(body["deliveries_shown"], 4, "{body}");
     assert_eq!(body["first_delivery"]["row"]["id"], middle);
 }

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use replaysafe_core::db::MIGRATOR;
 use replaysafe_core::processing::worker::{Workers, POLL_INTERVAL};
-use sqlx::PgPool;
+use sqlx::{Connection, PgPool};
 use tokio_util::sync::CancellationToken;
 
 use crate::helpers::{lease_statements, spawn_app, test_config, Destination, Scripted, TestApp};
@@ -228,4 +228,85 @@ max_attempts = 1000
     let distinct: std::collections::HashSet<&String> = keys.iter().collect();
     assert_eq!((keys.len(), distinct.len()), (200, 200), "each event once");
     shutdown.cancel();
+}
+
+/// Issue 37: a lease's plan is made once per connection, from the
+/// statistics of that moment. A quiet queue's say no dispatch waits; when a
+/// backlog forms, a plan that reached the due rows through the queue's
+/// indexes joined each of them to every candidate (53 s a lease in
+/// bench/pipeline). The lease reaches rows through its candidates only:
+/// what it reads follows what it leases, not the backlog.
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn a_lease_reads_its_candidates_not_a_backlog_its_statistics_never_saw(pool: PgPool) {
+    crate::helpers::track_statements(&pool).await;
+    let app = spawn_app(
+        pool.clone(),
+        test_config(
+            "[[source]]\nslug = \"gh\"\nprovider = \"github\"\nsecrets = [\"gh-secret\"]\ndestination = \"http://127.0.0.1:9/unused\"\n",
+            &[],
+        ),
+    )
+    .await;
+    app.stop_serving();
+    // 20,000 events forwarded long ago, analyzed so: nothing waits.
+    sqlx::raw_sql(
+        "INSERT INTO events (id, source, idem_key, first_delivery_id, first_seen_at, last_seen_at)
+         SELECT g, 'gh', 'k' || g, g, now() - interval '1 hour', now() - interval '1 hour'
+         FROM generate_series(1, 20000) g;
+         INSERT INTO dispatches (event_id, destination, source, state, state_changed_at, completed_at,
+                                 attempt_count)
+         SELECT g, 'default', 'gh', 'completed', now() - interval '1 hour', now() - interval '1 hour', 1
+         FROM generate_series(1, 20000) g;
+         ANALYZE dispatches; ANALYZE events;",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    // Then all of them wait again (an operator's bulk re-delivery, say).
+    sqlx::query(
+        "UPDATE dispatches SET state = 'queued', completed_at = NULL,
+             next_attempt_at = now() - interval '1 second'",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    sqlx::query("SELECT pg_stat_statements_reset()")
+        .execute(&pool)
+        .await
+        .unwrap();
+    // As the workers lease: their own connection, generic plans.
+    let mut conn = sqlx::PgConnection::connect_with(
+        &(*pool.connect_options())
+            .clone()
+            .options([("plan_cache_mode", "force_generic_plan")]),
+    )
+    .await
+    .unwrap();
+    let runnable = app.workers().runnable();
+    let mut leased = 0;
+    for round in 0..5 {
+        let got = replaysafe_core::events::lease(&mut conn, &format!("w{round}"), 32, &runnable)
+            .await
+            .unwrap();
+        leased += got.len();
+    }
+    assert_eq!(leased, 5 * 32);
+    let (calls, buffers): (i64, i64) = sqlx::query_as(
+        "SELECT sum(calls)::bigint, sum(shared_blks_hit + shared_blks_read)::bigint
+         FROM pg_stat_statements
+         WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+           AND query LIKE 'WITH runnable AS%'",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(calls, 5);
+    // About a hundred pages for 32 leased (the candidates, their keys,
+    // their events, their payloads' days); the plan that walked the
+    // backlog read hundreds of thousands.
+    assert!(
+        buffers / calls < 5_000,
+        "a lease of 32 read {} pages with 20,000 waiting",
+        buffers / calls
+    );
 }
