@@ -17,6 +17,14 @@ use tokio::time::Instant;
 /// round trip.
 const IDLE_PING: Duration = Duration::from_millis(100);
 
+/// Its cached generic plans are dropped this often (`DISCARD PLANS`; the
+/// prepared statements stay) and made anew from the tables as they are
+/// then. A generic plan is made at a statement's first run: on a new
+/// database, from empty tables, and a plan for an empty table may scan the
+/// whole of it once it holds a backlog (bench/README, "A lease planned for
+/// an empty queue").
+pub const REPLAN: Duration = Duration::from_secs(5);
+
 pub struct OwnConnection {
     open: Option<PgConnection>,
     /// Whose connect options it opens with: the pool's, which follow the
@@ -27,6 +35,8 @@ pub struct OwnConnection {
     opened_with: Option<Arc<PgConnectOptions>>,
     /// When it last answered.
     used: Instant,
+    /// When its plans were last dropped (or it opened).
+    planned: Instant,
 }
 
 impl OwnConnection {
@@ -37,6 +47,7 @@ impl OwnConnection {
             pool: pool.clone(),
             opened_with: None,
             used: Instant::now(),
+            planned: Instant::now(),
         }
     }
 
@@ -62,6 +73,19 @@ impl OwnConnection {
                 }
             }
         }
+        if let Some(conn) = self.open.as_mut() {
+            if self.planned.elapsed() > REPLAN {
+                let discarded = tokio::time::timeout(
+                    super::ACQUIRE_TIMEOUT,
+                    sqlx::query("DISCARD PLANS").execute(&mut *conn),
+                )
+                .await;
+                if !matches!(discarded, Ok(Ok(_))) {
+                    self.open = None;
+                }
+                self.planned = Instant::now();
+            }
+        }
         if self.open.is_none() {
             let generic = (*options)
                 .clone()
@@ -75,6 +99,7 @@ impl OwnConnection {
             // closes the connection for the next statement to reconnect.
             self.open = Some(opened);
             self.opened_with = Some(options);
+            self.planned = Instant::now();
         }
         Ok(self.open.as_mut().expect("opened above"))
     }

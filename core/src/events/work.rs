@@ -211,7 +211,7 @@ async fn lease_on(
              -- (`lease_gated`), each in a snapshot after the last one's
              -- commit: one snapshot that missed a revive or a late claim of
              -- an earlier event never races another's.
-             (SELECT c.* FROM runnable r, LATERAL (
+             (SELECT c.*, r.lease_secs FROM runnable r, LATERAL (
                   SELECT w.event_id, w.destination, w.state, w.forwarder, w.next_attempt_at,
                          w.lease_expires_at, w.state_changed_at
                   FROM dispatches w
@@ -228,18 +228,18 @@ async fn lease_on(
                               AND (q.event_id < w.event_id OR q.state = 'processing')))
                   ORDER BY w.next_attempt_at LIMIT $9) c)
              UNION ALL
-             (SELECT event_id, destination, state, forwarder, next_attempt_at, lease_expires_at,
-                     state_changed_at FROM dispatches
-              WHERE state = 'processing' AND lease_expires_at < now() - make_interval(secs => $6)
-                AND (source, destination) IN (SELECT slug, destination FROM runnable)
-              ORDER BY lease_expires_at LIMIT $2)
+             (SELECT x.event_id, x.destination, x.state, x.forwarder, x.next_attempt_at,
+                     x.lease_expires_at, x.state_changed_at, r.lease_secs
+              FROM dispatches x JOIN runnable r ON r.slug = x.source AND r.destination = x.destination
+              WHERE x.state = 'processing' AND x.lease_expires_at < now() - make_interval(secs => $6)
+              ORDER BY x.lease_expires_at LIMIT $2)
              UNION ALL
-             (SELECT event_id, destination, state, forwarder, next_attempt_at, lease_expires_at,
-                     state_changed_at FROM dispatches
-              WHERE state = 'retrying' AND forwarder = 'request'
-                AND state_changed_at < now() - make_interval(secs => $5)
-                AND (source, destination) IN (SELECT slug, destination FROM runnable)
-              ORDER BY state_changed_at LIMIT $2)
+             (SELECT x.event_id, x.destination, x.state, x.forwarder, x.next_attempt_at,
+                     x.lease_expires_at, x.state_changed_at, r.lease_secs
+              FROM dispatches x JOIN runnable r ON r.slug = x.source AND r.destination = x.destination
+              WHERE x.state = 'retrying' AND x.forwarder = 'request'
+                AND x.state_changed_at < now() - make_interval(secs => $5)
+              ORDER BY x.state_changed_at LIMIT $2)
          ),
          -- Each candidate is locked through its primary key, and only while
          -- it is as the candidates saw it (a lease, a completion or a dead
@@ -254,7 +254,7 @@ async fn lease_on(
          locked AS (
              SELECT d.event_id, d.destination, d.state = 'processing' AS taken_over,
                     d.lease_owner AS lost_by, d.forwarder AS lost_forwarder,
-                    d.state_changed_at AS began
+                    d.state_changed_at AS began, c.lease_secs
              FROM candidates c
              JOIN dispatches d ON d.event_id = c.event_id AND d.destination = c.destination
              WHERE d.state = c.state AND d.forwarder = c.forwarder
@@ -270,11 +270,10 @@ async fn lease_on(
              UPDATE dispatches p SET
                  state = 'processing', state_changed_at = now(), forwarder = 'workers',
                  lease_owner = $1,
-                 lease_expires_at = now() + make_interval(secs => r.lease_secs),
+                 lease_expires_at = now() + make_interval(secs => locked.lease_secs),
                  attempt_count = p.attempt_count + 1
-             FROM locked, runnable r
+             FROM locked
              WHERE p.event_id = locked.event_id AND p.destination = locked.destination
-               AND r.slug = p.source AND r.destination = p.destination
              RETURNING p.event_id, p.destination, locked.taken_over, locked.lost_by,
                        locked.lost_forwarder, locked.began, p.source, p.attempt_count,
                        p.revived_at, p.forced_at,
