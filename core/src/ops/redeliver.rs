@@ -169,27 +169,22 @@ pub async fn redeliver(
             "the re-delivery was not recorded",
         )));
     };
-    let recorded = crate::db::history::by_delivery_id(&services.pool, recorded_id, |lo, hi| {
-        sqlx::query_as!(
-            Recorded,
-            r#"SELECT d.id, d.event_id, d.idem_key, d.outcome AS "outcome: Outcome", d.reject_reason,
-                      EXISTS (SELECT 1 FROM deliveries o
-                              WHERE o.event_id = d.event_id AND o.id < d.id
-                                AND o.received_at >= (SELECT event_history_starts(e.first_seen_at)
-                                                      FROM events e WHERE e.id = d.event_id))
-                          AS "revived!"
-               FROM deliveries d
-               WHERE d.id = $1
-                 AND d.received_at >= coalesce($2::timestamptz, '-infinity')
-                 AND d.received_at < coalesce($3::timestamptz, 'infinity')"#,
-            recorded_id,
-            lo as _,
-            hi as _
-        )
-        .fetch_optional(&services.pool)
-    })
-    .await?
-    .ok_or(sqlx::Error::RowNotFound)?;
+    // Recorded by this re-delivery a moment ago: in today's partition (or
+    // yesterday's, past midnight), with no lookup of where its id lies.
+    let recorded = sqlx::query_as!(
+        Recorded,
+        r#"SELECT d.id, d.event_id, d.idem_key, d.outcome AS "outcome: Outcome", d.reject_reason,
+                  EXISTS (SELECT 1 FROM deliveries o
+                          WHERE o.event_id = d.event_id AND o.id < d.id
+                            AND o.received_at >= (SELECT event_history_starts(e.first_seen_at)
+                                                  FROM events e WHERE e.id = d.event_id))
+                      AS "revived!"
+           FROM deliveries d
+           WHERE d.id = $1 AND d.received_at >= now() - interval '1 day'"#,
+        recorded_id
+    )
+    .fetch_one(&services.pool)
+    .await?;
     let requeued = recorded.outcome == Outcome::Claimed && recorded.revived;
     // Refused for one destination: its own dispatch's state says why
     // (the delivery's outcome is the event's, any destination's).
