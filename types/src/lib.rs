@@ -13,6 +13,7 @@ pub mod jobs;
 pub mod overview;
 pub mod reconcile;
 pub mod states;
+pub mod stream;
 pub mod time;
 pub mod tokens;
 

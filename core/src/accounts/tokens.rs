@@ -185,6 +185,19 @@ pub enum Target<'a> {
     Name(&'a str),
 }
 
+/// A token's role now, or None once it is revoked, expired or gone: for a
+/// request that outlives its first check (`GET /api/v1/events/stream`).
+pub async fn live_role(pool: &PgPool, id: i64) -> Result<Option<Role>, sqlx::Error> {
+    let role = sqlx::query_scalar!(
+        "SELECT role FROM api_tokens
+         WHERE id = $1 AND revoked_at IS NULL AND coalesce(expires_at > now(), true)",
+        id
+    )
+    .fetch_optional(pool)
+    .await?;
+    Ok(role.as_deref().and_then(Role::parse))
+}
+
 /// The caller a presented token stands for: 401 unless it is a live
 /// token. Its last use is recorded at most once a minute, so a busy
 /// script does not write a row per request.

@@ -454,6 +454,14 @@ pub(super) fn build(
 }
 
 /// `filter = "invoice.*"`, `filter = ["invoice.*", "charge.*"]`, or
+/// An event-type pattern as filters and `listen --type` read it: `*`
+/// crosses dots and slashes (`invoice.*` takes `invoice.payment.failed`).
+pub fn type_glob(pattern: &str) -> Result<globset::Glob, globset::Error> {
+    globset::GlobBuilder::new(pattern)
+        .literal_separator(false)
+        .build()
+}
+
 /// `filter = { types = [...], body = { "/data/object/livemode" = true } }`.
 fn filter(raw: toml::Value, key: &str, invalid: Invalid) -> Result<Filter, super::ConfigError> {
     let types_only = |list: Vec<toml::Value>| {
@@ -481,10 +489,7 @@ fn filter(raw: toml::Value, key: &str, invalid: Invalid) -> Result<Filter, super
         Some(list) => {
             let mut set = globset::GlobSetBuilder::new();
             for p in list {
-                let glob = globset::GlobBuilder::new(p)
-                    .literal_separator(false)
-                    .build()
-                    .map_err(|e| invalid(key, format!("{p:?}: {e}")))?;
+                let glob = type_glob(p).map_err(|e| invalid(key, format!("{p:?}: {e}")))?;
                 set.add(glob);
             }
             Some(set.build().map_err(|e| invalid(key, e.to_string()))?)

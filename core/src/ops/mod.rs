@@ -11,6 +11,7 @@ pub mod mask;
 pub mod overview;
 pub mod reconcile;
 pub mod redeliver;
+pub mod stream;
 pub mod tokens;
 
 pub use sqlx::PgPool;

@@ -99,18 +99,7 @@ pub async fn redeliver(
             }
         },
     };
-    let headers = match stored.headers {
-        serde_json::Value::Array(pairs) => pairs
-            .into_iter()
-            .filter_map(|pair| {
-                Some((
-                    pair.get(0)?.as_str()?.to_owned(),
-                    pair.get(1)?.as_str()?.to_owned(),
-                ))
-            })
-            .collect(),
-        _ => Vec::new(),
-    };
+    let headers = Inbound::stored_headers(&stored.headers);
     let inbound = Inbound {
         query: stored.query,
         headers,

@@ -290,6 +290,22 @@ pub struct Inbound {
 }
 
 impl Inbound {
+    /// A stored delivery's headers (`deliveries.headers`: `[[name, value], ...]`).
+    pub fn stored_headers(stored: &serde_json::Value) -> Vec<(String, String)> {
+        let serde_json::Value::Array(pairs) = stored else {
+            return Vec::new();
+        };
+        pairs
+            .iter()
+            .filter_map(|pair| {
+                Some((
+                    pair.get(0)?.as_str()?.to_owned(),
+                    pair.get(1)?.as_str()?.to_owned(),
+                ))
+            })
+            .collect()
+    }
+
     /// The first value of a header, by case-insensitive name.
     pub fn header(&self, name: &str) -> Option<&str> {
         self.headers

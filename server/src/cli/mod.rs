@@ -157,6 +157,18 @@ pub enum Command {
         #[command(flatten)]
         args: remote::ReconcileArgs,
     },
+    /// Send the events a running server claims from now on to a handler on
+    /// this machine, as replaysafe forwards them, one line each (over the
+    /// API; any role, bodies whole for an admin token only)
+    #[command(
+        after_help = "Example:\n  REPLAYSAFE_URL=https://hooks.example.com REPLAYSAFE_TOKEN=rs_... \\\n    replaysafe listen --source stripe --forward-to http://localhost:4242/webhooks"
+    )]
+    Listen {
+        #[command(flatten)]
+        target: remote::Target,
+        #[command(flatten)]
+        args: remote::ListenArgs,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -293,6 +305,9 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
         }
         Command::Reconcile { target, args } => {
             Ok(remote::run(target, remote::Command::Reconcile(args)).await?)
+        }
+        Command::Listen { target, args } => {
+            Ok(remote::run(target, remote::Command::Listen(args)).await?)
         }
         Command::Sources { target, action } => {
             Ok(remote::run(target, remote::Command::Sources(action)).await?)

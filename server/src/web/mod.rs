@@ -40,6 +40,8 @@ pub struct AppState {
     pub gauges_read: replaysafe_core::ops::overview::GaugesRead,
     /// The memory the receiver's bodies being read may take.
     pub body_budget: body::BodyBudget,
+    /// Cancelled once the server is shutting down (long-lived responses end).
+    pub ending: CancellationToken,
 }
 
 /// What a `serve` process answers besides health: everything, or nothing
@@ -231,6 +233,8 @@ pub struct Application {
     config: Arc<replaysafe_core::config::Config>,
     /// A dashboard's: it runs the bulk re-delivery jobs too.
     bulk_jobs: Option<Services>,
+    /// `AppState::ending`, cancelled with the shutdown.
+    ending: CancellationToken,
 }
 
 impl Application {
@@ -250,7 +254,9 @@ impl Application {
             body_budget: body::BodyBudget::new(config.max_body_memory_bytes, config.max_body_bytes),
             services,
             gauges_read: Default::default(),
+            ending: CancellationToken::new(),
         };
+        let ending = state.ending.clone();
         let bulk_jobs = (role == Role::Full).then(|| state.services.clone());
         let metrics = match config.metrics_listen {
             Some(at) => {
@@ -268,11 +274,18 @@ impl Application {
             metrics,
             config,
             bulk_jobs,
+            ending,
         })
     }
 
     /// Serves until `shutdown` is cancelled, then lets in-flight requests finish.
     pub async fn run(self, shutdown: CancellationToken) -> std::io::Result<()> {
+        let ending = self.ending.clone();
+        let end_streams = shutdown.clone();
+        tokio::spawn(async move {
+            end_streams.cancelled().await;
+            ending.cancel();
+        });
         let metrics = async {
             match self.metrics {
                 Some((l, router)) => {

@@ -35,4 +35,5 @@ mod replica;
 mod rest;
 mod sdk;
 mod sources;
+mod stream;
 mod wakeups;

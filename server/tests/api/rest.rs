@@ -75,7 +75,15 @@ pub(crate) async fn call_from(
     let response = request.send().await.unwrap();
     let status = response.status().as_u16();
     let headers = response.headers().clone();
-    let text = response.text().await.unwrap();
+    // A stream (`/events/stream`) never ends by itself: its answer is its status.
+    let streaming = headers
+        .get("content-type")
+        .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
+    let text = if streaming {
+        String::new()
+    } else {
+        response.text().await.unwrap()
+    };
     Answer {
         status,
         body: serde_json::from_str(&text).unwrap_or(Value::String(text)),
@@ -129,6 +137,7 @@ const ROUTES: &[(&str, &str, &str)] = &[
     ("post", "/deliveries/{id}/redeliver", "operator"),
     ("get", "/events", "viewer"),
     ("get", "/events/{id}", "viewer"),
+    ("get", "/events/stream", "viewer"),
     ("post", "/events/{id}/redeliver", "operator"),
     ("post", "/events/{id}/force", "admin"),
     ("post", "/events/{id}/dead-letter", "operator"),

@@ -171,6 +171,54 @@ impl Remote {
         self.send(Method::DELETE, url, None, None).await
     }
 
+    /// Opens a server-sent-events stream (`GET`, no overall timeout: it
+    /// lasts as long as the server sends; a silence longer than `quiet`
+    /// counts as a cut connection). `last_event_id` resumes it.
+    pub async fn stream(
+        &self,
+        path: &str,
+        query: &[(&str, String)],
+        last_event_id: Option<&str>,
+        quiet: std::time::Duration,
+    ) -> Result<reqwest::Response, RemoteError> {
+        let mut url = self.url(path)?;
+        {
+            let mut pairs = url.query_pairs_mut();
+            for (k, v) in query.iter().filter(|(_, v)| !v.is_empty()) {
+                pairs.append_pair(k, v);
+            }
+        }
+        let shown = url.to_string();
+        let http = reqwest::Client::builder()
+            .connect_timeout(std::time::Duration::from_secs(10))
+            .read_timeout(quiet)
+            .user_agent(concat!("replaysafe-cli/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| RemoteError::BadUrl(e.to_string()))?;
+        let mut request = http
+            .get(url)
+            .bearer_auth(&self.token)
+            .header(reqwest::header::ACCEPT, "text/event-stream");
+        if let Some(id) = last_event_id {
+            request = request.header("last-event-id", id);
+        }
+        let response = request.send().await.map_err(|e| RemoteError::Unreachable {
+            url: shown.clone(),
+            reason: e.to_string(),
+        })?;
+        let status = response.status();
+        if status.is_success() {
+            return Ok(response);
+        }
+        let retry_after = response
+            .headers()
+            .get(reqwest::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok());
+        let text = response.text().await.unwrap_or_default();
+        Err(refusal(status, retry_after, text))
+    }
+
     /// Sends, waiting out a 429 or 503 as its `Retry-After` says (a long
     /// list or `tail` must not die of the token's rate).
     async fn send<T: DeserializeOwned>(
@@ -237,25 +285,31 @@ impl Remote {
         if status.is_success() {
             return serde_json::from_str(&text).map_err(|e| RemoteError::Decode(e.to_string()));
         }
-        let body: Value = serde_json::from_str(&text).unwrap_or(Value::String(text.clone()));
-        let code = body["code"].as_str().unwrap_or("error").to_owned();
-        let detail = body["detail"]
-            .as_str()
-            .map(str::to_owned)
-            .unwrap_or_else(|| {
-                let reason = status.canonical_reason().unwrap_or("error");
-                if status == StatusCode::NOT_FOUND {
-                    "not found: is this a replaysafe server of this version?".into()
-                } else {
-                    reason.to_owned()
-                }
-            });
-        Err(RemoteError::Refused {
-            status: status.as_u16(),
-            code,
-            detail,
-            body: Box::new(body),
-            retry_after,
-        })
+        Err(refusal(status, retry_after, text))
+    }
+}
+
+/// A non-2xx answer as the error it is: the server's `{"code", "detail"}`,
+/// or the status's reason when the body is not the API's.
+fn refusal(status: StatusCode, retry_after: Option<u64>, text: String) -> RemoteError {
+    let body: Value = serde_json::from_str(&text).unwrap_or(Value::String(text.clone()));
+    let code = body["code"].as_str().unwrap_or("error").to_owned();
+    let detail = body["detail"]
+        .as_str()
+        .map(str::to_owned)
+        .unwrap_or_else(|| {
+            let reason = status.canonical_reason().unwrap_or("error");
+            if status == StatusCode::NOT_FOUND {
+                "not found: is this a replaysafe server of this version?".into()
+            } else {
+                reason.to_owned()
+            }
+        });
+    RemoteError::Refused {
+        status: status.as_u16(),
+        code,
+        detail,
+        body: Box::new(body),
+        retry_after,
     }
 }

@@ -10,6 +10,7 @@ mod client;
 mod deliveries;
 mod events;
 mod jobs;
+mod listen;
 mod output;
 mod overview;
 mod reconcile;
@@ -19,6 +20,7 @@ use clap::{Args, Subcommand};
 
 use client::Remote;
 pub use client::RemoteError;
+pub use listen::ListenArgs;
 pub use reconcile::ReconcileArgs;
 
 /// Where the server is and the token to call it with.
@@ -167,6 +169,7 @@ pub enum Command {
     Deliveries(DeliveriesAction),
     Sources(SourcesAction),
     Reconcile(reconcile::ReconcileArgs),
+    Listen(listen::ListenArgs),
 }
 
 pub async fn run(target: Target, command: Command) -> Result<(), RemoteError> {
@@ -181,6 +184,7 @@ pub async fn run(target: Target, command: Command) -> Result<(), RemoteError> {
         Command::Deliveries(action) => deliveries::run(&remote, action, json).await,
         Command::Sources(action) => sources::run(&remote, action, json).await,
         Command::Reconcile(args) => reconcile::run(&remote, args, json).await,
+        Command::Listen(args) => listen::run(&remote, args, json).await,
     }
 }
 

@@ -9,6 +9,7 @@
 
 mod limiter;
 mod routes;
+mod stream;
 
 use std::sync::Arc;
 
@@ -39,6 +40,11 @@ pub struct ApiState {
     /// Requests per token. A stranger's made-up tokens are counted per
     /// address instead (`Services::bad_credentials`).
     limiter: Arc<limiter::Limiter<i64>>,
+    /// Event streams open, per caller.
+    streams: Arc<stream::Streams>,
+    /// Cancelled when the server shuts down: streams end instead of
+    /// holding the shutdown for its grace.
+    ending: tokio_util::sync::CancellationToken,
 }
 
 #[derive(OpenApi)]
@@ -132,6 +138,8 @@ pub fn router(state: &AppState) -> Router {
         limiter: Arc::new(limiter::Limiter::new(
             state.services.config.api_requests_per_second,
         )),
+        streams: Default::default(),
+        ending: state.ending.clone(),
     };
     let (routes, doc) = OpenApiRouter::<ApiState>::with_openapi(ApiDoc::openapi())
         .merge(routes::router())

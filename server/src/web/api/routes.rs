@@ -46,6 +46,7 @@ pub fn router() -> OpenApiRouter<ApiState> {
         .routes(routes!(show_delivery))
         .routes(routes!(redeliver_delivery))
         .routes(routes!(list_events))
+        .routes(routes!(super::stream::stream_events))
         .routes(routes!(show_event))
         .routes(routes!(redeliver_event))
         .routes(routes!(force_event))
