@@ -5,6 +5,7 @@
 
 pub mod actions;
 pub mod alerts;
+pub mod capture;
 pub mod deliveries;
 pub mod events;
 pub mod mask;

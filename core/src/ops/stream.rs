@@ -227,7 +227,7 @@ pub async fn next(
             content_type: row.content_type,
             headers: row.headers,
         };
-        events.push((at, streamed(config, filter, stored)));
+        events.push((at, streamed(config, filter.masked, stored)));
     }
     // A full batch stops at its last row; otherwise everything below the
     // horizon has been read.
@@ -274,8 +274,8 @@ fn read_type(
 }
 
 /// An event as its destinations receive it (`processing::forward`), its
-/// body masked unless the filter says otherwise.
-fn streamed(config: &crate::config::Config, filter: &Filter, stored: Stored) -> StreamedEvent {
+/// body masked when `masked`.
+fn streamed(config: &crate::config::Config, masked: bool, stored: Stored) -> StreamedEvent {
     let headers = match config.source(&stored.source) {
         Some(source) => {
             crate::processing::forward::event_headers(source.provider, stored.headers.as_ref())
@@ -283,7 +283,7 @@ fn streamed(config: &crate::config::Config, filter: &Filter, stored: Stored) -> 
         None => Vec::new(),
     };
     let body = stored.body.map(|body| {
-        if filter.masked {
+        if masked {
             super::mask::Credentials::of(config, &stored.source)
                 .body(&body)
                 .unwrap_or(body)
@@ -301,8 +301,76 @@ fn streamed(config: &crate::config::Config, filter: &Filter, stored: Stored) -> 
         content_type: stored.content_type,
         headers,
         body_base64: body.map(|b| base64::engine::general_purpose::STANDARD.encode(b)),
-        masked: filter.masked,
+        masked,
     }
+}
+
+/// One stored event as its destinations receive it, for `replaysafe
+/// prove` (viewer; masked as the dashboard shows it unless the caller is
+/// an admin, whose read of the whole body is audit-logged).
+pub async fn forwarded_event(cx: &Cx, id: i64) -> Result<StreamedEvent, OpError> {
+    let caller = cx.require(Role::Viewer)?;
+    let masked = !caller.can(Role::Admin);
+    let event = read_event(&cx.services.pool, &cx.services.config, id, masked)
+        .await?
+        .ok_or_else(|| OpError::not_found("event"))?;
+    if !masked {
+        cx.audit(
+            caller,
+            "event.export",
+            Some(&id.to_string()),
+            "succeeded",
+            serde_json::json!({ "source": event.source }),
+        )
+        .await?;
+    }
+    Ok(event)
+}
+
+/// One stored event as its destinations receive it, read as is (the CLI
+/// on the database's own machine, whoever may read the database).
+pub async fn read_event(
+    pool: &PgPool,
+    config: &crate::config::Config,
+    id: i64,
+    masked: bool,
+) -> Result<Option<StreamedEvent>, sqlx::Error> {
+    let row = sqlx::query!(
+        r#"SELECT e.id, e.source, e.idem_key, e.event_type,
+                  e.first_seen_at AS "received_at: Time",
+                  d.body AS "body?", d.content_type AS "content_type?", d.headers AS "headers?"
+           FROM events e
+           LEFT JOIN LATERAL (
+               SELECT d.body, d.content_type, d.headers FROM deliveries d
+               WHERE d.id = e.first_delivery_id AND d.received_at >= e.first_seen_at
+               LIMIT 1
+           ) d ON true
+           WHERE e.id = $1"#,
+        id
+    )
+    .fetch_optional(pool)
+    .await?;
+    Ok(row.map(|row| {
+        let event_type = row.event_type.or_else(|| {
+            read_type(
+                config,
+                &row.source,
+                row.headers.as_ref(),
+                row.body.as_deref()?,
+            )
+        });
+        let stored = Stored {
+            id: row.id,
+            source: row.source,
+            key: row.idem_key,
+            event_type,
+            received_at: row.received_at,
+            body: row.body,
+            content_type: row.content_type,
+            headers: row.headers,
+        };
+        streamed(config, masked, stored)
+    }))
 }
 
 /// Whether the caller may still follow the stream, and whether bodies

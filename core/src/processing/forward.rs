@@ -47,6 +47,49 @@ pub fn sign(
     Some(standard::sign(&key, message_id, timestamp, body))
 }
 
+/// What replaysafe sends for an event, wherever it goes: a destination,
+/// `listen`'s local handler, `prove`'s.
+pub struct Outgoing<'a> {
+    pub message_id: &'a str,
+    /// `{slug}:{key}`.
+    pub idempotency_key: &'a str,
+    pub content_type: Option<&'a str>,
+    /// The provider's event headers that go on.
+    pub headers: &'a [(String, String)],
+    pub body: &'a [u8],
+    /// Signs it (Standard Webhooks) when set.
+    pub secret: Option<&'a str>,
+    pub user_agent: &'a str,
+}
+
+/// The request for `outgoing`, signed now.
+pub fn request(
+    client: &reqwest::Client,
+    url: impl reqwest::IntoUrl,
+    outgoing: &Outgoing<'_>,
+) -> reqwest::RequestBuilder {
+    let timestamp = chrono::Utc::now().timestamp();
+    let mut request = client
+        .post(url)
+        .header(
+            "content-type",
+            outgoing.content_type.unwrap_or("application/octet-stream"),
+        )
+        .header("idempotency-key", outgoing.idempotency_key)
+        .header("webhook-id", outgoing.message_id)
+        .header("webhook-timestamp", timestamp.to_string())
+        .header("user-agent", outgoing.user_agent);
+    if let Some(secret) = outgoing.secret {
+        if let Some(signature) = sign(secret, outgoing.message_id, timestamp, outgoing.body) {
+            request = request.header("webhook-signature", signature);
+        }
+    }
+    for (name, value) in outgoing.headers {
+        request = request.header(name, value);
+    }
+    request.body(outgoing.body.to_vec())
+}
+
 /// The stable message id the application sees in `webhook-id` across retries.
 pub fn message_id(event_id: i64) -> String {
     format!("msg_{event_id}")
@@ -91,40 +134,27 @@ pub async fn forward(
         return failed("nothing to forward: no destination or the payload was pruned".into());
     };
     let message_id = message_id(leased.event_id);
-    let timestamp = chrono::Utc::now().timestamp();
-    let mut request = client
-        .post(&destination.url)
-        .timeout(Duration::from_secs(destination.timeout_secs))
-        .header(
-            "content-type",
-            leased
-                .content_type
-                .as_deref()
-                .unwrap_or("application/octet-stream"),
-        )
-        .header(
-            "idempotency-key",
-            format!("{}:{}", source.slug, leased.idem_key),
-        )
-        .header("webhook-id", &message_id)
-        .header("webhook-timestamp", timestamp.to_string())
-        .header(
-            "user-agent",
-            concat!("replaysafe/", env!("CARGO_PKG_VERSION")),
-        );
-    if let Some(secret) = &destination.secret {
-        if let Some(signature) = sign(secret.expose(), &message_id, timestamp, body) {
-            request = request.header("webhook-signature", signature);
-        }
-    }
-    for (name, value) in event_headers(source.provider, leased.headers.as_ref()) {
-        request = request.header(name, value);
-    }
+    let idempotency_key = format!("{}:{}", source.slug, leased.idem_key);
+    let headers = event_headers(source.provider, leased.headers.as_ref());
+    let mut request = request(
+        client,
+        &destination.url,
+        &Outgoing {
+            message_id: &message_id,
+            idempotency_key: &idempotency_key,
+            content_type: leased.content_type.as_deref(),
+            headers: &headers,
+            body,
+            secret: destination.secret.as_ref().map(|s| s.expose()),
+            user_agent: concat!("replaysafe/", env!("CARGO_PKG_VERSION")),
+        },
+    )
+    .timeout(Duration::from_secs(destination.timeout_secs));
     // Set after the provider's headers, so no provider can claim it.
     if leased.forced {
         request = request.header(FORCED_HEADER, "true");
     }
-    let mut response = match request.body(body.to_vec()).send().await {
+    let mut response = match request.send().await {
         Ok(r) => r,
         // Before timeouts: a connect timeout (a host that drops packets) is
         // the destination being down too.

@@ -4,6 +4,7 @@
 pub mod alert;
 pub mod config_check;
 pub mod migrate;
+pub mod prove;
 pub mod prune;
 pub mod remote;
 pub mod seed;
@@ -169,6 +170,14 @@ pub enum Command {
         #[command(flatten)]
         args: remote::ListenArgs,
     },
+    /// Show whether a handler is idempotent: send one stored event to it
+    /// N times with the same Idempotency-Key, some at once and some in
+    /// sequence, and count its side effects with your check before and
+    /// after (exit 0 idempotent, 6 not, with the evidence)
+    #[command(
+        after_help = "Examples:\n  replaysafe prove --event 4217 --to http://localhost:4242/webhooks \\\n    --check 'psql -tAc \"select count(*) from orders\"'\n  replaysafe deliveries export 9120 --out captured.json   # admin, once\n  replaysafe prove --from-file captured.json --to http://localhost:4242/webhooks --check-url http://localhost:4242/orders/count"
+    )]
+    Prove(Box<prove::ProveArgs>),
 }
 
 #[derive(Subcommand, Debug)]
@@ -204,6 +213,13 @@ pub enum CliError {
     Alert(#[from] alert::AlertError),
     #[error("server error: {0}")]
     Serve(std::io::Error),
+    /// `prove` could not reach a verdict (the handler never accepted the
+    /// event, the check failed or did not move).
+    #[error("{0}")]
+    Prove(String),
+    /// `prove` found the handler not idempotent: the verdict, with its evidence.
+    #[error("{0}")]
+    NotIdempotent(String),
 }
 
 /// The process's exit codes (spec section 10), decided here alone.
@@ -241,6 +257,7 @@ impl CliError {
                 R::SomeRefused { .. } => exit::REFUSED,
                 R::Unfinished { .. } | R::Stopped(_) | R::Decode(_) | R::Io(_) => exit::ERROR,
             },
+            CliError::NotIdempotent(_) => exit::NOT_IDEMPOTENT,
             _ => exit::ERROR,
         }
     }
@@ -306,6 +323,7 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Reconcile { target, args } => {
             Ok(remote::run(target, remote::Command::Reconcile(args)).await?)
         }
+        Command::Prove(args) => prove::command(cli.config, *args).await,
         Command::Listen { target, args } => {
             Ok(remote::run(target, remote::Command::Listen(args)).await?)
         }

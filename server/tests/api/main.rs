@@ -27,6 +27,7 @@ mod poison;
 mod presets;
 mod processes;
 mod processing;
+mod prove;
 mod receiver;
 mod reconcile;
 mod reconcile_github;

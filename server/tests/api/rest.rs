@@ -138,6 +138,8 @@ const ROUTES: &[(&str, &str, &str)] = &[
     ("get", "/events", "viewer"),
     ("get", "/events/{id}", "viewer"),
     ("get", "/events/stream", "viewer"),
+    ("get", "/events/{id}/request", "viewer"),
+    ("get", "/deliveries/{id}/export", "admin"),
     ("post", "/events/{id}/redeliver", "operator"),
     ("post", "/events/{id}/force", "admin"),
     ("post", "/events/{id}/dead-letter", "operator"),

@@ -1,4 +1,4 @@
-//! `replaysafe deliveries list|show|tail` over the API.
+//! `replaysafe deliveries list|show|export|tail|redeliver` over the API.
 
 use replaysafe_types::time::shown_ms;
 use std::collections::BTreeSet;
@@ -53,6 +53,27 @@ pub async fn run(
         DeliveriesAction::Show { id } => {
             let detail: Value = remote.get(&format!("deliveries/{id}"), &[]).await?;
             output::json(&detail);
+            Ok(())
+        }
+        DeliveriesAction::Export { id, out } => {
+            let captured: replaysafe_types::stream::CapturedDelivery =
+                remote.get(&format!("deliveries/{id}/export"), &[]).await?;
+            let text = serde_json::to_string_pretty(&captured).expect("serialises") + "\n";
+            match out {
+                None => print!("{text}"),
+                Some(path) => {
+                    use std::io::Write as _;
+                    use std::os::unix::fs::OpenOptionsExt as _;
+                    std::fs::OpenOptions::new()
+                        .write(true)
+                        .create(true)
+                        .truncate(true)
+                        .mode(0o600)
+                        .open(&path)
+                        .and_then(|mut f| f.write_all(text.as_bytes()))?;
+                    eprintln!("delivery {id} written to {}", path.display());
+                }
+            }
             Ok(())
         }
         DeliveriesAction::Tail { source } => tail(remote, source, as_json).await,

@@ -75,7 +75,7 @@ pub async fn run(remote: &Remote, args: ListenArgs, json: bool) -> Result<(), Re
             })?;
             secret
         }
-        None => new_secret(),
+        None => super::new_secret(),
     };
     let query = [
         ("source", args.sources.join(",")),
@@ -164,15 +164,6 @@ fn decode<T: serde::de::DeserializeOwned>(data: &str) -> Result<T, RemoteError> 
     serde_json::from_str(data).map_err(|e| RemoteError::Decode(format!("{e}: {data}")))
 }
 
-/// A Standard Webhooks secret of 32 random bytes.
-fn new_secret() -> String {
-    let bytes: [u8; 32] = rand::random();
-    format!(
-        "whsec_{}",
-        base64::engine::general_purpose::STANDARD.encode(bytes)
-    )
-}
-
 fn announce(start: &StreamStart, target: &url::Url, secret: &str, json: bool) {
     let sources = if start.sources.is_empty() {
         "every source".to_owned()
@@ -217,34 +208,24 @@ async fn send(
         );
     };
     let message_id = forward::message_id(event.event_id);
-    let timestamp = chrono::Utc::now().timestamp();
-    let mut request = local
-        .post(target.clone())
-        .header(
-            "content-type",
-            event
-                .content_type
-                .as_deref()
-                .unwrap_or("application/octet-stream"),
-        )
-        .header("idempotency-key", &event.idempotency_key)
-        .header("webhook-id", &message_id)
-        .header("webhook-timestamp", timestamp.to_string())
-        .header(
-            "user-agent",
-            concat!("replaysafe-listen/", env!("CARGO_PKG_VERSION")),
-        );
-    if let Some(signature) = forward::sign(secret, &message_id, timestamp, &body) {
-        request = request.header("webhook-signature", signature);
-    }
-    for (name, value) in &event.headers {
-        request = request.header(name, value);
-    }
+    let request = forward::request(
+        local,
+        target.clone(),
+        &forward::Outgoing {
+            message_id: &message_id,
+            idempotency_key: &event.idempotency_key,
+            content_type: event.content_type.as_deref(),
+            headers: &event.headers,
+            body: &body,
+            secret: Some(secret),
+            user_agent: concat!("replaysafe-listen/", env!("CARGO_PKG_VERSION")),
+        },
+    );
     let started = Instant::now();
-    let answer = match request.body(body).send().await {
+    let answer = match request.send().await {
         Ok(response) => Ok(response.status().as_u16()),
         Err(e) if e.is_timeout() => Err(format!("timed out after {} s", HANDLER_TIMEOUT.as_secs())),
-        Err(e) => Err(format!("not sent: {}", root_cause(&e))),
+        Err(e) => Err(format!("not sent: {}", super::root_cause(&e))),
     };
     (answer, started.elapsed())
 }
@@ -277,12 +258,4 @@ fn print_sent(line: &StreamedEvent, answer: &Result<u16, String>, took: Duration
         line.key,
         line.event_type.as_deref().unwrap_or("-"),
     );
-}
-
-fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut cause = e;
-    while let Some(next) = cause.source() {
-        cause = next;
-    }
-    cause.to_string()
 }

@@ -18,7 +18,7 @@ mod sources;
 
 use clap::{Args, Subcommand};
 
-use client::Remote;
+pub use client::Remote;
 pub use client::RemoteError;
 pub use listen::ListenArgs;
 pub use reconcile::ReconcileArgs;
@@ -91,6 +91,16 @@ pub enum DeliveriesAction {
     List(deliveries::ListArgs),
     /// One delivery: outcome, headers and payload as the dashboard shows them
     Show { id: i64 },
+    /// A stored delivery whole, as JSON: every header as received and the
+    /// exact body in base64 (admin; audit-logged: it holds what the
+    /// dashboard masks). `replaysafe prove --from-file` sends it on
+    Export {
+        id: i64,
+        /// Write it to this file (created readable by its owner only)
+        /// instead of standard output
+        #[arg(long, value_name = "FILE")]
+        out: Option<std::path::PathBuf>,
+    },
     /// Follow new deliveries as they arrive, one line each
     Tail {
         #[arg(long)]
@@ -186,6 +196,26 @@ pub async fn run(target: Target, command: Command) -> Result<(), RemoteError> {
         Command::Reconcile(args) => reconcile::run(&remote, args, json).await,
         Command::Listen(args) => listen::run(&remote, args, json).await,
     }
+}
+
+/// A Standard Webhooks secret of 32 random bytes, for `listen` and `prove`.
+pub fn new_secret() -> String {
+    use base64::Engine as _;
+    let bytes: [u8; 32] = rand::random();
+    format!(
+        "whsec_{}",
+        base64::engine::general_purpose::STANDARD.encode(bytes)
+    )
+}
+
+/// The innermost cause of an error (reqwest's outer ones say only "error
+/// sending request").
+pub fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut cause = e;
+    while let Some(next) = cause.source() {
+        cause = next;
+    }
+    cause.to_string()
 }
 
 /// Query parameters, as the client sends them (empty values left out).

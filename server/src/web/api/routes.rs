@@ -18,6 +18,7 @@ use replaysafe_types::events::{
 use replaysafe_types::jobs::{BulkJob, JobResults};
 use replaysafe_types::overview::{BlockedKey, Overview, Window};
 use replaysafe_types::reconcile::{ReconcileFinding, ReconcileRequest, ReconcileRun};
+use replaysafe_types::stream::{CapturedDelivery, StreamedEvent};
 use replaysafe_types::tokens::TokenRow;
 use replaysafe_types::SourceSummary;
 
@@ -44,10 +45,12 @@ pub fn router() -> OpenApiRouter<ApiState> {
         .routes(routes!(reconcile_findings))
         .routes(routes!(list_deliveries))
         .routes(routes!(show_delivery))
+        .routes(routes!(export_delivery))
         .routes(routes!(redeliver_delivery))
         .routes(routes!(list_events))
         .routes(routes!(super::stream::stream_events))
         .routes(routes!(show_event))
+        .routes(routes!(event_request))
         .routes(routes!(redeliver_event))
         .routes(routes!(force_event))
         .routes(routes!(dead_letter_event))
@@ -279,6 +282,18 @@ async fn show_delivery(
     Ok(Json(ops::events::delivery_detail(&cx, id, p.reveal).await?))
 }
 
+/// A stored delivery whole: every header as received and the exact body
+/// (admin; audit-logged), as `replaysafe prove --from-file` reads it.
+#[utoipa::path(get, path = "/deliveries/{id}/export", tag = "deliveries",
+    params(("id" = i64, Path)),
+    responses((status = 200, body = CapturedDelivery), (status = 404, body = super::ErrorBody)))]
+async fn export_delivery(
+    ApiCx(cx): ApiCx,
+    ApiPath(id): ApiPath<i64>,
+) -> ApiResult<CapturedDelivery> {
+    Ok(Json(ops::capture::export_delivery(&cx, id).await?))
+}
+
 #[derive(Deserialize, ToSchema, Default)]
 struct RedeliverBody {
     /// Only for a delivery rejected for its timestamp: an admin's reason to
@@ -358,6 +373,17 @@ async fn show_event(
     ApiQuery(p): ApiQuery<RevealParams>,
 ) -> ApiResult<EventDetail> {
     Ok(Json(ops::events::event_detail(&cx, id, p.reveal).await?))
+}
+
+/// An event as its destinations receive it (body, content type, the
+/// headers forwarded, `Idempotency-Key`), for `replaysafe prove`: masked
+/// as the dashboard shows it unless the token is an admin's (then
+/// audit-logged).
+#[utoipa::path(get, path = "/events/{id}/request", tag = "events",
+    params(("id" = i64, Path)),
+    responses((status = 200, body = StreamedEvent), (status = 404, body = super::ErrorBody)))]
+async fn event_request(ApiCx(cx): ApiCx, ApiPath(id): ApiPath<i64>) -> ApiResult<StreamedEvent> {
+    Ok(Json(ops::stream::forwarded_event(&cx, id).await?))
 }
 
 /// Re-delivers an event (its stored delivery) through the dedup layer, as
