@@ -37,8 +37,11 @@ async fn open(app: &TestApp, token: &str, query: &str) -> (u16, Option<Messages>
     if status != 200 {
         return (status, None);
     }
-    let messages = response
-        .bytes_stream()
+    let chunks = futures_util::stream::unfold(response, |mut response| async move {
+        let chunk = response.chunk().await.transpose()?;
+        Some((chunk, response))
+    });
+    let messages = chunks
         .eventsource()
         .map(|m| m.map_err(|e| e.to_string()));
     (status, Some(Box::pin(messages)))

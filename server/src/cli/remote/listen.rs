@@ -109,7 +109,13 @@ pub async fn run(remote: &Remote, args: ListenArgs, json: bool) -> Result<(), Re
             }
             Err(e) => return Err(e),
         };
-        let mut messages = response.bytes_stream().eventsource();
+        // The body as a stream of chunks (reqwest's own needs a feature that
+        // brings a second wasm-streams into the tree).
+        let chunks = futures_util::stream::unfold(response, |mut response| async move {
+            let chunk = response.chunk().await.transpose()?;
+            Some((chunk, response))
+        });
+        let mut messages = Box::pin(chunks.eventsource());
         let cut = loop {
             let message = tokio::select! {
                 message = messages.next() => message,
