@@ -256,10 +256,19 @@ async fn lease_on(
                     d.lease_owner AS lost_by, d.forwarder AS lost_forwarder,
                     d.state_changed_at AS began, c.lease_secs
              FROM candidates c
-             JOIN dispatches d ON d.event_id = c.event_id AND d.destination = c.destination
-             WHERE d.state = c.state AND d.forwarder = c.forwarder
-               AND d.next_attempt_at = c.next_attempt_at AND d.state_changed_at = c.state_changed_at
-               AND d.lease_expires_at IS NOT DISTINCT FROM c.lease_expires_at
+             -- Looked up by primary key, one probe per candidate. No
+             -- condition here can drive a hash or merge join (`= ANY` and
+             -- `IS NOT DISTINCT FROM` are neither): a generic plan, not
+             -- knowing the LIMITs, takes the candidates for thousands and
+             -- joined them to the whole of dispatches on any equality it
+             -- was given (24 ms a lease at 60,000 queued, a quadratic merge
+             -- at 20,000; bench/README, "A lease that joined the whole queue").
+             JOIN dispatches d ON d.event_id = ANY (ARRAY[c.event_id])
+                              AND d.destination = ANY (ARRAY[c.destination])
+             WHERE (d.state, d.forwarder, d.next_attempt_at, d.state_changed_at,
+                    d.lease_expires_at)
+                   IS NOT DISTINCT FROM (c.state, c.forwarder, c.next_attempt_at,
+                                         c.state_changed_at, c.lease_expires_at)
              -- A probe takes the dispatch that failed least: an event the
              -- application keeps refusing never holds the breaker open.
              ORDER BY CASE WHEN $8 THEN d.attempt_count END, d.next_attempt_at
