@@ -41,9 +41,7 @@ async fn open(app: &TestApp, token: &str, query: &str) -> (u16, Option<Messages>
         let chunk = response.chunk().await.transpose()?;
         Some((chunk, response))
     });
-    let messages = chunks
-        .eventsource()
-        .map(|m| m.map_err(|e| e.to_string()));
+    let messages = chunks.eventsource().map(|m| m.map_err(|e| e.to_string()));
     (status, Some(Box::pin(messages)))
 }
 
