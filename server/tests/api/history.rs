@@ -437,11 +437,19 @@ async fn reads_by_delivery_id_open_only_the_days_that_can_hold_it(pool: PgPool) 
         .execute(&pool)
         .await
         .unwrap();
-    let noted: i32 = sqlx::query_scalar("SELECT history_id_ranges_note()")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
-    assert_eq!(noted, 10, "ten whole days before today");
+    // A day is noted an hour past its end: until 01:00 UTC, yesterday is not.
+    let (noted, whole_days): (i32, i32) = sqlx::query_as(
+        "SELECT history_id_ranges_note(),
+                CASE WHEN now() < date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'
+                                  + interval '1 hour' THEN 9 ELSE 10 END",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        noted, whole_days,
+        "the whole days before today, an hour past their end"
+    );
 
     // A claim that began before midnight and committed after its day was
     // noted: its id is past every noted range, its row in a noted day.
