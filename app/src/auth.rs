@@ -22,6 +22,24 @@ pub async fn login(
     ssr::login(username, password, next).await
 }
 
+/// Changes the signed-in person's own password: the current one checked as
+/// a sign-in is; every other session of theirs ends, this one goes on.
+#[server(endpoint = "password")]
+pub async fn change_password(
+    current: String,
+    new: String,
+    confirm: String,
+) -> Result<(), ServerFnError> {
+    ssr::change_password(current, new, confirm).await
+}
+
+/// Whether this session must choose its own password before anything else
+/// (it signed in with a one-time password an admin set).
+#[server(endpoint = "must-change-password")]
+pub async fn must_change_password() -> Result<bool, ServerFnError> {
+    ssr::must_change_password().await
+}
+
 #[server(endpoint = "logout")]
 pub async fn logout() -> Result<(), ServerFnError> {
     ssr::logout().await
@@ -34,7 +52,8 @@ pub mod ssr {
     use axum::extract::ConnectInfo;
     use leptos::prelude::*;
     use replaysafe_core::accounts::{
-        self, ClientAddr, PublicUrl, SignInLimits, PASSWORD_EPOCH_KEY, USER_KEY,
+        self, ClientAddr, PublicUrl, SignInLimits, MUST_CHANGE_PASSWORD_KEY, PASSWORD_EPOCH_KEY,
+        USER_KEY,
     };
     use replaysafe_core::error::OpError;
     use tower_sessions::Session;
@@ -128,6 +147,12 @@ pub mod ssr {
                 .insert(PASSWORD_EPOCH_KEY, signed.password_epoch)
                 .await
                 .map_err(unstarted)?;
+            if signed.must_change_password {
+                session
+                    .insert(MUST_CHANGE_PASSWORD_KEY, true)
+                    .await
+                    .map_err(unstarted)?;
+            }
             Ok::<_, ServerFnError>(())
         }
         .await;
@@ -140,8 +165,55 @@ pub mod ssr {
                 "server misconfigured: no public URL".into(),
             ))
         })?;
-        leptos_axum::redirect(&accounts::safe_next(&public.0, &next));
+        let next = if signed.must_change_password {
+            "/account".to_owned()
+        } else {
+            accounts::safe_next(&public.0, &next)
+        };
+        leptos_axum::redirect(&next);
         Ok(())
+    }
+
+    pub async fn must_change_password() -> Result<bool, ServerFnError> {
+        let session = session().await?;
+        Ok(session
+            .get::<bool>(MUST_CHANGE_PASSWORD_KEY)
+            .await
+            .ok()
+            .flatten()
+            .unwrap_or(false))
+    }
+
+    pub async fn change_password(
+        current: String,
+        new: String,
+        confirm: String,
+    ) -> Result<(), ServerFnError> {
+        let limits = use_context::<SignInLimits>().ok_or_else(|| {
+            fail(OpError::Misconfigured(
+                "server misconfigured: no sign-in limits".into(),
+            ))
+        })?;
+        let cx = crate::api::cx().await?;
+        let epoch =
+            replaysafe_core::ops::users::change_own_password(&cx, &limits, current, &new, &confirm)
+                .await
+                .map_err(fail)?;
+        // This session goes on under the new epoch (and a new id); every
+        // other one still holds the old epoch, and has ended.
+        let session = session().await?;
+        let kept = async {
+            session.cycle_id().await?;
+            session.insert(PASSWORD_EPOCH_KEY, epoch).await?;
+            session.remove::<bool>(MUST_CHANGE_PASSWORD_KEY).await?;
+            Ok::<_, tower_sessions::session::Error>(())
+        }
+        .await;
+        kept.map_err(|_| {
+            fail(OpError::Unavailable(
+                "your password changed; sign in again with it".into(),
+            ))
+        })
     }
 
     pub async fn logout() -> Result<(), ServerFnError> {

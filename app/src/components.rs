@@ -419,6 +419,22 @@ mod tests {
 
 /// Renders its children only for a signed-in user holding `role`. Hiding is
 /// a courtesy: every server function checks the role itself.
+/// A role to choose, in a form field named `role`; `label` names it for a
+/// screen reader where no visible label does.
+#[component]
+pub fn RoleSelect(
+    #[prop(default = Role::Viewer)] selected: Role,
+    #[prop(optional, into)] label: Option<String>,
+) -> impl IntoView {
+    view! {
+        <select name="role" aria-label=label>
+            {[Role::Viewer, Role::Operator, Role::Admin].into_iter().map(|r| view! {
+                <option value=r.as_str() selected=r == selected>{r.as_str()}</option>
+            }).collect_view()}
+        </select>
+    }
+}
+
 #[component]
 pub fn IfRole(role: Role, children: ChildrenFn) -> impl IntoView {
     let me = use_context::<Me>();

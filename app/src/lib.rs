@@ -15,6 +15,7 @@ use leptos_router::hooks::use_location;
 use leptos_router::{ParamSegment, SsrMode, StaticSegment};
 
 use crate::auth::{who_am_i, Caller, Logout};
+use crate::pages::account::AccountPage;
 use crate::pages::alerts::AlertsPage;
 use crate::pages::audit::AuditPage;
 use crate::pages::dead::DeadLettersPage;
@@ -25,6 +26,7 @@ use crate::pages::overview::OverviewPage;
 use crate::pages::reconcile::ReconcilePage;
 use crate::pages::sources::SourcesPage;
 use crate::pages::tokens::TokensPage;
+use crate::pages::users::UsersPage;
 
 /// The Content Security Policy of a dashboard page: its own scripts, the
 /// inline ones Leptos streams only with this response's nonce, wasm, its own
@@ -112,6 +114,8 @@ fn Layout() -> impl IntoView {
                     <Route path=StaticSegment("reconciliation") ssr=SsrMode::Async view=ReconcilePage/>
                     <Route path=StaticSegment("audit") ssr=SsrMode::Async view=AuditPage/>
                     <Route path=StaticSegment("tokens") ssr=SsrMode::Async view=TokensPage/>
+                    <Route path=StaticSegment("users") ssr=SsrMode::Async view=UsersPage/>
+                    <Route path=StaticSegment("account") ssr=SsrMode::Async view=AccountPage/>
                 </Routes>
             </main>
     }
@@ -135,10 +139,13 @@ fn TopBar(me: Me) -> impl IntoView {
                                 <A href="/reconciliation">"Reconciliation"</A>
                                 <A href="/alerts">"Alerts"</A>
                                 <A href="/audit">"Audit log"</A>
-                                {user.can(crate::auth::Role::Admin).then(|| view! { <A href="/tokens">"Tokens"</A> })}
+                                {user.can(crate::auth::Role::Admin).then(|| view! {
+                                    <A href="/tokens">"Tokens"</A>
+                                    <A href="/users">"Users"</A>
+                                })}
                             </nav>
                             <div class="whoami">
-                                <span data-testid="whoami">{user.username.clone()} " · " {user.role.as_str()}</span>
+                                <a href="/account" data-testid="whoami" title="Your account">{user.username.clone()} " · " {user.role.as_str()}</a>
                                 <ActionForm action=logout attr:class="inline">
                                     <button type="submit" class="link-button">"Sign out"</button>
                                 </ActionForm>

@@ -16,6 +16,7 @@ pub mod states;
 pub mod stream;
 pub mod time;
 pub mod tokens;
+pub mod users;
 
 use serde::{Deserialize, Serialize};
 
@@ -90,6 +91,13 @@ pub struct SourceSummary {
     pub paused_changed_at: Option<chrono::DateTime<chrono::Utc>>,
     /// Its destinations, in the config's order.
     pub destinations: Vec<DestinationSummary>,
+    /// The whole URL its provider posts to (`public_url` + `/hooks/{slug}`).
+    #[serde(default)]
+    pub receive_url: String,
+    /// What to paste where in the provider's settings, and which setting
+    /// of the source takes its secret.
+    #[serde(default)]
+    pub setup: String,
 }
 
 /// One destination of a source as the config names it (no secret).

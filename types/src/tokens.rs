@@ -27,3 +27,11 @@ pub struct TokenRow {
     pub revoked_at: Option<chrono::DateTime<chrono::Utc>>,
     pub state: crate::states::TokenState,
 }
+
+/// A token just made: the only time the token itself is shown.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct CreatedToken {
+    pub token: String,
+    pub row: TokenRow,
+}

@@ -10,6 +10,7 @@ pub mod jobs;
 pub mod overview;
 pub mod reconcile;
 pub mod tokens;
+pub mod users;
 
 use leptos::prelude::*;
 pub use replaysafe_types::*;

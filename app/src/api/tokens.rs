@@ -1,8 +1,8 @@
 //! API tokens (issue 16): what scripts, bots and the CLI call `/api/v1` with.
 //! A token holds a role like a person and is checked in the same place; what
-//! it does is audit-logged under its name. Created on the command line
-//! (`replaysafe token create`, printed once), listed and revoked there or on
-//! the Tokens page by an admin. Only a SHA-256 of a token is stored.
+//! it does is audit-logged under its name. Created, listed and revoked on
+//! the command line (`replaysafe token create`) or on the Tokens page by an
+//! admin; a token is shown once. Only a SHA-256 of a token is stored.
 
 #[cfg(feature = "ssr")]
 use crate::api::fail;
@@ -18,6 +18,33 @@ pub async fn list_tokens() -> Result<Vec<TokenRow>, ServerFnError> {
 #[server(endpoint = "token-revoke")]
 pub async fn revoke_token(id: i64) -> Result<TokenRow, ServerFnError> {
     ops::revoke(&crate::api::cx().await?, id)
+        .await
+        .map_err(fail)
+}
+
+/// Makes a token (admin): the answer is the only time it is shown.
+/// `expires_in_days`: 7, 30, 90, 365, or empty for never.
+#[server(endpoint = "token-create")]
+pub async fn create_token(
+    name: String,
+    role: String,
+    #[server(default)] expires_in_days: String,
+) -> Result<CreatedToken, ServerFnError> {
+    use replaysafe_core::error::OpError;
+    let role = replaysafe_types::auth::Role::parse(&role).ok_or_else(|| {
+        fail(OpError::BadRequest(
+            "a role is viewer, operator or admin".into(),
+        ))
+    })?;
+    let days = match expires_in_days.trim() {
+        "" | "never" => None,
+        text => Some(text.parse::<i64>().map_err(|_| {
+            fail(OpError::BadRequest(
+                "an expiry is a number of days, or never".into(),
+            ))
+        })?),
+    };
+    ops::create(&crate::api::cx().await?, &name, role, days)
         .await
         .map_err(fail)
 }

@@ -1,3 +1,4 @@
+pub mod account;
 pub mod alerts;
 pub mod audit;
 pub mod dead;
@@ -8,3 +9,4 @@ pub mod overview;
 pub mod reconcile;
 pub mod sources;
 pub mod tokens;
+pub mod users;

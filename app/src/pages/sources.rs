@@ -49,7 +49,7 @@ pub fn SourcesPage() -> impl IntoView {
                                 " table to the config file and restart."
                             </p>
                         }.into_any(),
-                        Ok(rows) => view! { <SourcesTable rows figures/> }.into_any(),
+                        Ok(rows) => view! { <SourcesTable rows=rows.clone() figures/> <Connect rows/> }.into_any(),
                         Err(e) => view! { <ErrorBox message=error_text(&e)/> }.into_any(),
                     }
                 })}
@@ -60,6 +60,66 @@ pub fn SourcesPage() -> impl IntoView {
                 })}
             </Transition>
         </section>
+    }
+}
+
+/// Where each provider posts, to paste into its settings, and what goes
+/// where.
+#[component]
+fn Connect(rows: Vec<SourceSummary>) -> impl IntoView {
+    view! {
+        <h2>"Connect a provider"</h2>
+        <p class="small">"Paste a source's receive URL into its provider's webhook settings; its secret goes in the source's table of the config file."</p>
+        <dl class="connect" data-testid="receive-urls">
+            {rows.into_iter().filter(|s| s.in_config).map(|s| {
+                let id = format!("receive-url-{}", s.slug);
+                view! {
+                    <dt><code>{s.slug.clone()}</code> " · " {s.provider.clone()}</dt>
+                    <dd data-slug=s.slug.clone()>
+                        <label class="visually-hidden" for=id.clone()>{format!("Receive URL of {}", s.slug)}</label>
+                        <input id=id class="receive-url" readonly value=s.receive_url.clone() size="60"/>
+                        <CopyButton text=s.receive_url.clone() label=format!("Copy the receive URL of {}", s.slug)/>
+                        <p class="small">{s.setup.clone()}</p>
+                    </dd>
+                }
+            }).collect_view()}
+        </dl>
+    }
+}
+
+/// Copies `text` to the clipboard; where the browser allows no clipboard
+/// (a page over plain http on another host), says to copy it by hand.
+#[component]
+fn CopyButton(text: String, label: String) -> impl IntoView {
+    let said = RwSignal::new("");
+    let copy = move |_| {
+        #[cfg(feature = "hydrate")]
+        {
+            let text = text.clone();
+            let navigator = window().navigator();
+            let has = js_sys::Reflect::get(&navigator, &"clipboard".into())
+                .map(|c| !c.is_undefined())
+                .unwrap_or(false);
+            if !has {
+                said.set("select it and copy by hand");
+                return;
+            }
+            let promise = navigator.clipboard().write_text(&text);
+            leptos::task::spawn_local(async move {
+                let done = wasm_bindgen_futures::JsFuture::from(promise).await;
+                said.set(if done.is_ok() {
+                    "copied"
+                } else {
+                    "select it and copy by hand"
+                });
+            });
+        }
+        #[cfg(not(feature = "hydrate"))]
+        let _ = &text;
+    };
+    view! {
+        <button type="button" class="secondary" aria-label=label on:click=copy>"Copy"</button>
+        <span class="muted small" role="status" data-testid="copied">{move || said.get()}</span>
     }
 }
 

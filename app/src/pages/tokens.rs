@@ -1,24 +1,50 @@
 use leptos::prelude::*;
 use replaysafe_types::time::shown;
 
-use crate::api::tokens::{list_tokens, RevokeToken, TokenRow};
+use crate::api::tokens::{list_tokens, CreateToken, CreatedToken, RevokeToken, TokenRow};
 use crate::components::*;
 
 /// API tokens (admin): who may call `/api/v1` and the CLI, with which role,
 /// when each was last used; revoking one refuses it from its next request.
-/// Tokens are made on the command line, where one is shown once.
+/// Made here or on the command line; a token is shown once, when made.
 #[component]
 pub fn TokensPage() -> impl IntoView {
     let revoke = ServerAction::<RevokeToken>::new();
-    let data = Resource::new(move || revoke.version().get(), |_| list_tokens());
+    let create = ServerAction::<CreateToken>::new();
+    let data = Resource::new(
+        move || (revoke.version().get(), create.version().get()),
+        |_| list_tokens(),
+    );
     view! {
         <section class="page">
             <h1>"API tokens"</h1>
             <p class="lede">
                 "Scripts, bots and the " <code>"replaysafe"</code> " command line call " <code>"/api/v1"</code>
-                " with one of these. Make one with " <code>"replaysafe token create --name N --role viewer|operator|admin"</code>
-                "; it is shown once. What a token does is in the audit log under its name."
+                " with one of these (or " <code>"replaysafe token create --name N --role viewer|operator|admin"</code>
+                "). A token is shown once, when it is made. What a token does is in the audit log under its name."
             </p>
+            <h2>"Make a token"</h2>
+            <ActionForm action=create attr:class="inline-form" attr:aria-label="Make a token">
+                <label>"Name" <input name="name" required maxlength="64" autocomplete="off" placeholder="ci-replays"/></label>
+                <label>"Role"
+                    <RoleSelect/>
+                </label>
+                <label>"Expires in"
+                    <select name="expires_in_days">
+                        <option value="7">"7 days"</option>
+                        <option value="30">"30 days"</option>
+                        <option value="90" selected>"90 days"</option>
+                        <option value="365">"1 year"</option>
+                        <option value="never">"never (not advised)"</option>
+                    </select>
+                </label>
+                <button type="submit" disabled=move || create.pending().get()>"Make token"</button>
+            </ActionForm>
+            {move || create.value().get().map(|r| match r {
+                Ok(made) => view! { <TokenShown made/> }.into_any(),
+                Err(e) => view! { <ErrorBox message=error_text(&e)/> }.into_any(),
+            })}
+            <h2>"Tokens"</h2>
             {move || revoke.value().get().map(|r| match r {
                 Ok(t) => view! { <p class="result ok" role="status">{format!("Token {} revoked.", t.name)}</p> }.into_any(),
                 Err(e) => view! { <ErrorBox message=error_text(&e)/> }.into_any(),
@@ -32,6 +58,22 @@ pub fn TokensPage() -> impl IntoView {
                 })}
             </Transition>
         </section>
+    }
+}
+
+/// A token just made, shown this once, with its expiry.
+#[component]
+fn TokenShown(made: CreatedToken) -> impl IntoView {
+    let expiry = made.row.expires_at.as_ref().map_or_else(
+        || "It never expires: revoke it when it is no longer needed.".to_owned(),
+        |t| format!("It expires {} UTC.", shown(t)),
+    );
+    view! {
+        <div class="result ok" role="status" data-testid="token-created">
+            <p>{format!("Token {} ({}) made. Copy it now: it is shown this once.", made.row.name, made.row.role)}</p>
+            <p><code class="secret" data-testid="token-value">{made.token}</code></p>
+            <p class="small">{expiry} " Use it as " <code>"REPLAYSAFE_TOKEN"</code> " or in " <code>"Authorization: Bearer …"</code> "."</p>
+        </div>
     }
 }
 

@@ -26,6 +26,9 @@ pub const USER_KEY: &str = "user_id";
 /// whose epoch is no longer the user's (the password changed) has ended.
 /// A session from before epochs holds none: epoch 0.
 pub const PASSWORD_EPOCH_KEY: &str = "password_epoch";
+/// The session key set when the user signed in with a one-time password:
+/// until they choose their own, the session reaches nothing but that.
+pub const MUST_CHANGE_PASSWORD_KEY: &str = "must_change_password";
 
 /// The client's address as the listener worked it out: the peer, or
 /// behind a trusted proxy the address its `X-Forwarded-For` names.

@@ -150,6 +150,9 @@ pub struct SignedIn {
     pub user: Caller,
     /// For the session, under `PASSWORD_EPOCH_KEY`.
     pub password_epoch: i32,
+    /// Signed in with a one-time password an admin set: for the session,
+    /// under `MUST_CHANGE_PASSWORD_KEY`.
+    pub must_change_password: bool,
     attempt_id: i64,
     address: String,
     bucket: String,
@@ -201,7 +204,7 @@ pub async fn check_sign_in(
         ));
     };
     let row = sqlx::query!(
-        "SELECT id, username, role, password_hash, disabled, password_epoch
+        "SELECT id, username, role, password_hash, disabled, password_epoch, must_change_password
          FROM users WHERE lower(username) = lower($1)",
         &username
     )
@@ -214,7 +217,7 @@ pub async fn check_sign_in(
             r.role,
             r.password_hash,
             r.disabled,
-            r.password_epoch,
+            (r.password_epoch, r.must_change_password),
         )
     });
     // An unknown name costs the same hash as a known one: timing tells nothing.
@@ -232,18 +235,19 @@ pub async fn check_sign_in(
     .await
     .unwrap_or(false);
     let user = match row {
-        Some((id, name, role, _, false, epoch)) if verified => Role::parse(&role).map(|role| {
-            let user = Caller {
-                id,
-                username: name,
-                role,
-                via: replaysafe_types::auth::Via::Session,
-            };
-            (user, epoch)
-        }),
+        Some((id, name, role, _, false, (epoch, must_change))) if verified => Role::parse(&role)
+            .map(|role| {
+                let user = Caller {
+                    id,
+                    username: name,
+                    role,
+                    via: replaysafe_types::auth::Via::Session,
+                };
+                (user, epoch, must_change)
+            }),
         _ => None,
     };
-    let Some((user, password_epoch)) = user else {
+    let Some((user, password_epoch, must_change_password)) = user else {
         throttle::end(pool, attempt_id, true).await?;
         audit_sign_in(pool, &username, None, address, &bucket, "failed").await?;
         return Err(OpError::Unauthorized("wrong username or password".into()));
@@ -251,6 +255,7 @@ pub async fn check_sign_in(
     Ok(SignedIn {
         user,
         password_epoch,
+        must_change_password,
         attempt_id,
         address: address.to_owned(),
         bucket,
@@ -288,6 +293,13 @@ pub async fn settle_sign_in(
         outcome,
     )
     .await?)
+}
+
+/// Ends a check of a signed-in user's current password before they change
+/// it (`check_sign_in`, so a wrong one is throttled and audited as a failed
+/// sign-in): not a sign-in, so no row of its own; the change is audited.
+pub async fn settle_password_check(pool: &sqlx::PgPool, signed: &SignedIn) -> Result<(), OpError> {
+    Ok(throttle::end(pool, signed.attempt_id, false).await?)
 }
 
 #[cfg(test)]

@@ -76,6 +76,7 @@ pub async fn create(
     role: Role,
     expires_in_secs: Option<i64>,
     by: Who<'_>,
+    from: Option<&str>,
 ) -> Result<(String, TokenRow), TokenError> {
     if !replaysafe_types::auth::valid_name(name) {
         return Err(TokenError::BadName);
@@ -121,7 +122,7 @@ pub async fn create(
             detail: Some(serde_json::json!({
                 "role": role.as_str(), "prefix": created.prefix, "expires_at": created.expires_at,
             })),
-            remote_addr: None,
+            remote_addr: from,
         },
     )
     .await?;

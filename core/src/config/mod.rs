@@ -563,6 +563,12 @@ pub fn telemetry_settings(explicit: Option<&Path>, serves: bool) -> crate::telem
     }
 }
 
+/// Where a source's provider posts: `base` (the public URL, or another
+/// address of this server) and `/hooks/{slug}`.
+pub fn receive_url(base: &str, slug: &str) -> String {
+    format!("{}/hooks/{slug}", base.trim_end_matches('/'))
+}
+
 impl Config {
     /// The configured source named `slug`.
     pub fn source(&self, slug: &str) -> Option<&SourceConfig> {

@@ -14,6 +14,7 @@ pub mod reconcile;
 pub mod redeliver;
 pub mod stream;
 pub mod tokens;
+pub mod users;
 
 pub use sqlx::PgPool;
 
@@ -71,7 +72,12 @@ impl Cx {
 /// Every configured source (and removed ones with history), no secrets.
 pub async fn sources(cx: &Cx) -> Result<Vec<SourceSummary>, OpError> {
     cx.require(Role::Viewer)?;
-    source_rows(&cx.services.reads.pool(), None).await
+    source_rows(
+        &cx.services.reads.pool(),
+        &cx.services.config.public_url,
+        None,
+    )
+    .await
 }
 
 /// A destination's whole URL, credentials and all, as this process's
@@ -104,13 +110,21 @@ pub async fn reveal_destination_url(
 /// One source, or 404.
 pub async fn source(cx: &Cx, slug: &str) -> Result<SourceSummary, OpError> {
     cx.require(Role::Viewer)?;
-    source_rows(&cx.services.pool, Some(slug))
-        .await?
-        .pop()
-        .ok_or_else(|| OpError::NotFound(format!("no source {slug:?}")))
+    source_rows(
+        &cx.services.pool,
+        &cx.services.config.public_url,
+        Some(slug),
+    )
+    .await?
+    .pop()
+    .ok_or_else(|| OpError::NotFound(format!("no source {slug:?}")))
 }
 
-async fn source_rows(pool: &PgPool, slug: Option<&str>) -> Result<Vec<SourceSummary>, OpError> {
+async fn source_rows(
+    pool: &PgPool,
+    public_url: &str,
+    slug: Option<&str>,
+) -> Result<Vec<SourceSummary>, OpError> {
     let rows = sqlx::query!(
         r#"SELECT slug, provider, mode, destination,
                   paused AS "paused!",
@@ -130,6 +144,10 @@ async fn source_rows(pool: &PgPool, slug: Option<&str>) -> Result<Vec<SourceSumm
     Ok(rows
         .into_iter()
         .map(|r| SourceSummary {
+            receive_url: crate::config::receive_url(public_url, &r.slug),
+            setup: crate::providers::find(&r.provider)
+                .map(|p| p.setup.to_owned())
+                .unwrap_or_default(),
             slug: r.slug,
             provider: r.provider,
             mode: r.mode,

@@ -24,6 +24,7 @@ use super::{
 
 pub const PROVIDER: Provider = Provider {
     name: "alipay",
+    setup: "Alipay Open Platform, your app: give the receive URL as the notify_url of your payment requests; Alipay's public key goes in this source's `public_key`.",
     build,
     // Alipay puts everything in the body.
     event_headers: &[],

@@ -12,6 +12,7 @@ use super::{
 
 pub const PROVIDER: Provider = Provider {
     name: "discord",
+    setup: "Discord Developer Portal, your application, General Information: paste the receive URL as the Interactions Endpoint URL (replaysafe answers Discord's PING); the application's Public Key goes in this source's `public_key`.",
     build,
     event_headers: &["x-discord-"],
     signature_headers: &["x-signature-ed25519"],

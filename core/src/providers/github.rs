@@ -12,6 +12,7 @@ use super::{
 
 pub const PROVIDER: Provider = Provider {
     name: "github",
+    setup: "The repository's (or organisation's) Settings, Webhooks, Add webhook: paste the receive URL as the Payload URL, set Content type to application/json, and type a long random Secret that you also put in this source's `secrets`.",
     build,
     event_headers: &["x-github-"],
     signature_headers: &["x-hub-signature-256", "x-hub-signature"],

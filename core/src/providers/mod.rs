@@ -79,6 +79,9 @@ pub enum Reconciler {
 pub struct Provider {
     /// Its name in the config (`provider = "..."`) and on the dashboard.
     pub name: &'static str,
+    /// What to paste where in the provider's own settings, and which
+    /// setting of the source takes its secret: the Sources page says it.
+    pub setup: &'static str,
     /// Builds a source's rules from its settings, once at start: a wrong
     /// setting fails then, not as 401s later.
     pub build: fn(&Settings) -> Result<Box<dyn Scheme>, SettingError>,

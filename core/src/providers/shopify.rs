@@ -13,6 +13,7 @@ use super::{
 
 pub const PROVIDER: Provider = Provider {
     name: "shopify",
+    setup: "Shopify admin, Settings, Notifications, Webhooks (or your app's webhook subscriptions): paste the receive URL; the signing key Shopify shows there (for an app, its API secret key) goes in this source's `secrets`.",
     build,
     event_headers: &["x-shopify-"],
     signature_headers: &["x-shopify-hmac-sha256"],

@@ -12,6 +12,7 @@ use super::{
 
 pub const PROVIDER: Provider = Provider {
     name: "slack",
+    setup: "api.slack.com/apps, your app: paste the receive URL as the Request URL under Event Subscriptions (and Interactivity, Slash Commands); the app's Signing Secret (Basic Information) goes in this source's `secrets`.",
     build,
     event_headers: &["x-slack-"],
     signature_headers: &["x-slack-signature", "x-slack-request-timestamp"],

@@ -31,6 +31,7 @@ use super::{
 
 pub const PROVIDER: Provider = Provider {
     name: "twilio",
+    setup: "Twilio Console, the phone number or service: paste the receive URL as its webhook exactly as `public_url` spells it (Twilio signs the URL); the account's Auth Token goes in this source's `secrets`.",
     build,
     event_headers: &["i-twilio-"],
     signature_headers: &["x-twilio-signature"],

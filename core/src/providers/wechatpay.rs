@@ -18,6 +18,7 @@ use super::{
 
 pub const PROVIDER: Provider = Provider {
     name: "wechatpay",
+    setup: "WeChat Pay merchant platform: give the receive URL as the notify_url of your orders; the platform certificates' public keys go in `platform_keys` and the APIv3 key in `api_v3_key`.",
     build,
     event_headers: &["wechatpay-"],
     signature_headers: &["wechatpay-signature", "wechatpay-serial"],

@@ -52,7 +52,7 @@ pub async fn run(config: &Config, args: SendArgs) -> Result<(), SendError> {
         .find(|s| s.slug == args.source)
         .ok_or_else(|| SendError::UnknownSource(args.source.clone()))?;
     let base = args.url.as_deref().unwrap_or(&config.public_url);
-    let url = format!("{}/hooks/{}", base.trim_end_matches('/'), source.slug);
+    let url = replaysafe_core::config::receive_url(base, &source.slug);
     let client = reqwest::Client::new();
     let run_id: u32 = rand::random();
     let jobs: Vec<(String, u32)> = (1..=args.events)

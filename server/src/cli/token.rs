@@ -66,7 +66,8 @@ pub async fn run(pool: &PgPool, action: TokenAction) -> Result<(), TokenError> {
                      --name {name}`) when it is no longer needed"
                 );
             }
-            let (token, row) = tokens::create(pool, &name, role, secs, Who::named(&actor)).await?;
+            let (token, row) =
+                tokens::create(pool, &name, role, secs, Who::named(&actor), None).await?;
             eprintln!(
                 "token {} ({}) created{}; it is shown this once:",
                 row.name,

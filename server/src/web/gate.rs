@@ -119,6 +119,25 @@ fn carries_session_cookie(headers: &HeaderMap) -> bool {
         .any(|c| c.is_ok_and(|c| c.name() == COOKIE))
 }
 
+/// Whether the session signed in with a one-time password an admin set.
+async fn must_change_password(session: &Session) -> bool {
+    session
+        .get::<bool>(replaysafe_core::accounts::MUST_CHANGE_PASSWORD_KEY)
+        .await
+        .ok()
+        .flatten()
+        .unwrap_or(false)
+}
+
+/// What a session that must choose its own password may reach: the page
+/// and the server functions that do it, and signing out.
+fn reached_before_a_new_password(path: &str) -> bool {
+    matches!(
+        path,
+        "/account" | "/api/password" | "/api/must-change-password" | "/api/logout" | "/api/me"
+    )
+}
+
 pub async fn gate(
     State(state): State<AppState>,
     session: Session,
@@ -178,6 +197,17 @@ pub async fn gate(
     }
     match user {
         Ok(Some(user)) => {
+            if must_change_password(&session).await && !reached_before_a_new_password(&path) {
+                return if path.starts_with("/api/") {
+                    (
+                        StatusCode::FORBIDDEN,
+                        "choose your own password first (/account)",
+                    )
+                        .into_response()
+                } else {
+                    Redirect::to("/account").into_response()
+                };
+            }
             // Server functions read it from here instead of asking again.
             request.extensions_mut().insert(user);
             next.run(request).await

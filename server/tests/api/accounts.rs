@@ -50,6 +50,7 @@ async fn every_page_and_server_function_checks_session_and_role(pool: PgPool) {
         replaysafe_types::auth::Role::Viewer,
         None,
         replaysafe_types::auth::Who::named("test"),
+        None,
     )
     .await
     .unwrap();

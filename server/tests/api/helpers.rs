@@ -636,6 +636,7 @@ pub async fn make_token(
         replaysafe_types::auth::Role::parse(role).unwrap(),
         expires_in_secs,
         replaysafe_types::auth::Who::named("test"),
+        None,
     )
     .await
     .unwrap()

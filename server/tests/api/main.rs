@@ -37,4 +37,5 @@ mod rest;
 mod sdk;
 mod sources;
 mod stream;
+mod users;
 mod wakeups;

@@ -21,6 +21,7 @@ async fn operator_token(app: &TestApp) -> String {
         replaysafe_types::auth::Role::Operator,
         None,
         replaysafe_types::auth::Who::named("test"),
+        None,
     )
     .await
     .unwrap()

@@ -21,6 +21,7 @@ use super::{
 
 pub const PROVIDER: Provider = Provider {
     name: "hmac",
+    setup: "Paste the receive URL where the provider asks for a webhook URL; the secret it gives you goes in this source's `secrets`, how it signs in `[source.signature]`.",
     build,
     // Its headers are the source's own: none is forwarded as the event's.
     event_headers: &[],

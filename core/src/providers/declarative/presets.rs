@@ -154,6 +154,10 @@ fn load(text: &str) -> Result<Vec<Preset>, String> {
         };
         presets.push(Preset {
             provider: Provider {
+                setup: forever(format!(
+                    "Where {} asks for a webhook URL, paste the receive URL; the signing secret it shows goes in this source's `secrets`.",
+                    raw.title
+                )),
                 name: forever(raw.name),
                 build: super::build,
                 event_headers: forever_list(raw.event_headers),
