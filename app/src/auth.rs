@@ -52,8 +52,7 @@ pub mod ssr {
     use axum::extract::ConnectInfo;
     use leptos::prelude::*;
     use replaysafe_core::accounts::{
-        self, ClientAddr, PublicUrl, SignInLimits, MUST_CHANGE_PASSWORD_KEY, PASSWORD_EPOCH_KEY,
-        USER_KEY,
+        self, ClientAddr, PublicUrl, SessionUser, SignInLimits, PASSWORD_EPOCH_KEY, USER_KEY,
     };
     use replaysafe_core::error::OpError;
     use tower_sessions::Session;
@@ -86,7 +85,7 @@ pub mod ssr {
     pub async fn caller_of(
         pool: &replaysafe_core::ops::PgPool,
         session: &Session,
-    ) -> Result<Option<Caller>, OpError> {
+    ) -> Result<Option<SessionUser>, OpError> {
         // The session store is the database: an error there is an outage,
         // not a stranger's cookie.
         let unavailable = |_: tower_sessions::session::Error| {
@@ -117,7 +116,10 @@ pub mod ssr {
             return Ok(Some(user));
         }
         let pool = services()?.pool;
-        caller_of(&pool, &session().await?).await.map_err(fail)
+        Ok(caller_of(&pool, &session().await?)
+            .await
+            .map_err(fail)?
+            .map(|u| u.caller))
     }
 
     pub async fn login(
@@ -147,12 +149,6 @@ pub mod ssr {
                 .insert(PASSWORD_EPOCH_KEY, signed.password_epoch)
                 .await
                 .map_err(unstarted)?;
-            if signed.must_change_password {
-                session
-                    .insert(MUST_CHANGE_PASSWORD_KEY, true)
-                    .await
-                    .map_err(unstarted)?;
-            }
             Ok::<_, ServerFnError>(())
         }
         .await;
@@ -175,13 +171,11 @@ pub mod ssr {
     }
 
     pub async fn must_change_password() -> Result<bool, ServerFnError> {
-        let session = session().await?;
-        Ok(session
-            .get::<bool>(MUST_CHANGE_PASSWORD_KEY)
+        let pool = services()?.pool;
+        Ok(caller_of(&pool, &session().await?)
             .await
-            .ok()
-            .flatten()
-            .unwrap_or(false))
+            .map_err(fail)?
+            .is_some_and(|u| u.must_change_password))
     }
 
     pub async fn change_password(
@@ -205,7 +199,6 @@ pub mod ssr {
         let kept = async {
             session.cycle_id().await?;
             session.insert(PASSWORD_EPOCH_KEY, epoch).await?;
-            session.remove::<bool>(MUST_CHANGE_PASSWORD_KEY).await?;
             Ok::<_, tower_sessions::session::Error>(())
         }
         .await;
@@ -219,7 +212,9 @@ pub mod ssr {
     pub async fn logout() -> Result<(), ServerFnError> {
         let pool = services()?.pool;
         let session = session().await?;
-        if let Some(user) = caller_of(&pool, &session).await.map_err(fail)? {
+        if let Some(SessionUser { caller: user, .. }) =
+            caller_of(&pool, &session).await.map_err(fail)?
+        {
             let address = remote_addr().await;
             accounts::record(
                 &pool,

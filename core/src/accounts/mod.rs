@@ -26,9 +26,6 @@ pub const USER_KEY: &str = "user_id";
 /// whose epoch is no longer the user's (the password changed) has ended.
 /// A session from before epochs holds none: epoch 0.
 pub const PASSWORD_EPOCH_KEY: &str = "password_epoch";
-/// The session key set when the user signed in with a one-time password:
-/// until they choose their own, the session reaches nothing but that.
-pub const MUST_CHANGE_PASSWORD_KEY: &str = "must_change_password";
 
 /// The client's address as the listener worked it out: the peer, or
 /// behind a trusted proxy the address its `X-Forwarded-For` names.
@@ -38,16 +35,19 @@ pub struct ClientAddr(pub std::net::IpAddr);
 
 /// The signed-in user of a session, if the account still exists, is
 /// enabled and has the password it signed in with: disabling a user or
-/// changing their password ends their sessions at once.
+/// changing their password ends their sessions at once. With it, whether
+/// they signed in with a one-time password an admin set and must choose
+/// their own before anything else (read here, with the user, on every
+/// request: the flag is the account's, not the session's).
 /// `user_id`, `password_epoch`: what the session holds under `USER_KEY` and
 /// `PASSWORD_EPOCH_KEY`.
 pub async fn user_of(
     pool: &sqlx::PgPool,
     user_id: i64,
     password_epoch: i32,
-) -> Result<Option<Caller>, sqlx::Error> {
+) -> Result<Option<SessionUser>, sqlx::Error> {
     let row = sqlx::query!(
-        "SELECT id, username, role FROM users
+        "SELECT id, username, role, must_change_password FROM users
          WHERE id = $1 AND NOT disabled AND password_epoch = $2",
         user_id,
         password_epoch
@@ -55,13 +55,23 @@ pub async fn user_of(
     .fetch_optional(pool)
     .await?;
     Ok(row.and_then(|r| {
-        Role::parse(&r.role).map(|role| Caller {
-            id: r.id,
-            username: r.username,
-            role,
-            via: replaysafe_types::auth::Via::Session,
+        Role::parse(&r.role).map(|role| SessionUser {
+            caller: Caller {
+                id: r.id,
+                username: r.username,
+                role,
+                via: replaysafe_types::auth::Via::Session,
+            },
+            must_change_password: r.must_change_password,
         })
     }))
+}
+
+/// A session's user, and whether they must choose their own password first.
+#[derive(Clone, Debug)]
+pub struct SessionUser {
+    pub caller: Caller,
+    pub must_change_password: bool,
 }
 
 /// The one role check, whoever calls (a session or a token): 401

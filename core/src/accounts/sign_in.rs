@@ -150,8 +150,8 @@ pub struct SignedIn {
     pub user: Caller,
     /// For the session, under `PASSWORD_EPOCH_KEY`.
     pub password_epoch: i32,
-    /// Signed in with a one-time password an admin set: for the session,
-    /// under `MUST_CHANGE_PASSWORD_KEY`.
+    /// Signed in with a one-time password an admin set: the sign-in leads
+    /// to `/account`, and the gate lets the session reach nothing else.
     pub must_change_password: bool,
     attempt_id: i64,
     address: String,

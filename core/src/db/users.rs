@@ -72,8 +72,9 @@ pub async fn add(
         .await
         .expect("hashing does not panic");
     let inserted: Option<i64> = sqlx::query_scalar!(
+        // Any conflict: the name, or one differing only in case (users_username_lower).
         "INSERT INTO users (username, password_hash, role) VALUES ($1, $2, $3)
-         ON CONFLICT (username) DO NOTHING RETURNING id",
+         ON CONFLICT DO NOTHING RETURNING id",
         username,
         &hash,
         role.as_str()
@@ -97,7 +98,7 @@ pub async fn add(
         // A new password ends the sessions signed in with the old one.
         "UPDATE users SET password_hash = $2, role = $3, password_epoch = password_epoch + 1,
                           must_change_password = false
-         WHERE username = $1",
+         WHERE lower(username) = lower($1)",
         username,
         &hash,
         role.as_str()
@@ -116,7 +117,11 @@ pub async fn add(
 
 pub async fn set_disabled(pool: &PgPool, username: &str, disabled: bool) -> Result<(), UserError> {
     let changed = sqlx::query!(
-        "UPDATE users SET disabled = $2 WHERE username = $1",
+        // Disabling moves the password epoch on: the sessions it ends stay
+        // ended when the user is enabled again.
+        "UPDATE users SET disabled = $2,
+                          password_epoch = password_epoch + CASE WHEN $2 THEN 1 ELSE 0 END
+         WHERE username = $1",
         username,
         disabled
     )
@@ -196,6 +201,8 @@ pub enum ChangeError {
     LastAdmin(String),
     #[error("you cannot disable your own account")]
     Yourself,
+    #[error("{0} changed meanwhile: look again")]
+    Changed(String),
     #[error(transparent)]
     User(#[from] UserError),
     #[error(transparent)]
@@ -207,7 +214,9 @@ impl From<ChangeError> for crate::error::OpError {
         use crate::error::OpError;
         match e {
             ChangeError::Unknown(_) => OpError::NotFound(e.to_string()),
-            ChangeError::LastAdmin(_) | ChangeError::Yourself => OpError::Conflict(e.to_string()),
+            ChangeError::LastAdmin(_) | ChangeError::Yourself | ChangeError::Changed(_) => {
+                OpError::Conflict(e.to_string())
+            }
             ChangeError::User(UserError::Db(e)) | ChangeError::Db(e) => OpError::database(e),
             ChangeError::User(UserError::Exists(_)) => OpError::Conflict(e.to_string()),
             ChangeError::User(_) => OpError::BadRequest(e.to_string()),
@@ -290,11 +299,11 @@ pub async fn create_one_time(
     let hash = hash(&password).await;
     let mut tx = pool.begin().await?;
     let id = sqlx::query_scalar!(
-        // Usernames sign in case-blind: one that differs only in case is taken.
+        // Usernames sign in case-blind: one that differs only in case is
+        // taken (users_username_lower), whoever made it first.
         "INSERT INTO users (username, password_hash, role, must_change_password)
-         SELECT $1, $2, $3, true
-         WHERE NOT EXISTS (SELECT 1 FROM users WHERE lower(username) = lower($1))
-         ON CONFLICT (username) DO NOTHING RETURNING id",
+         VALUES ($1, $2, $3, true)
+         ON CONFLICT DO NOTHING RETURNING id",
         username,
         &hash,
         role.as_str()
@@ -354,9 +363,12 @@ pub async fn reset_one_time(
 /// Locks every active admin's row, so two admins demoting or disabling
 /// each other at once are serialised: the second sees the first's change.
 async fn lock_active_admins(tx: &mut sqlx::PgConnection) -> Result<(), sqlx::Error> {
-    sqlx::query!("SELECT id FROM users WHERE role = 'admin' AND NOT disabled FOR UPDATE")
-        .fetch_all(tx)
-        .await?;
+    // In id order: two transactions lock them in one order, never crosswise.
+    sqlx::query!(
+        "SELECT id FROM users WHERE role = 'admin' AND NOT disabled ORDER BY id FOR UPDATE"
+    )
+    .fetch_all(tx)
+    .await?;
     Ok(())
 }
 
@@ -401,7 +413,7 @@ pub async fn set_role(
     .await?
     .rows_affected();
     if changed == 0 {
-        return Err(ChangeError::Unknown(id));
+        return Err(ChangeError::Changed(before.username));
     }
     audited(
         &mut tx,
@@ -439,7 +451,11 @@ pub async fn set_enabled(
         return Err(ChangeError::LastAdmin(before.username));
     }
     let changed = sqlx::query!(
-        "UPDATE users SET disabled = $2 WHERE id = $1 AND disabled = $3",
+        // Disabling moves the password epoch on, so the sessions it ends
+        // stay ended when the user is enabled again.
+        "UPDATE users SET disabled = $2,
+                          password_epoch = password_epoch + CASE WHEN $2 THEN 1 ELSE 0 END
+         WHERE id = $1 AND disabled = $3",
         id,
         !enabled,
         before.disabled
@@ -448,7 +464,7 @@ pub async fn set_enabled(
     .await?
     .rows_affected();
     if changed == 0 {
-        return Err(ChangeError::Unknown(id));
+        return Err(ChangeError::Changed(before.username));
     }
     let action = if enabled {
         "user.enable"

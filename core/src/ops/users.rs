@@ -128,6 +128,13 @@ pub async fn change_own_password(
             "your account changed; sign in again".into(),
         ));
     }
+    // The new password's hash takes the memory a sign-in's does: within the
+    // same few at once.
+    let Ok(_hashing) = limits.hashing.clone().try_acquire_owned() else {
+        return Err(OpError::TooManyRequests(
+            "too many passwords being checked at once; try again in a moment".into(),
+        ));
+    };
     users::change_own_password(
         &cx.services.pool,
         caller.who(),

@@ -13,7 +13,7 @@ use super::{
 
 pub const PROVIDER: Provider = Provider {
     name: "standard",
-    setup: "Where the sender (Svix, Resend, Clerk, any Standard Webhooks sender) asks for an endpoint URL, paste the receive URL; the endpoint's signing secret (whsec_...) goes in this source's `secrets`.",
+    setup: "Where the sender (Svix, Resend, Clerk, any Standard Webhooks sender) asks for an endpoint URL, paste the receive URL; the endpoint's signing secret (it starts with `whsec`) goes in this source's `secrets`.",
     build,
     // Standard Webhooks senders put everything in the body.
     event_headers: &[],

@@ -10,7 +10,7 @@ use super::{
 
 pub const PROVIDER: Provider = Provider {
     name: "stripe",
-    setup: "Stripe Dashboard, Developers, Webhooks, Add endpoint: paste the receive URL and choose the events; then reveal the endpoint's signing secret (whsec_...) and put it in this source's `secrets`.",
+    setup: "Stripe Dashboard, Developers, Webhooks, Add endpoint: paste the receive URL and choose the events; then reveal the endpoint's signing secret and put it in this source's `secrets`.",
     build,
     // Stripe puts everything in the body.
     event_headers: &[],

@@ -119,16 +119,6 @@ fn carries_session_cookie(headers: &HeaderMap) -> bool {
         .any(|c| c.is_ok_and(|c| c.name() == COOKIE))
 }
 
-/// Whether the session signed in with a one-time password an admin set.
-async fn must_change_password(session: &Session) -> bool {
-    session
-        .get::<bool>(replaysafe_core::accounts::MUST_CHANGE_PASSWORD_KEY)
-        .await
-        .ok()
-        .flatten()
-        .unwrap_or(false)
-}
-
 /// What a session that must choose its own password may reach: the page
 /// and the server functions that do it, and signing out.
 fn reached_before_a_new_password(path: &str) -> bool {
@@ -191,13 +181,16 @@ pub async fn gate(
     }
     if is_public(&path) {
         if let Ok(Some(user)) = user {
-            request.extensions_mut().insert(user);
+            request.extensions_mut().insert(user.caller);
         }
         return next.run(request).await;
     }
     match user {
-        Ok(Some(user)) => {
-            if must_change_password(&session).await && !reached_before_a_new_password(&path) {
+        Ok(Some(replaysafe_core::accounts::SessionUser {
+            caller: user,
+            must_change_password,
+        })) => {
+            if must_change_password && !reached_before_a_new_password(&path) {
                 return if path.starts_with("/api/") {
                     (
                         StatusCode::FORBIDDEN,

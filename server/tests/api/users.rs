@@ -468,3 +468,60 @@ async fn sources_say_their_receive_url_and_what_to_paste_where(pool: PgPool) {
         .unwrap();
     assert!(page.contains(&format!("http://{}/hooks/gh", app.addr)));
 }
+
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn a_disabled_users_sessions_stay_ended_when_they_are_enabled_again(pool: PgPool) {
+    let app = spawn_app(pool.clone(), config()).await;
+    let admin = app.session("admin").await;
+    let viewer = app.session("viewer").await;
+    let id = users_id(&pool, "viewer-user").await.to_string();
+    let toggle = |enabled: &'static str| {
+        let (app, admin, id) = (&app, admin.clone(), id.clone());
+        async move {
+            call(
+                app,
+                &admin,
+                "user-enabled",
+                &[("id", &id), ("enabled", enabled)],
+            )
+            .await
+            .0
+        }
+    };
+    assert_eq!(toggle("false").await, 200);
+    assert_eq!(call(&app, &viewer, "sources", &[]).await.0, 401);
+    assert_eq!(toggle("true").await, 200);
+    assert_eq!(
+        call(&app, &viewer, "sources", &[]).await.0,
+        401,
+        "a session ended by disabling stays ended"
+    );
+    assert_eq!(app.login("viewer-user", PASSWORD, None).await.0, 200);
+}
+
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn names_differing_only_in_case_are_one_name_even_made_at_once(pool: PgPool) {
+    let by = Who::named("test");
+    for round in 0..10 {
+        let (lower, upper) = (format!("case{round}"), format!("CASE{round}"));
+        let (a, b) = tokio::join!(
+            replaysafe_core::db::users::create_one_time(&pool, &lower, Role::Viewer, by, None),
+            replaysafe_core::db::users::create_one_time(&pool, &upper, Role::Viewer, by, None)
+        );
+        assert!(a.is_ok() ^ b.is_ok(), "round {round}: exactly one is made");
+    }
+    // The command line too.
+    replaysafe_core::db::users::add(&pool, "Frank", PASSWORD, Role::Viewer, false)
+        .await
+        .unwrap();
+    assert!(
+        replaysafe_core::db::users::add(&pool, "frank", PASSWORD, Role::Viewer, false)
+            .await
+            .is_err()
+    );
+    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM users WHERE lower(username) = 'frank'")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(n, 1);
+}
