@@ -1,6 +1,8 @@
 // The application replaysafe forwards to in the browser tests: it counts what
 // it receives per Idempotency-Key and answers by the key's name: "refuse-once"
-// gets 400 the first time only, "refuse" always 400 (dead letters), "poison"
+// gets 400 the first time only ("refuse-once-currency-BATCH" with the message
+// "invalid currency in batch BATCH for order N", N changing every time, so the
+// batch makes one incident), "refuse" always 400 (dead letters), "poison"
 // always 500 (retried until dead-lettered), "slow" waits 3 s, anything else 200. At /refuse-once every key gets 400 the first
 // time; requests there are counted apart, as `/refuse-once {key}`.
 import { createServer } from 'node:http';
@@ -54,6 +56,11 @@ createServer((req, res) => {
     if (req.headers['x-replaysafe-forced'] === 'true') forced.set(key, (forced.get(key) ?? 0) + 1);
     const answer = () => {
       const refuse = apart || key.includes('refuse-once') ? count === 1 : key.includes('refuse');
+      const batch = /currency-([a-z]+)/.exec(key);
+      if (refuse && batch) {
+        res.statusCode = 400;
+        return res.end(`invalid currency in batch ${batch[1]} for order ${1000 + received.size * 7}\nsee the docs`);
+      }
       if (refuse) { res.statusCode = 400; return res.end('refused by the e2e destination'); }
       if (key.includes('poison')) { res.statusCode = 500; return res.end('the e2e destination cannot take this one'); }
       res.end('ok');

@@ -21,6 +21,7 @@ use crate::pages::audit::AuditPage;
 use crate::pages::dead::DeadLettersPage;
 use crate::pages::deliveries::DeliveriesPage;
 use crate::pages::event::{DeliveryPage, EventPage};
+use crate::pages::incidents::{IncidentPage, IncidentsPage};
 use crate::pages::login::LoginPage;
 use crate::pages::overview::OverviewPage;
 use crate::pages::reconcile::ReconcilePage;
@@ -108,6 +109,8 @@ fn Layout() -> impl IntoView {
                     <Route path=(StaticSegment("deliveries"), ParamSegment("id")) ssr=SsrMode::Async view=DeliveryPage/>
                     <Route path=(StaticSegment("events"), ParamSegment("id")) ssr=SsrMode::Async view=EventPage/>
                     <Route path=StaticSegment("dead") ssr=SsrMode::Async view=DeadLettersPage/>
+                    <Route path=StaticSegment("incidents") ssr=SsrMode::Async view=IncidentsPage/>
+                    <Route path=(StaticSegment("incidents"), ParamSegment("id")) ssr=SsrMode::Async view=IncidentPage/>
                     <Route path=StaticSegment("sources") ssr=SsrMode::Async view=SourcesPage/>
                     <Route path=StaticSegment("login") ssr=SsrMode::Async view=LoginPage/>
                     <Route path=StaticSegment("alerts") ssr=SsrMode::Async view=AlertsPage/>
@@ -134,6 +137,7 @@ fn TopBar(me: Me) -> impl IntoView {
                             <nav aria-label="Main">
                                 <A href="/overview">"Overview"</A>
                                 <A href="/deliveries">"Deliveries"</A>
+                                <A href="/incidents">"Incidents"</A>
                                 <A href="/dead">"Dead letters"</A>
                                 <A href="/sources">"Sources"</A>
                                 <A href="/reconciliation">"Reconciliation"</A>

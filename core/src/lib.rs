@@ -30,6 +30,7 @@ pub mod config;
 pub mod db;
 pub mod error;
 pub mod events;
+pub mod incidents;
 pub mod jobs;
 pub mod ops;
 pub mod processing;

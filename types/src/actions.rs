@@ -52,6 +52,9 @@ pub struct DeadFilter {
     /// dispatches).
     #[serde(default)]
     pub destination: String,
+    /// The events of this incident (its "Re-deliver the affected events").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub incident: Option<i64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -9,6 +9,7 @@ pub mod alerts;
 pub mod auth;
 pub mod deliveries;
 pub mod events;
+pub mod incidents;
 pub mod jobs;
 pub mod overview;
 pub mod reconcile;

@@ -162,6 +162,23 @@ words! {
     }
 }
 
+words! {
+    /// An incident's state (`incidents.state`): failures of one kind at one
+    /// destination, open until someone acknowledges, resolves or ignores
+    /// it, or it resolves by itself.
+    pub enum IncidentState {
+        /// Failing, and nobody has said they are on it.
+        Open = "open",
+        /// Someone is on it.
+        Acknowledged = "acknowledged",
+        /// Over: by hand, or by itself after 10 minutes without a failure
+        /// of its kind while its destination answered 2xx.
+        Resolved = "resolved",
+        /// Known and accepted: it counts on and notifies nobody.
+        Ignored = "ignored",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -185,5 +202,10 @@ mod tests {
         words_read_back(JobState::ALL, JobState::as_str, JobState::parse);
         words_read_back(AlertState::ALL, AlertState::as_str, AlertState::parse);
         words_read_back(TokenState::ALL, TokenState::as_str, TokenState::parse);
+        words_read_back(
+            IncidentState::ALL,
+            IncidentState::as_str,
+            IncidentState::parse,
+        );
     }
 }

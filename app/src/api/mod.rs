@@ -6,6 +6,7 @@ pub mod actions;
 pub mod alerts;
 pub mod deliveries;
 pub mod events;
+pub mod incidents;
 pub mod jobs;
 pub mod overview;
 pub mod reconcile;

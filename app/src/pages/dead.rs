@@ -207,6 +207,7 @@ fn BulkRedeliver(source: Signal<String>, destination: Signal<String>) -> impl In
             to: value(to_in),
             reason: value(reason_in),
             destination: value(destination_in),
+            incident: None,
         };
         job.set(None);
         results.set(Vec::new());

@@ -4,6 +4,7 @@ pub mod audit;
 pub mod dead;
 pub mod deliveries;
 pub mod event;
+pub mod incidents;
 pub mod login;
 pub mod overview;
 pub mod reconcile;

@@ -80,6 +80,7 @@ pub async fn start(cx: &Cx, filter: &DeadFilter) -> Result<BulkJob, OpError> {
         to,
         reason,
         destination,
+        incident,
     } = crate::ops::actions::DeadBounds::of(filter)?;
     let mut tx = cx.services.pool.begin().await?;
     // Starts take turns, so the count of unfinished jobs holds.
@@ -100,12 +101,16 @@ pub async fn start(cx: &Cx, filter: &DeadFilter) -> Result<BulkJob, OpError> {
     let matching = sqlx::query!(
         r#"SELECT count(DISTINCT event_id) AS "n!", coalesce(max(event_id), 0) AS "up_to!"
            FROM dispatches p
-           WHERE dead_letter_matches(p, $1, $2::text::timestamptz, $3::text::timestamptz, $4, $5)"#,
+           WHERE dead_letter_matches(p, $1, $2::text::timestamptz, $3::text::timestamptz, $4, $5)
+             AND ($6::bigint IS NULL
+                  OR EXISTS (SELECT 1 FROM incident_events ie
+                             WHERE ie.incident_id = $6 AND ie.event_id = p.event_id))"#,
         source.as_deref(),
         from.as_deref(),
         to.as_deref(),
         reason.as_deref(),
-        destination.as_deref()
+        destination.as_deref(),
+        incident
     )
     .fetch_one(&mut *tx)
     .await?;
@@ -458,6 +463,7 @@ pub async fn begin_step(pool: &PgPool, id: i64, owner: &str) -> Result<Option<St
         to,
         reason,
         destination,
+        incident,
     } = crate::ops::actions::DeadBounds::of(&filter)?;
     // The same filter as `start`'s count (`dead_letter_matches`).
     let chosen = sqlx::query!(
@@ -471,7 +477,10 @@ pub async fn begin_step(pool: &PgPool, id: i64, owner: &str) -> Result<Option<St
                       SELECT 1 FROM dispatches p
                       WHERE p.event_id = e.id
                         AND dead_letter_matches(p, $4, $5::text::timestamptz,
-                                                $6::text::timestamptz, $7, $9))
+                                                $6::text::timestamptz, $7, $9)
+                        AND ($10::bigint IS NULL
+                             OR EXISTS (SELECT 1 FROM incident_events ie
+                                        WHERE ie.incident_id = $10 AND ie.event_id = p.event_id)))
                   AND NOT EXISTS (SELECT 1 FROM bulk_job_results r
                                   WHERE r.job_id = $1 AND r.event_id = e.id))
                ORDER BY id LIMIT $8),
@@ -488,7 +497,8 @@ pub async fn begin_step(pool: &PgPool, id: i64, owner: &str) -> Result<Option<St
         to.as_deref(),
         reason.as_deref(),
         BULK_STEP,
-        destination.as_deref()
+        destination.as_deref(),
+        incident
     )
     .fetch_all(&mut *tx)
     .await?;

@@ -1,6 +1,8 @@
 //! Per-minute figures (`minute_stats`) folded in from new deliveries and
 //! finished attempts, so the dashboard reads a few thousand small rows
-//! instead of scanning history. Any number of processes may run this: the
+//! instead of scanning history; and finished attempts grouped into
+//! incidents (`crate::incidents::fold`), off the claim's and the
+//! recorder's path. Any number of processes may run this: the
 //! progress row is locked for the fold, so each row is counted once.
 
 use std::collections::VecDeque;
@@ -16,6 +18,8 @@ pub const INTERVAL: Duration = Duration::from_millis(250);
 /// A row is folded in only once an id at least as high was seen this long
 /// ago, so that a statement that drew a lower id has committed by then.
 pub const SETTLE: Duration = Duration::from_secs(2);
+/// How often incidents that went quiet are resolved.
+const QUIET_CHECK_EVERY: Duration = Duration::from_secs(15);
 /// At most this many ids per fold, so catching up after downtime is a series
 /// of short statements, not one long one.
 const CHUNK: i64 = 20_000;
@@ -32,6 +36,7 @@ fn bucket_count() -> i32 {
 pub struct Folded {
     pub deliveries: u64,
     pub attempts: u64,
+    pub incidents: u64,
 }
 
 /// One table's highest ids as this process saw them over the last `SETTLE`,
@@ -66,6 +71,8 @@ impl Settling {
 pub struct Rollup {
     deliveries: Settling,
     attempts: Settling,
+    /// The attempts again, as the incidents' fold has taken them.
+    incidents: Settling,
 }
 
 impl Rollup {
@@ -82,9 +89,11 @@ impl Rollup {
         let now = Instant::now();
         self.deliveries.note(now, deliveries, settle);
         self.attempts.note(now, attempts, settle);
+        self.incidents.note(now, attempts, settle);
         Ok(Folded {
             deliveries: fold_deliveries(pool, &mut self.deliveries).await?,
-            attempts: fold_attempts(pool, &mut self.attempts).await?,
+            attempts: fold_finished(pool, Table::Attempts, &mut self.attempts).await?,
+            incidents: fold_finished(pool, Table::Incidents, &mut self.incidents).await?,
         })
     }
 }
@@ -101,6 +110,7 @@ pub async fn fold_all(pool: &PgPool) -> Result<Folded, sqlx::Error> {
         }
         total.deliveries += step.deliveries;
         total.attempts += step.attempts;
+        total.incidents += step.incidents;
     }
 }
 
@@ -109,6 +119,8 @@ pub async fn fold_all(pool: &PgPool) -> Result<Folded, sqlx::Error> {
 enum Table {
     Deliveries,
     Attempts,
+    /// Finished attempts into incidents (`crate::incidents::fold`).
+    Incidents,
 }
 
 impl Table {
@@ -117,6 +129,7 @@ impl Table {
         match self {
             Table::Deliveries => "deliveries",
             Table::Attempts => "attempts",
+            Table::Incidents => "incidents",
         }
     }
 }
@@ -147,12 +160,15 @@ async fn fold_range(
             Table::Deliveries => {
                 sqlx::query_file!("sql/fold_deliveries.sql", last_id, upto, bounds, buckets)
                     .execute(&mut *tx)
-                    .await?
+                    .await?;
             }
             Table::Attempts => {
                 sqlx::query_file!("sql/fold_attempts.sql", last_id, upto, bounds, buckets)
                     .execute(&mut *tx)
-                    .await?
+                    .await?;
+            }
+            Table::Incidents => {
+                crate::incidents::fold(&mut tx, last_id, upto).await?;
             }
         };
         sqlx::query!(
@@ -175,11 +191,15 @@ async fn fold_deliveries(pool: &PgPool, settling: &mut Settling) -> Result<u64, 
     fold_range(pool, Table::Deliveries, settling.ripe, settling).await
 }
 
-/// Attempts are folded in once finished; the fold stops below the oldest
-/// attempt still running (only a sync-mode attempt is written as it begins;
-/// a finished attempt stays finished, so reading that before taking the
-/// lock is safe).
-async fn fold_attempts(pool: &PgPool, settling: &mut Settling) -> Result<u64, sqlx::Error> {
+/// Attempts are folded in once finished (into `table`: the figures, or
+/// the incidents); the fold stops below the oldest attempt still running
+/// (only a sync-mode attempt is written as it begins; a finished attempt
+/// stays finished, so reading that before taking the lock is safe).
+async fn fold_finished(
+    pool: &PgPool,
+    table: Table,
+    settling: &mut Settling,
+) -> Result<u64, sqlx::Error> {
     if settling.ripe <= settling.folded {
         return Ok(0);
     }
@@ -188,12 +208,13 @@ async fn fold_attempts(pool: &PgPool, settling: &mut Settling) -> Result<u64, sq
             .fetch_one(pool)
             .await?;
     let target = open.map_or(settling.ripe, |open| settling.ripe.min(open - 1));
-    fold_range(pool, Table::Attempts, target, settling).await
+    fold_range(pool, table, target, settling).await
 }
 
 /// Folds every `INTERVAL` until shutdown; errors are logged and retried.
 pub async fn run(pool: PgPool, shutdown: CancellationToken) {
     let mut rollup = Rollup::default();
+    let mut quiet_checked = Instant::now();
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => return,
@@ -201,6 +222,16 @@ pub async fn run(pool: PgPool, shutdown: CancellationToken) {
         }
         if let Err(e) = rollup.step(&pool, SETTLE).await {
             tracing::warn!(error = %e, "rollup: could not fold new rows; retrying");
+        }
+        if quiet_checked.elapsed() >= QUIET_CHECK_EVERY {
+            quiet_checked = Instant::now();
+            match crate::incidents::resolve_quiet(&pool, crate::incidents::QUIET).await {
+                Ok(ids) if !ids.is_empty() => {
+                    tracing::info!(?ids, "incidents resolved by themselves")
+                }
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, "incidents: could not resolve quiet ones"),
+            }
         }
     }
 }

@@ -28,6 +28,7 @@ pub struct DeadBounds {
     pub to: Option<String>,
     pub reason: Option<String>,
     pub destination: Option<String>,
+    pub incident: Option<i64>,
 }
 
 impl DeadBounds {
@@ -40,6 +41,7 @@ impl DeadBounds {
             to: time_bound("to", &filter.to)?,
             reason: text(&filter.reason),
             destination: text(&filter.destination),
+            incident: filter.incident,
         })
     }
 }

@@ -8,6 +8,7 @@ pub mod alerts;
 pub mod capture;
 pub mod deliveries;
 pub mod events;
+pub mod incidents;
 pub mod mask;
 pub mod overview;
 pub mod reconcile;

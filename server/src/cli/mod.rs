@@ -143,6 +143,14 @@ pub enum Command {
         #[command(subcommand)]
         action: remote::JobsAction,
     },
+    /// Incidents on a running server (over its API): list, show, ack,
+    /// resolve, ignore, redeliver
+    Incidents {
+        #[command(flatten)]
+        target: remote::Target,
+        #[command(subcommand)]
+        action: remote::IncidentsAction,
+    },
     /// Sources on a running server (over its API): list, pause, resume
     Sources {
         #[command(flatten)]
@@ -319,6 +327,9 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
         }
         Command::Jobs { target, action } => {
             Ok(remote::run(target, remote::Command::Jobs(action)).await?)
+        }
+        Command::Incidents { target, action } => {
+            Ok(remote::run(target, remote::Command::Incidents(action)).await?)
         }
         Command::Reconcile { target, args } => {
             Ok(remote::run(target, remote::Command::Reconcile(args)).await?)

@@ -19,6 +19,7 @@ mod health;
 mod helpers;
 mod history;
 mod hostile;
+mod incidents;
 mod keys;
 mod model;
 mod ops;

@@ -146,6 +146,12 @@ const ROUTES: &[(&str, &str, &str)] = &[
     ("get", "/blocked-keys", "viewer"),
     ("get", "/dead-letters", "viewer"),
     ("post", "/dead-letters/redeliver", "operator"),
+    ("get", "/incidents", "viewer"),
+    ("get", "/incidents/{id}", "viewer"),
+    ("post", "/incidents/{id}/ack", "operator"),
+    ("post", "/incidents/{id}/resolve", "operator"),
+    ("post", "/incidents/{id}/ignore", "operator"),
+    ("post", "/incidents/{id}/redeliver", "operator"),
     ("get", "/jobs", "viewer"),
     ("get", "/jobs/{id}", "viewer"),
     ("delete", "/jobs/{id}", "operator"),
@@ -210,6 +216,14 @@ async fn every_documented_route_checks_the_token_and_its_role(pool: PgPool) {
         job.body
     );
     let job = job.body["id"].as_i64().unwrap();
+    // The dead event's refusals, grouped: an incident for its routes.
+    replaysafe_core::jobs::rollup::fold_all(&pool)
+        .await
+        .unwrap();
+    let incident: i64 = sqlx::query_scalar("SELECT id FROM incidents")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
     let silence: i64 = sqlx::query_scalar(
         "INSERT INTO alert_silences (rule, until, created_by, reason)
          VALUES ('backlog', now() + interval '1 hour', 'test', 'test') RETURNING id",
@@ -242,6 +256,7 @@ async fn every_documented_route_checks_the_token_and_its_role(pool: PgPool) {
                         Some("deliveries") => delivery,
                         Some("events") => event,
                         Some("jobs") => job,
+                        Some("incidents") => incident,
                         Some("alerts") => silence,
                         _ => victim_id,
                     }

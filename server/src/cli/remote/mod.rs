@@ -9,6 +9,7 @@ mod alerts;
 mod client;
 mod deliveries;
 mod events;
+mod incidents;
 mod jobs;
 mod listen;
 mod output;
@@ -170,12 +171,36 @@ pub enum JobsAction {
     Cancel { id: i64 },
 }
 
+#[derive(Subcommand, Debug)]
+pub enum IncidentsAction {
+    /// Incidents, newest first by their last failure
+    List {
+        /// open, acknowledged, resolved or ignored
+        #[arg(long)]
+        state: Option<String>,
+        #[arg(long)]
+        source: Option<String>,
+    },
+    /// An incident: a sample answer and its affected events
+    Show { id: i64 },
+    /// Say you are on it (operator)
+    Ack { id: i64 },
+    /// Close it by hand (operator); a later failure of its kind opens a new one
+    Resolve { id: i64 },
+    /// Keep it, counting, but notify nobody of it (operator)
+    Ignore { id: i64 },
+    /// Re-deliver its events that are dead at its destination, through the
+    /// dedup layer, and follow the job (operator)
+    Redeliver { id: i64 },
+}
+
 pub enum Command {
     Overview { window: String },
     Audit { limit: usize },
     Alerts(AlertsAction),
     Events(EventsAction),
     Jobs(JobsAction),
+    Incidents(IncidentsAction),
     Deliveries(DeliveriesAction),
     Sources(SourcesAction),
     Reconcile(reconcile::ReconcileArgs),
@@ -191,6 +216,7 @@ pub async fn run(target: Target, command: Command) -> Result<(), RemoteError> {
         Command::Alerts(action) => alerts::run(&remote, action, json).await,
         Command::Events(action) => events::run(&remote, action, json).await,
         Command::Jobs(action) => jobs::run(&remote, action, json).await,
+        Command::Incidents(action) => incidents::run(&remote, action, json).await,
         Command::Deliveries(action) => deliveries::run(&remote, action, json).await,
         Command::Sources(action) => sources::run(&remote, action, json).await,
         Command::Reconcile(args) => reconcile::run(&remote, args, json).await,

@@ -60,7 +60,7 @@ pub struct ApiState {
     modifiers(&Conventions),
     tags(
         (name = "sources"), (name = "deliveries"), (name = "events"),
-        (name = "dead letters"), (name = "audit"), (name = "tokens")
+        (name = "dead letters"), (name = "incidents"), (name = "audit"), (name = "tokens")
     )
 )]
 struct ApiDoc;

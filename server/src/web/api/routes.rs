@@ -15,6 +15,7 @@ use replaysafe_types::deliveries::{DeliveryFilter, DeliveryPage};
 use replaysafe_types::events::{
     DeadLetterPage, DeliveryDetail, EventDetail, EventFilter, EventPage,
 };
+use replaysafe_types::incidents::{Incident, IncidentDetail};
 use replaysafe_types::jobs::{BulkJob, JobResults};
 use replaysafe_types::overview::{BlockedKey, Overview, Window};
 use replaysafe_types::reconcile::{ReconcileFinding, ReconcileRequest, ReconcileRun};
@@ -57,6 +58,12 @@ pub fn router() -> OpenApiRouter<ApiState> {
         .routes(routes!(list_dead_letters))
         .routes(routes!(list_blocked_keys))
         .routes(routes!(redeliver_dead_letters))
+        .routes(routes!(list_incidents))
+        .routes(routes!(show_incident))
+        .routes(routes!(ack_incident))
+        .routes(routes!(resolve_incident))
+        .routes(routes!(ignore_incident))
+        .routes(routes!(redeliver_incident))
         .routes(routes!(list_jobs))
         .routes(routes!(show_job, cancel_job))
         .routes(routes!(job_results))
@@ -496,6 +503,7 @@ async fn list_dead_letters(
         to: utc(p.until),
         reason: p.reason.unwrap_or_default(),
         destination: p.destination.unwrap_or_default(),
+        incident: None,
     };
     Ok(Json(
         ops::events::dead_letters(&cx, &filter, p.before.zip(p.before_id)).await?,
@@ -611,8 +619,90 @@ async fn redeliver_dead_letters(
         to: utc(body.until),
         reason: body.reason,
         destination: body.destination,
+        incident: None,
     };
     let job = bulk_jobs::start(&cx, &filter).await?;
+    Ok((
+        StatusCode::ACCEPTED,
+        [(header::LOCATION, format!("/api/v1/jobs/{}", job.id))],
+        Json(job),
+    ))
+}
+
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+struct IncidentParams {
+    /// open, acknowledged, resolved or ignored.
+    state: Option<String>,
+    source: Option<String>,
+}
+
+/// Incidents, newest first by their last failure (at most 200): failing
+/// attempts grouped by source, destination, failure kind and the answer's
+/// first line (numbers, hex strings and UUIDs replaced). `count` is the
+/// events affected.
+#[utoipa::path(get, path = "/incidents", tag = "incidents", params(IncidentParams),
+    responses((status = 200, body = Vec<Incident>), (status = 400, body = super::ErrorBody)))]
+async fn list_incidents(
+    ApiCx(cx): ApiCx,
+    ApiQuery(p): ApiQuery<IncidentParams>,
+) -> ApiResult<Vec<Incident>> {
+    Ok(Json(
+        ops::incidents::list(&cx, p.state.as_deref(), p.source.as_deref()).await?,
+    ))
+}
+
+/// An incident, its newest affected events (100) and how many of them are
+/// dead at its destination now.
+#[utoipa::path(get, path = "/incidents/{id}", tag = "incidents", params(("id" = i64, Path)),
+    responses((status = 200, body = IncidentDetail), (status = 404, body = super::ErrorBody)))]
+async fn show_incident(ApiCx(cx): ApiCx, ApiPath(id): ApiPath<i64>) -> ApiResult<IncidentDetail> {
+    Ok(Json(ops::incidents::detail(&cx, id).await?))
+}
+
+/// Acknowledges an open incident (operator; audit-logged); 409 from any other state.
+#[utoipa::path(post, path = "/incidents/{id}/ack", tag = "incidents", params(("id" = i64, Path)),
+    responses((status = 200, body = Incident), (status = 404, body = super::ErrorBody),
+              (status = 409, body = super::ErrorBody)))]
+async fn ack_incident(ApiCx(cx): ApiCx, ApiPath(id): ApiPath<i64>) -> ApiResult<Incident> {
+    Ok(Json(
+        ops::incidents::apply(&cx, id, replaysafe_core::incidents::Move::Acknowledge).await?,
+    ))
+}
+
+/// Resolves an incident by hand (operator; audit-logged); 409 once resolved.
+/// A later failure of its kind opens a new one.
+#[utoipa::path(post, path = "/incidents/{id}/resolve", tag = "incidents", params(("id" = i64, Path)),
+    responses((status = 200, body = Incident), (status = 404, body = super::ErrorBody),
+              (status = 409, body = super::ErrorBody)))]
+async fn resolve_incident(ApiCx(cx): ApiCx, ApiPath(id): ApiPath<i64>) -> ApiResult<Incident> {
+    Ok(Json(
+        ops::incidents::apply(&cx, id, replaysafe_core::incidents::Move::Resolve).await?,
+    ))
+}
+
+/// Ignores an incident (operator; audit-logged): it stays, counts on and
+/// notifies nobody; 409 once resolved.
+#[utoipa::path(post, path = "/incidents/{id}/ignore", tag = "incidents", params(("id" = i64, Path)),
+    responses((status = 200, body = Incident), (status = 404, body = super::ErrorBody),
+              (status = 409, body = super::ErrorBody)))]
+async fn ignore_incident(ApiCx(cx): ApiCx, ApiPath(id): ApiPath<i64>) -> ApiResult<Incident> {
+    Ok(Json(
+        ops::incidents::apply(&cx, id, replaysafe_core::incidents::Move::Ignore).await?,
+    ))
+}
+
+/// Re-delivers the incident's events that are dead at its destination
+/// (operator): a bulk job (`202`, `Location` the job) with the incident's
+/// filter, each event through the same dedup guard as one re-delivery.
+#[utoipa::path(post, path = "/incidents/{id}/redeliver", tag = "incidents", params(("id" = i64, Path)),
+    responses((status = 202, body = BulkJob, headers(("Location" = String))),
+              (status = 404, body = super::ErrorBody), (status = 409, body = super::ErrorBody)))]
+async fn redeliver_incident(
+    ApiCx(cx): ApiCx,
+    ApiPath(id): ApiPath<i64>,
+) -> Result<(StatusCode, [(header::HeaderName, String); 1], Json<BulkJob>), ApiError> {
+    let job = ops::incidents::redeliver(&cx, id).await?;
     Ok((
         StatusCode::ACCEPTED,
         [(header::LOCATION, format!("/api/v1/jobs/{}", job.id))],
