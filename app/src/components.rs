@@ -419,6 +419,21 @@ mod tests {
 
 /// Renders its children only for a signed-in user holding `role`. Hiding is
 /// a courtesy: every server function checks the role itself.
+/// A counter that moves on every `every` while the page is open: a
+/// resource that reads it is read again that often.
+pub fn ticking(every: std::time::Duration) -> RwSignal<u64> {
+    let tick = RwSignal::new(0u64);
+    Effect::new(move |_| {
+        let handle = set_interval_with_handle(move || tick.update(|t| *t += 1), every).ok();
+        on_cleanup(move || {
+            if let Some(h) = handle {
+                h.clear();
+            }
+        });
+    });
+    tick
+}
+
 /// A role to choose, in a form field named `role`; `label` names it for a
 /// screen reader where no visible label does.
 #[component]

@@ -303,6 +303,20 @@ pub async fn list(
     source: Option<&str>,
     limit: i64,
 ) -> Result<Vec<Incident>, sqlx::Error> {
+    rows(pool, None, state, source, limit).await
+}
+
+pub async fn get(pool: &PgPool, id: i64) -> Result<Option<Incident>, sqlx::Error> {
+    Ok(rows(pool, Some(id), None, None, 1).await?.pop())
+}
+
+async fn rows(
+    pool: &PgPool,
+    id: Option<i64>,
+    state: Option<IncidentState>,
+    source: Option<&str>,
+    limit: i64,
+) -> Result<Vec<Incident>, sqlx::Error> {
     sqlx::query_as!(
         Incident,
         r#"SELECT id, source, destination, kind, fingerprint,
@@ -311,29 +325,16 @@ pub async fn list(
                   state_changed_at AS "state_changed_at: Time", state_changed_by,
                   sample_status, sample_response, sample_event_id
            FROM incidents
-           WHERE ($1::text IS NULL OR state = $1) AND ($2::text IS NULL OR source = $2)
+           WHERE ($1::bigint IS NULL OR id = $1)
+             AND ($2::text IS NULL OR state = $2) AND ($3::text IS NULL OR source = $3)
            ORDER BY last_seen_at DESC, id DESC
-           LIMIT $3"#,
+           LIMIT $4"#,
+        id,
         state.map(IncidentState::as_str),
         source,
         limit
     )
     .fetch_all(pool)
-    .await
-}
-
-pub async fn get(pool: &PgPool, id: i64) -> Result<Option<Incident>, sqlx::Error> {
-    sqlx::query_as!(
-        Incident,
-        r#"SELECT id, source, destination, kind, fingerprint,
-                  state AS "state: IncidentState", failures, affected_events AS count,
-                  first_seen_at AS "first_seen_at: Time", last_seen_at AS "last_seen_at: Time",
-                  state_changed_at AS "state_changed_at: Time", state_changed_by,
-                  sample_status, sample_response, sample_event_id
-           FROM incidents WHERE id = $1"#,
-        id
-    )
-    .fetch_optional(pool)
     .await
 }
 

@@ -15,15 +15,7 @@ const REFRESH: std::time::Duration = std::time::Duration::from_secs(15);
 pub fn AlertsPage() -> impl IntoView {
     let silence = ServerAction::<SilenceRule>::new();
     let unsilence = ServerAction::<EndSilence>::new();
-    let tick = RwSignal::new(0u64);
-    Effect::new(move |_| {
-        let handle = set_interval_with_handle(move || tick.update(|t| *t += 1), REFRESH).ok();
-        on_cleanup(move || {
-            if let Some(h) = handle {
-                h.clear();
-            }
-        });
-    });
+    let tick = ticking(REFRESH);
     let data = Resource::new(
         move || {
             (

@@ -13,20 +13,6 @@ use crate::components::*;
 /// How often the pages read incidents again.
 const REFRESH: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// A signal that ticks every `REFRESH` while the page is open.
-fn ticking() -> RwSignal<u64> {
-    let tick = RwSignal::new(0u64);
-    Effect::new(move |_| {
-        let handle = set_interval_with_handle(move || tick.update(|t| *t += 1), REFRESH).ok();
-        on_cleanup(move || {
-            if let Some(h) = handle {
-                h.clear();
-            }
-        });
-    });
-    tick
-}
-
 fn state_badge(state: IncidentState) -> &'static str {
     match state {
         IncidentState::Open => "badge badge-bad",
@@ -51,7 +37,7 @@ fn headline(i: &Incident) -> String {
 pub fn IncidentsPage() -> impl IntoView {
     let query = use_query_map();
     let state = move || query.with(|q| q.get("state").unwrap_or_default());
-    let tick = ticking();
+    let tick = ticking(REFRESH);
     let data = Resource::new(
         move || (state(), tick.get()),
         |(state, _)| list_incidents(state),
@@ -129,7 +115,7 @@ pub fn IncidentPage() -> impl IntoView {
     let id = move || params.with(|p| p.get("id").and_then(|v| v.parse::<i64>().ok()));
     let moved = ServerAction::<MoveIncident>::new();
     let redeliver = ServerAction::<RedeliverIncident>::new();
-    let tick = ticking();
+    let tick = ticking(REFRESH);
     let data = Resource::new(
         move || (id(), moved.version().get(), tick.get()),
         |(id, _, _)| async move {
