@@ -210,6 +210,22 @@ pub async fn resolve_quiet(
     .await
 }
 
+/// Deletes incidents resolved more than `retention_days` ago (their
+/// events go with them), at most `batch`; how many went.
+pub async fn prune(pool: &PgPool, retention_days: u32, batch: i64) -> Result<u64, sqlx::Error> {
+    Ok(sqlx::query!(
+        "DELETE FROM incidents WHERE id IN (
+             SELECT id FROM incidents
+             WHERE state = 'resolved' AND state_changed_at < now() - make_interval(days => $1)
+             ORDER BY id LIMIT $2)",
+        retention_days as i32,
+        batch
+    )
+    .execute(pool)
+    .await?
+    .rows_affected())
+}
+
 /// A move an operator makes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Move {

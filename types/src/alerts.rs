@@ -17,6 +17,8 @@ pub struct RuleSet {
     pub destination_failing: Option<FailingRule>,
     #[serde(default)]
     pub missed_events: Option<MissedEventsRule>,
+    #[serde(default)]
+    pub incident_opened: Option<IncidentRule>,
 }
 
 /// The duplicate rate of the last `window_minutes` above `ratio` times its
@@ -48,6 +50,13 @@ pub type SignatureRule = CountRule;
 /// Events the provider sent that reconciliation found never reached
 /// replaysafe (each counted once, when first found).
 pub type MissedEventsRule = CountRule;
+
+/// An incident of the source is open (neither acknowledged, resolved nor
+/// ignored) with at least `min_events` affected events.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct IncidentRule {
+    pub min_events: i64,
+}
 
 /// The oldest due event of a source that is not paused has waited longer
 /// than `oldest_due_minutes`.
@@ -98,6 +107,7 @@ impl Default for RuleSet {
                 window_minutes: 60,
                 threshold: 1,
             }),
+            incident_opened: Some(IncidentRule { min_events: 1 }),
         }
     }
 }
@@ -112,6 +122,7 @@ impl RuleSet {
             "signature_failures" => self.signature_failures.is_some(),
             "destination_failing" => self.destination_failing.is_some(),
             "missed_events" => self.missed_events.is_some(),
+            "incident_opened" => self.incident_opened.is_some(),
             _ => false,
         }
     }
@@ -131,13 +142,14 @@ impl AlertRules {
 }
 
 /// The rules' names, as alerts, the config and the channels call them.
-pub const RULES: [&str; 6] = [
+pub const RULES: [&str; 7] = [
     "duplicate_storm",
     "dead_letters",
     "backlog",
     "signature_failures",
     "destination_failing",
     "missed_events",
+    "incident_opened",
 ];
 
 /// A rule that holds for a source now.
@@ -164,6 +176,7 @@ pub fn title(rule: &str) -> &'static str {
         "signature_failures" => "Signature failures",
         "destination_failing" => "Destination failing",
         "missed_events" => "Missed events",
+        "incident_opened" => "Incident opened",
         _ => "Alert",
     }
 }
@@ -179,6 +192,7 @@ impl Condition {
             "dead_letters" => "See dead letters",
             "signature_failures" => "See the rejected deliveries",
             "missed_events" => "See the reconciliation",
+            "incident_opened" => "See the incident",
             _ => "See its deliveries",
         }
     }
@@ -248,6 +262,7 @@ mod tests {
             signature_failures: None,
             destination_failing: None,
             missed_events: None,
+            incident_opened: None,
         };
         for rule in RULES {
             assert!(all.has(rule), "{rule}");

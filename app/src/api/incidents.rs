@@ -42,7 +42,7 @@ pub async fn move_incident(id: i64, how: String) -> Result<Incident, ServerFnErr
 /// Re-delivers the incident's dead events through the dedup layer (operator).
 #[server(endpoint = "incident-redeliver")]
 pub async fn redeliver_incident(id: i64) -> Result<BulkJob, ServerFnError> {
-    ops::redeliver(&crate::api::cx().await?, id)
+    replaysafe_core::jobs::queue::start_for_incident(&crate::api::cx().await?, id)
         .await
         .map_err(fail)
 }

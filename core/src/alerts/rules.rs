@@ -210,6 +210,66 @@ pub async fn evaluate(
             }
         }
     }
+    // Incidents: the largest open one (neither acknowledged, resolved nor
+    // ignored) of each source with enough events, and how many are open.
+    let incident_rules: Vec<(String, i64)> = rules
+        .per_source
+        .iter()
+        .filter_map(|(s, r)| {
+            r.incident_opened
+                .as_ref()
+                .map(|i| (s.clone(), i.min_events))
+        })
+        .collect();
+    if !incident_rules.is_empty() {
+        let (sources, minimums): (Vec<String>, Vec<i64>) = incident_rules.into_iter().unzip();
+        let rows = sqlx::query!(
+            r#"SELECT DISTINCT ON (i.source)
+                      i.source AS "source!", i.id AS "id!", i.destination AS "destination!",
+                      i.kind AS "kind!", i.fingerprint AS "fingerprint!",
+                      i.affected_events AS "events!",
+                      i.first_seen_at AS "first_seen_at!: replaysafe_types::time::Time",
+                      count(*) OVER (PARTITION BY i.source) AS "open!"
+               FROM incidents i
+               JOIN unnest($1::text[], $2::bigint[]) AS r(source, min_events) ON r.source = i.source
+               WHERE i.state = 'open' AND i.affected_events >= r.min_events
+               ORDER BY i.source, i.affected_events DESC, i.id"#,
+            &sources,
+            &minimums
+        )
+        .fetch_all(pool)
+        .await?;
+        for r in rows {
+            let what = if r.fingerprint.is_empty() {
+                r.kind.clone()
+            } else {
+                format!("{} {}", r.kind, r.fingerprint)
+            };
+            let more = match r.open - 1 {
+                0 => String::new(),
+                n => format!(" (and {} more open)", counted(n, "incident", "incidents")),
+            };
+            found.push(condition(
+                "incident_opened",
+                &r.source,
+                format!(
+                    "{} answered {what} to {} since {} UTC{more}",
+                    r.destination,
+                    counted(r.events, "event", "events"),
+                    r.first_seen_at.format("%H:%M")
+                ),
+                &[
+                    ("open_incidents", r.open as f64),
+                    ("events", r.events as f64),
+                ],
+                if r.open == 1 {
+                    format!("/incidents/{}", r.id)
+                } else {
+                    "/incidents?state=open".to_owned()
+                },
+            ));
+        }
+    }
     if rules.per_source.values().any(|r| r.backlog.is_some()) {
         // Due as the overview and the metrics count it (`events::backlog`).
         let mut rows: std::collections::BTreeMap<String, Backlog> = Default::default();

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use replaysafe_types::alerts::{
-    AlertRules, BacklogRule, CountRule, FailingRule, RuleSet, StormRule,
+    AlertRules, BacklogRule, CountRule, FailingRule, IncidentRule, RuleSet, StormRule,
 };
 use serde::Deserialize;
 
@@ -33,6 +33,7 @@ pub(super) struct RawRules {
     signature_failures: Option<RawWindowed>,
     destination_failing: Option<RawFailing>,
     missed_events: Option<RawWindowed>,
+    incident_opened: Option<RawIncident>,
 }
 
 #[derive(Deserialize)]
@@ -67,6 +68,13 @@ struct RawFailing {
     enabled: Option<bool>,
     minutes: Option<u32>,
     min_attempts: Option<i64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawIncident {
+    enabled: Option<bool>,
+    min_events: Option<i64>,
 }
 
 #[derive(Deserialize)]
@@ -185,7 +193,7 @@ macro_rules! section {
         }
     })*};
 }
-section!(RawStorm, RawWindowed, RawBacklog, RawFailing);
+section!(RawStorm, RawWindowed, RawBacklog, RawFailing, RawIncident);
 
 /// A rule's section over what it had: absent, it keeps that; present, it
 /// turns the rule on with its values (over what it had, else the
@@ -324,6 +332,21 @@ pub(super) fn rules(
             &base.missed_events,
             &d.missed_events,
             |r, b| count_rule(r, b, &at_rule("missed_events"), invalid),
+        )?,
+        incident_opened: overlay(
+            &raw.incident_opened,
+            &base.incident_opened,
+            &d.incident_opened,
+            |r, b| {
+                Ok(IncidentRule {
+                    min_events: positive(
+                        invalid,
+                        &key("incident_opened", "min_events"),
+                        r.min_events,
+                        b.min_events,
+                    )?,
+                })
+            },
         )?,
     })
 }

@@ -68,6 +68,26 @@ async fn find(pool: &PgPool, id: i64) -> Result<BulkJob, OpError> {
     .ok_or_else(|| OpError::not_found("bulk job"))
 }
 
+/// Re-delivers an incident's events that are dead at its destination now
+/// (operator): a job with the incident's filter, each event through the
+/// same dedup guard as a single re-delivery.
+pub async fn start_for_incident(cx: &Cx, id: i64) -> Result<BulkJob, OpError> {
+    cx.require(Role::Operator)?;
+    let incident = crate::incidents::get(&cx.services.pool, id)
+        .await?
+        .ok_or_else(|| OpError::NotFound(format!("no incident has id {id}")))?;
+    start(
+        cx,
+        &DeadFilter {
+            source: incident.source,
+            destination: incident.destination,
+            incident: Some(id),
+            ..DeadFilter::default()
+        },
+    )
+    .await
+}
+
 /// Starts a job over the dead events matching `filter` now (operator;
 /// audit-logged). Refused beyond `JOB_MAX_EVENTS` events or
 /// `UNFINISHED_JOBS_MAX` unfinished jobs. Nothing matching: the job is

@@ -1,7 +1,7 @@
 //! Retention (spec section 8): deliveries, their payloads and attempts go
 //! after `retention_days`, idempotency keys after `dedup_ttl_days`; sign-in
-//! attempts that did not succeed (strangers' guesses) and finished bulk
-//! re-delivery jobs with the deliveries, the rest of the audit log after
+//! attempts that did not succeed (strangers' guesses), finished bulk
+//! re-delivery jobs and resolved incidents with the deliveries, the rest of the audit log after
 //! `audit_retention_days`. Deliveries and attempts retire a day at a time:
 //! a day's partition is dropped once the whole day is past retention
 //! (`db::history`), so a row stays up to a day longer than the setting.
@@ -28,6 +28,7 @@ pub struct Pruned {
     pub events: u64,
     pub audit: u64,
     pub bulk_jobs: u64,
+    pub incidents: u64,
     /// Partitions made ahead, dropped, and kept past retention.
     pub partitions_made: i32,
     pub partitions: crate::db::history::Retired,
@@ -178,6 +179,11 @@ pub async fn prune(
         retention_days as i32
     )
     .execute(pool)
+    .await?;
+    // Incidents resolved before the retention window, with the events they held.
+    pruned.incidents = in_batches(BATCH, || {
+        crate::incidents::prune(pool, retention_days, BATCH)
+    })
     .await?;
     // The sign-in throttle's counts past their window, of addresses not
     // tried since (one statement: a window's attempts are few).

@@ -2,13 +2,11 @@
 //! incidents`: listed and read by viewers, acknowledged, resolved and
 //! ignored by operators (audit-logged, refusals too), and their dead
 //! events re-delivered by the bulk job with the incident's filter, through
-//! the same dedup guard as any re-delivery. The states are
-//! `crate::incidents`'.
+//! the same dedup guard as any re-delivery (`jobs::queue::start_for_incident`).
+//! The states are `crate::incidents`'.
 
-use replaysafe_types::actions::DeadFilter;
 use replaysafe_types::auth::Role;
 use replaysafe_types::incidents::{Incident, IncidentDetail, INCIDENTS_LISTED};
-use replaysafe_types::jobs::BulkJob;
 use replaysafe_types::states::IncidentState;
 
 use crate::incidents::{self, Move, MoveError};
@@ -72,24 +70,4 @@ pub async fn apply(cx: &Cx, id: i64, how: Move) -> Result<Incident, OpError> {
         }
         Err(MoveError::Db(e)) => Err(OpError::database(e)),
     }
-}
-
-/// Re-delivers the incident's events that are dead at its destination now
-/// (operator): the bulk job with the incident's filter, each event through
-/// the same dedup guard as a single re-delivery.
-pub async fn redeliver(cx: &Cx, id: i64) -> Result<BulkJob, OpError> {
-    cx.require(Role::Operator)?;
-    let incident = incidents::get(&cx.services.pool, id)
-        .await?
-        .ok_or_else(|| OpError::NotFound(format!("no incident has id {id}")))?;
-    crate::jobs::queue::start(
-        cx,
-        &DeadFilter {
-            source: incident.source,
-            destination: incident.destination,
-            incident: Some(id),
-            ..DeadFilter::default()
-        },
-    )
-    .await
 }

@@ -69,7 +69,12 @@ oldest_due_minutes = 1
     let t = evaluate_once(&pool, &config).await.unwrap();
     assert_eq!(
         names(&t.fired),
-        ["dead_letters", "destination_failing", "signature_failures"]
+        [
+            "dead_letters",
+            "destination_failing",
+            "incident_opened",
+            "signature_failures"
+        ]
     );
     assert!(t.fired.iter().all(|(_, source)| source == "gh"));
     // Still holding: nothing new.
@@ -160,10 +165,30 @@ oldest_due_minutes = 1
         .await
         .unwrap();
     dead_letters_age_an_hour(&pool).await;
+    // The refusals' incident is not a window: someone acknowledges it.
+    let incidents: Vec<i64> = sqlx::query_scalar("SELECT id FROM incidents")
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+    for id in incidents {
+        replaysafe_core::incidents::apply(
+            &pool,
+            id,
+            replaysafe_core::incidents::Move::Acknowledge,
+            "oncall",
+        )
+        .await
+        .unwrap();
+    }
     let t = evaluate_once(&pool, &config).await.unwrap();
     assert_eq!(
         names(&t.resolved),
-        ["dead_letters", "duplicate_storm", "signature_failures"]
+        [
+            "dead_letters",
+            "duplicate_storm",
+            "incident_opened",
+            "signature_failures"
+        ]
     );
     let open: i64 = sqlx::query_scalar("SELECT count(*) FROM alerts WHERE state = 'firing'")
         .fetch_one(&pool)
@@ -175,7 +200,7 @@ oldest_due_minutes = 1
         .await
         .unwrap();
     assert_eq!(
-        lived, 5,
+        lived, 6,
         "one alert per rule: each fired once and resolved once"
     );
 }
@@ -467,6 +492,9 @@ async fn two_processes_send_each_transition_to_each_channel_once(pool: PgPool) {
 [alerts]
 evaluate_every_secs = 1
 resolve_after_secs = 0
+# Only the dead letter's alert: the incident it opens would fire its own.
+[alerts.rules.incident_opened]
+enabled = false
 [[alerts.channel]]
 name = "hook"
 kind = "webhook"

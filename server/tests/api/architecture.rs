@@ -22,13 +22,14 @@ const CRATES: [(&str, &str, &[&str]); 4] = [
 ];
 
 /// `core`'s modules, highest first: a module may use any after it, none before.
-const CORE_LAYERS: [&str; 14] = [
+const CORE_LAYERS: [&str; 15] = [
     "jobs",
     "ops",
     "reconcile",
     "alerts",
     "processing",
     "receiver",
+    "incidents",
     "events",
     "db",
     "accounts",
@@ -230,6 +231,31 @@ fn the_layer_check_sees_a_breach() {
     let mut reversed = CORE_LAYERS;
     reversed.reverse();
     assert!(!layer_breaches("core", &reversed).0.is_empty());
+}
+
+/// An incident's state has one owner: only `core::incidents` writes
+/// incidents and the events they hold (the migrations make the tables).
+#[test]
+fn only_the_incidents_module_writes_incidents() {
+    let owner = root().join("core/src/incidents.rs");
+    let mut writers = Vec::new();
+    for (dir, _, _) in CRATES {
+        for file in rust_files(&root().join(dir).join("src")) {
+            let code = code(&file)
+                .to_lowercase()
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ");
+            for table in ["incidents", "incident_events"] {
+                for verb in ["update", "insert into", "delete from"] {
+                    if code.contains(&format!("{verb} {table} ")) && file != owner {
+                        writers.push(format!("{} ({verb} {table})", file.display()));
+                    }
+                }
+            }
+        }
+    }
+    assert!(writers.is_empty(), "{writers:?}");
 }
 
 /// An event's forwarding state, and a destination's gate and breaker, have

@@ -248,7 +248,7 @@ async fn identical_failures_are_one_incident_moved_by_operators_and_redelivered_
     .await;
     assert_eq!(twice.status, 409, "a resolved incident is not ignored");
     billing.fixed.store(false, Ordering::SeqCst);
-    send(&app, "cur-late", json!({"currency": "XYZ"})).await;
+    send(&app, "cur-late", json!({"currency": "XYZ", "n": "late"})).await;
     app.drain().await;
     fold(&pool).await;
     let open = incidents(&app, &viewer, "?state=open").await;
@@ -291,7 +291,7 @@ async fn an_incident_resolves_by_itself_once_quiet_while_its_destination_answers
     app.drain().await;
     fold(&pool).await;
     let ignored_too = {
-        send(&app, "neg-0", json!({"amount": -5})).await;
+        send(&app, "neg-0", json!({"amount": -5, "n": 0})).await;
         app.drain().await;
         fold(&pool).await;
         let all = incidents(&app, &viewer, "").await;
@@ -316,7 +316,7 @@ async fn an_incident_resolves_by_itself_once_quiet_while_its_destination_answers
         .unwrap()
         .is_empty());
     // Now it answers 2xx to another event.
-    send(&app, "ok-0", json!({"currency": "EUR"})).await;
+    send(&app, "ok-0", json!({"currency": "EUR", "n": 0})).await;
     app.drain().await;
     fold(&pool).await;
     let resolved = replaysafe_core::incidents::resolve_quiet(&pool, quiet)
@@ -352,7 +352,12 @@ async fn moves_and_folds_at_once_keep_one_live_incident_per_kind(pool: PgPool) {
     for seed in 0..12u64 {
         let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
         for i in 0..rng.gen_range(1..4) {
-            send(&app, &format!("s{seed}-{i}"), json!({"currency": "XYZ"})).await;
+            send(
+                &app,
+                &format!("s{seed}-{i}"),
+                json!({"currency": "XYZ", "n": format!("s{seed}-{i}")}),
+            )
+            .await;
         }
         app.drain().await;
         let ids: Vec<i64> =
@@ -399,4 +404,51 @@ async fn moves_and_folds_at_once_keep_one_live_incident_per_kind(pool: PgPool) {
             "seed {seed}: every failing attempt counted once"
         );
     }
+}
+
+/// Opening an incident notifies (the `incident_opened` rule): the alert
+/// says what failed where, and resolves once the incident is acknowledged.
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn an_open_incident_fires_an_alert_until_someone_is_on_it(pool: PgPool) {
+    use replaysafe_core::alerts::evaluate_once;
+    let billing = Billing::start().await;
+    let top = "[alerts]\nresolve_after_secs = 0\n[alerts.rules.dead_letters]\nenabled = false\n[alerts.rules.destination_failing]\nenabled = false\n[alerts.rules.incident_opened]\nmin_events = 2\n";
+    let app = spawn_app(pool.clone(), gh_config(&billing.url, top)).await;
+    let config = app.config.clone();
+    // (GitHub signs the body alone: each event's body differs, or the
+    // replay guard would take the second for a re-post of the first.)
+    send(&app, "cur-0", json!({"currency": "XYZ", "n": 0})).await;
+    app.drain().await;
+    fold(&pool).await;
+    let t = evaluate_once(&pool, &config).await.unwrap();
+    assert!(t.fired.is_empty(), "one event is below min_events: {t:?}");
+    send(&app, "cur-1", json!({"currency": "XYZ", "n": 1})).await;
+    app.drain().await;
+    fold(&pool).await;
+    let t = evaluate_once(&pool, &config).await.unwrap();
+    assert_eq!(t.fired, [("incident_opened".to_owned(), "gh".to_owned())]);
+    let (summary, link): (String, String) =
+        sqlx::query_as("SELECT summary, link FROM alerts WHERE rule = 'incident_opened'")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert!(
+        summary.starts_with(
+            "default answered HTTP 400 invalid currency 'XYZ' for order <n> to 2 events since "
+        ),
+        "{summary}"
+    );
+    let id: i64 = sqlx::query_scalar("SELECT id FROM incidents")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(link, format!("/incidents/{id}"));
+    replaysafe_core::incidents::apply(&pool, id, Move::Acknowledge, "op")
+        .await
+        .unwrap();
+    let t = evaluate_once(&pool, &config).await.unwrap();
+    assert_eq!(
+        t.resolved,
+        [("incident_opened".to_owned(), "gh".to_owned())]
+    );
 }

@@ -401,6 +401,25 @@ async fn retention_prunes_only_what_is_due(pool: PgPool) {
         .execute(&pool)
         .await
         .unwrap();
+    // Incidents: one resolved 31 days ago goes (with its events); one
+    // resolved yesterday and one open since long ago stay.
+    sqlx::query(
+        "INSERT INTO incidents (source, destination, kind, fingerprint, state, first_seen_at,
+                                last_seen_at, state_changed_at)
+         VALUES ('gh', 'default', 'HTTP 400', 'old', 'resolved', now() - interval '40 days',
+                 now() - interval '40 days', now() - interval '31 days'),
+                ('gh', 'default', 'HTTP 400', 'recent', 'resolved', now() - interval '40 days',
+                 now() - interval '40 days', now() - interval '1 day'),
+                ('gh', 'default', 'HTTP 500', 'open', 'open', now() - interval '40 days',
+                 now() - interval '40 days', now() - interval '40 days')",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    sqlx::query("INSERT INTO incident_events SELECT id, 1 FROM incidents")
+        .execute(&pool)
+        .await
+        .unwrap();
     let pruned = replaysafe_core::jobs::retention::prune(&pool, 30, 30, 365)
         .await
         .unwrap();
@@ -411,9 +430,18 @@ async fn retention_prunes_only_what_is_due(pool: PgPool) {
             events: 2,
             audit: 3,
             bulk_jobs: 1,
+            incidents: 1,
             ..Default::default()
         }
     );
+    let kept: Vec<String> = sqlx::query_scalar(
+        "SELECT i.fingerprint FROM incidents i JOIN incident_events e ON e.incident_id = i.id
+         ORDER BY i.id",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(kept, ["recent", "open"]);
     let jobs: Vec<String> = sqlx::query_scalar(
         "SELECT j.state FROM bulk_jobs j JOIN bulk_job_results r ON r.job_id = j.id ORDER BY j.id",
     )

@@ -142,7 +142,7 @@ pub enum AlertsAction {
     List,
     /// Hold back a rule's notifications for a while (admin; audit-logged)
     Silence {
-        /// duplicate_storm, dead_letters, backlog, signature_failures, destination_failing or missed_events
+        /// duplicate_storm, dead_letters, backlog, signature_failures, destination_failing, missed_events or incident_opened
         #[arg(long)]
         rule: String,
         /// Only this source (default: every source)

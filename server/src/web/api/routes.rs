@@ -702,7 +702,7 @@ async fn redeliver_incident(
     ApiCx(cx): ApiCx,
     ApiPath(id): ApiPath<i64>,
 ) -> Result<(StatusCode, [(header::HeaderName, String); 1], Json<BulkJob>), ApiError> {
-    let job = ops::incidents::redeliver(&cx, id).await?;
+    let job = bulk_jobs::start_for_incident(&cx, id).await?;
     Ok((
         StatusCode::ACCEPTED,
         [(header::LOCATION, format!("/api/v1/jobs/{}", job.id))],
@@ -764,7 +764,7 @@ async fn list_alerts(ApiCx(cx): ApiCx) -> ApiResult<AlertsPage> {
 #[derive(Deserialize, ToSchema)]
 struct SilenceBody {
     /// One of the rules: duplicate_storm, dead_letters, backlog,
-    /// signature_failures, destination_failing, missed_events.
+    /// signature_failures, destination_failing, missed_events, incident_opened.
     rule: String,
     /// Absent: every source.
     #[serde(default)]
