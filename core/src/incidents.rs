@@ -28,12 +28,25 @@ static UUID: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(r"(?i)\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b")
         .expect("a valid pattern")
 });
-/// Runs of 8 or more hex characters with a digit in them (ids, hashes,
-/// `req_9f8e7d6c5b4a`'s tail), not words that happen to be hex.
-static HEX: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new(r"(?i)[0-9a-f]{8,}").expect("a valid pattern"));
+/// Runs of 8 or more letters and digits with a digit in them: ids and
+/// hashes (`req_9f8e7d6c5b4a`'s tail, Stripe's `ch_3MtwBwLkdIwHu7ix28a3tqPa`),
+/// not words.
+static ID: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"[0-9A-Za-z]{8,}").expect("a valid pattern"));
 static NUMBER: LazyLock<Regex> =
     LazyLock::new(|| Regex::new(r"\d+(?:\.\d+)?").expect("a valid pattern"));
+
+/// Whether an attempt is the destination's failure: it answered other
+/// than 2xx, or could not be reached or timed out. replaysafe's own
+/// (a worker that lost its lease, nothing to forward) are not.
+pub fn destination_failed(status: Option<i16>, error: Option<&str>) -> bool {
+    match status {
+        Some(status) => !(200..300).contains(&status),
+        None => {
+            error.is_some_and(|e| e.starts_with("connection failed") || e.starts_with("timed out"))
+        }
+    }
+}
 
 /// A failure's kind: `HTTP 400`, or the transport error's kind (`timed
 /// out`, `connection failed`, ...: what precedes its details).
@@ -53,7 +66,8 @@ pub fn kind_of(status: Option<i16>, error: Option<&str>) -> String {
 
 /// What makes two failures of one kind the same incident: the first
 /// non-empty line of the answer (or of the transport error's details),
-/// with UUIDs, hex strings and numbers replaced, cut to 200 characters.
+/// with UUIDs, ids (8 or more letters and digits, a digit among them) and
+/// numbers replaced, cut to 200 characters.
 pub fn fingerprint_of(status: Option<i16>, response: Option<&str>, error: Option<&str>) -> String {
     let text = match status {
         Some(_) => response.unwrap_or(""),
@@ -67,9 +81,9 @@ pub fn fingerprint_of(status: Option<i16>, response: Option<&str>, error: Option
         .find(|l| !l.is_empty())
         .unwrap_or("");
     let line = UUID.replace_all(line, "<uuid>");
-    let line = HEX.replace_all(&line, |c: &regex::Captures| {
+    let line = ID.replace_all(&line, |c: &regex::Captures| {
         if c[0].bytes().any(|b| b.is_ascii_digit()) {
-            "<hex>".to_owned()
+            "<id>".to_owned()
         } else {
             c[0].to_owned()
         }
@@ -111,6 +125,9 @@ pub async fn fold(tx: &mut PgConnection, after: i64, upto: i64) -> Result<u64, s
                 .entry((r.source.clone(), r.destination.clone()))
                 .or_insert(r.finished_at);
             *at = (*at).max(r.finished_at);
+            continue;
+        }
+        if !destination_failed(r.status, r.error.as_deref()) {
             continue;
         }
         let key = (
@@ -192,22 +209,35 @@ pub async fn fold(tx: &mut PgConnection, after: i64, upto: i64) -> Result<u64, s
 }
 
 /// Resolves the live incidents that went `quiet` without a failure of
-/// their kind while their destination answered 2xx after the last one;
-/// returns their ids. Ignored ones stay ignored.
+/// their kind while their destination answered 2xx after the last one, and
+/// none of their events waits for another attempt there (a retry hours
+/// away would otherwise reopen it as a new one); returns their ids. Ignored
+/// ones stay ignored. Under the fold's progress row lock, so it judges what
+/// the fold has taken in, and never crosses it on an incident's row.
 pub async fn resolve_quiet(
     pool: &PgPool,
     quiet: chrono::TimeDelta,
 ) -> Result<Vec<i64>, sqlx::Error> {
-    sqlx::query_scalar!(
-        "UPDATE incidents SET state = 'resolved', state_changed_at = now(), state_changed_by = NULL
-         WHERE state IN ('open', 'acknowledged')
-           AND last_seen_at < now() - make_interval(secs => $1::float8)
-           AND last_success_at > last_seen_at
-         RETURNING id",
+    let mut tx = pool.begin().await?;
+    sqlx::query!("SELECT last_id FROM rollup_progress WHERE name = 'incidents' FOR UPDATE")
+        .fetch_one(&mut *tx)
+        .await?;
+    let resolved = sqlx::query_scalar!(
+        "UPDATE incidents i SET state = 'resolved', state_changed_at = now(), state_changed_by = NULL
+         WHERE i.state IN ('open', 'acknowledged')
+           AND i.last_seen_at < now() - make_interval(secs => $1::float8)
+           AND i.last_success_at > i.last_seen_at
+           AND NOT EXISTS (
+               SELECT 1 FROM incident_events ie
+               JOIN dispatches p ON p.event_id = ie.event_id AND p.destination = i.destination
+               WHERE ie.incident_id = i.id AND p.state IN ('queued', 'processing', 'retrying'))
+         RETURNING i.id",
         quiet.as_seconds_f64()
     )
-    .fetch_all(pool)
-    .await
+    .fetch_all(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(resolved)
 }
 
 /// Deletes incidents resolved more than `retention_days` ago (their
@@ -385,11 +415,14 @@ pub async fn detail(pool: &PgPool, id: i64) -> Result<Option<IncidentDetail>, sq
 
 async fn dead_now(pool: &PgPool, id: i64, destination: &str) -> Result<i64, sqlx::Error> {
     sqlx::query_scalar!(
-        r#"SELECT count(*) AS "n!" FROM incident_events ie
-           JOIN dispatches p ON p.event_id = ie.event_id AND p.destination = $2
-           WHERE ie.incident_id = $1 AND p.state = 'dead'"#,
+        r#"SELECT count(*) AS "n!" FROM (
+               SELECT 1 FROM incident_events ie
+               JOIN dispatches p ON p.event_id = ie.event_id AND p.destination = $2
+               WHERE ie.incident_id = $1 AND p.state = 'dead'
+               LIMIT $3) d"#,
         id,
-        destination
+        destination,
+        replaysafe_types::jobs::JOB_MAX_EVENTS + 1
     )
     .fetch_one(pool)
     .await
@@ -411,12 +444,37 @@ mod tests {
             fp(
                 r#"{"error":"no customer 3f2a9c1e-0b1d-4c6e-9f00-1a2b3c4d5e6f","request":"req_9f8e7d6c5b4a"}"#
             ),
-            r#"{"error":"no customer <uuid>","request":"req_<hex>"}"#
+            r#"{"error":"no customer <uuid>","request":"req_<id>"}"#
         );
-        // Hex-looking words without a digit stay words.
+        // Words without a digit stay words; Stripe's ids are ids.
         assert_eq!(fp("deadbeefcafe accepted"), "deadbeefcafe accepted");
+        assert_eq!(
+            fp("No such charge: 'ch_3MtwBwLkdIwHu7ix28a3tqPa'"),
+            fp("No such charge: 'ch_1Aa2Bb3Cc4Dd5Ee6Ff7Gg8Hh'")
+        );
+        assert_eq!(fp("order 1234567890 failed"), "order <id> failed");
         assert_eq!(fp("\n\n   \n  first line  \nsecond"), "first line");
         assert_eq!(fp(&"x".repeat(500)).chars().count(), 200);
+    }
+
+    #[test]
+    fn only_the_destinations_failures_count() {
+        assert!(destination_failed(Some(400), None));
+        assert!(destination_failed(
+            Some(503),
+            Some("response body cut short: reset")
+        ));
+        assert!(!destination_failed(Some(204), None));
+        assert!(destination_failed(None, Some("timed out after 10 s")));
+        assert!(destination_failed(None, Some("connection failed: refused")));
+        assert!(!destination_failed(
+            None,
+            Some("worker lost its lease; taken over")
+        ));
+        assert!(!destination_failed(
+            None,
+            Some("nothing to forward: the payload is gone")
+        ));
     }
 
     #[test]

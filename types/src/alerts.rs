@@ -107,7 +107,7 @@ impl Default for RuleSet {
                 window_minutes: 60,
                 threshold: 1,
             }),
-            incident_opened: Some(IncidentRule { min_events: 1 }),
+            incident_opened: Some(IncidentRule { min_events: 3 }),
         }
     }
 }

@@ -226,7 +226,7 @@ pub async fn evaluate(
         let rows = sqlx::query!(
             r#"SELECT DISTINCT ON (i.source)
                       i.source AS "source!", i.id AS "id!", i.destination AS "destination!",
-                      i.kind AS "kind!", i.fingerprint AS "fingerprint!",
+                      i.kind AS "kind!",
                       i.affected_events AS "events!",
                       i.first_seen_at AS "first_seen_at!: replaysafe_types::time::Time",
                       count(*) OVER (PARTITION BY i.source) AS "open!"
@@ -240,11 +240,9 @@ pub async fn evaluate(
         .fetch_all(pool)
         .await?;
         for r in rows {
-            let what = if r.fingerprint.is_empty() {
-                r.kind.clone()
-            } else {
-                format!("{} {}", r.kind, r.fingerprint)
-            };
+            // The kind, never the answer's text: alerts leave for chat and
+            // mail, and an answer may echo the payload.
+            let what = &r.kind;
             let more = match r.open - 1 {
                 0 => String::new(),
                 n => format!(" (and {} more open)", counted(n, "incident", "incidents")),

@@ -220,10 +220,15 @@ pub async fn run(pool: PgPool, shutdown: CancellationToken) {
             _ = shutdown.cancelled() => return,
             _ = tokio::time::sleep(INTERVAL) => {}
         }
-        if let Err(e) = rollup.step(&pool, SETTLE).await {
-            tracing::warn!(error = %e, "rollup: could not fold new rows; retrying");
-        }
-        if quiet_checked.elapsed() >= QUIET_CHECK_EVERY {
+        // Incidents are judged quiet only once their fold has caught up.
+        let caught_up = match rollup.step(&pool, SETTLE).await {
+            Ok(folded) => folded.incidents < CHUNK as u64,
+            Err(e) => {
+                tracing::warn!(error = %e, "rollup: could not fold new rows; retrying");
+                false
+            }
+        };
+        if caught_up && quiet_checked.elapsed() >= QUIET_CHECK_EVERY {
             quiet_checked = Instant::now();
             match crate::incidents::resolve_quiet(&pool, crate::incidents::QUIET).await {
                 Ok(ids) if !ids.is_empty() => {

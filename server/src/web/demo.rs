@@ -94,7 +94,7 @@ async fn billing(State(demo): State<DemoDestination>, headers: HeaderMap) -> (St
         entry.1 += 1;
         entry.1
     };
-    if hasher.finish() % 3 == 0 && attempt == 1 {
+    if hasher.finish().is_multiple_of(3) && attempt == 1 {
         let order = demo
             .orders
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
