@@ -820,11 +820,18 @@ mod tests {
     }
 
     #[test]
-    fn the_demo_config_parses_with_its_four_sources() {
+    fn the_demo_config_parses_with_its_five_sources() {
         let demo = include_str!("../../../demo/replaysafe.toml");
         let config = parse(demo, &[]).unwrap_or_else(|e| panic!("{e}"));
         let slugs: Vec<&str> = config.sources.iter().map(|s| s.slug.as_str()).collect();
-        assert_eq!(slugs, ["demo", "stripe", "github", "slack"]);
+        assert_eq!(slugs, ["demo", "stripe", "github", "slack", "shop"]);
+        // The fan-out source reaches both of the demo's applications.
+        let shop: Vec<&str> = config.sources[4]
+            .destinations
+            .iter()
+            .map(|d| d.name.as_str())
+            .collect();
+        assert_eq!(shop, ["billing", "crm"]);
         // scripts/run signs traffic for each.
         for s in &config.sources {
             let signed = s.scheme.sign_sample("evt_demo", 1_800_000_000);
