@@ -1,9 +1,10 @@
 // Night and day (issue 40 item 3): the dashboard follows the system's
 // colour scheme, and every page passes axe-core's contrast check (WCAG AA)
-// in both, with the data it shows after the other tests' traffic.
+// in both, with the data it shows after the other tests' traffic; motion
+// is held back on request, and the live table can be paused.
 import { test, expect } from '@playwright/test';
 import AxeBuilder from '@axe-core/playwright';
-import { openHydrated, signIn } from './helpers';
+import { openHydrated, signIn, sendSigned, eventId } from './helpers';
 
 const pages = ['/overview', '/deliveries', '/dead', '/incidents', '/sources', '/alerts', '/audit', '/tokens', '/users', '/account'];
 
@@ -42,4 +43,21 @@ test('motion is held back for those who ask for less', async ({ browser }) => {
   });
   expect(animated).toBe('none');
   await context.close();
+});
+
+test('the live deliveries table can be paused, and resumed with what came meanwhile', async ({ page, request }) => {
+  await signIn(page, 'viewer');
+  await openHydrated(page, '/deliveries');
+  const table = page.getByTestId('deliveries-table');
+  await page.getByTestId('live-pause').click();
+  await expect(page.getByTestId('live-status')).toContainText('Paused');
+  await expect(page.getByTestId('live-pause')).toHaveAttribute('aria-pressed', 'true');
+  const held = eventId('held');
+  expect((await sendSigned(request, 'e2e-standard', held, '{"type":"held.back"}')).status).toBe(200);
+  // Three polls' worth: it stays out while paused.
+  await page.waitForTimeout(6_000);
+  await expect(table.locator('tbody tr').filter({ hasText: held })).toHaveCount(0);
+  await page.getByTestId('live-pause').click();
+  await expect(table.locator('tbody tr').filter({ hasText: held })).toHaveCount(1, { timeout: 10_000 });
+  await expect(page.getByTestId('live-status')).toContainText('new since this page opened');
 });

@@ -148,6 +148,8 @@ fn DeliveryList(page: DeliveryPage, filter: DeliveryFilter, live: bool) -> impl 
     let rows = RwSignal::new(page.rows);
     let fresh = RwSignal::new(std::collections::HashSet::<i64>::new());
     let arrived = RwSignal::new(0usize);
+    // Someone reading a row at 3 a.m. can stop the table moving under them.
+    let paused = RwSignal::new(false);
     if live {
         let filter = filter.clone();
         Effect::new(move |_| {
@@ -155,7 +157,7 @@ fn DeliveryList(page: DeliveryPage, filter: DeliveryFilter, live: bool) -> impl 
             let filter = filter.clone();
             let handle = set_interval_with_handle(
                 move || {
-                    if busy.get_value() {
+                    if busy.get_value() || paused.get_untracked() {
                         return;
                     }
                     busy.set_value(true);
@@ -190,11 +192,21 @@ fn DeliveryList(page: DeliveryPage, filter: DeliveryFilter, live: bool) -> impl 
             });
         });
     }
-    let status = move || match (live, arrived.get()) {
-        (false, _) => "Older deliveries; new ones show on the first page.".to_owned(),
-        (true, 0) => "Live: new deliveries appear here as they arrive.".to_owned(),
-        (true, n) => format!("Live: {n} new since this page opened."),
+    let status = move || match (live, paused.get(), arrived.get()) {
+        (false, _, _) => "Older deliveries; new ones show on the first page.".to_owned(),
+        (true, true, _) => "Paused: new deliveries wait until you resume.".to_owned(),
+        (true, false, 0) => "Live: new deliveries appear here as they arrive.".to_owned(),
+        (true, false, n) => format!("Live: {n} new since this page opened."),
     };
+    let pause = live.then(|| {
+        view! {
+            <button type="button" class="secondary" data-testid="live-pause"
+                aria-pressed=move || paused.get().to_string()
+                on:click=move |_| paused.update(|p| *p = !*p)>
+                {move || if paused.get() { "Resume live updates" } else { "Pause live updates" }}
+            </button>
+        }
+    });
     let next = older.map(|b| page_link(&filter, Some(b)));
     let newest = (!live).then(|| page_link(&filter, None));
     let unrecorded = page.unrecorded.map(|u| {
@@ -216,7 +228,7 @@ fn DeliveryList(page: DeliveryPage, filter: DeliveryFilter, live: bool) -> impl 
     view! {
         {unrecorded}
         <ReplicaLag secs=page.replica_lag_secs/>
-        <p class="muted small" aria-live="polite" data-testid="live-status">{status}</p>
+        <p class="muted small" aria-live="polite" data-testid="live-status">{status} " " {pause}</p>
         <Show
             when=move || rows.with(|r| !r.is_empty())
             fallback=|| view! { <p class="empty">"No deliveries match. Send one with " <code>"replaysafe send"</code> ", or clear the filters."</p> }
