@@ -90,10 +90,21 @@ impl Rollup {
         self.deliveries.note(now, deliveries, settle);
         self.attempts.note(now, attempts, settle);
         self.incidents.note(now, attempts, settle);
+        // The oldest attempt still running bounds both folds of attempts:
+        // asked once a step, and only when either has something ripe.
+        let open = if self.attempts.ripe > self.attempts.folded
+            || self.incidents.ripe > self.incidents.folded
+        {
+            sqlx::query_scalar!("SELECT min(id) FROM attempts WHERE finished_at IS NULL")
+                .fetch_one(pool)
+                .await?
+        } else {
+            None
+        };
         Ok(Folded {
             deliveries: fold_deliveries(pool, &mut self.deliveries).await?,
-            attempts: fold_finished(pool, Table::Attempts, &mut self.attempts).await?,
-            incidents: fold_finished(pool, Table::Incidents, &mut self.incidents).await?,
+            attempts: fold_finished(pool, Table::Attempts, &mut self.attempts, open).await?,
+            incidents: fold_finished(pool, Table::Incidents, &mut self.incidents, open).await?,
         })
     }
 }
@@ -192,21 +203,18 @@ async fn fold_deliveries(pool: &PgPool, settling: &mut Settling) -> Result<u64, 
 }
 
 /// Attempts are folded in once finished (into `table`: the figures, or
-/// the incidents); the fold stops below the oldest attempt still running
-/// (only a sync-mode attempt is written as it begins; a finished attempt
-/// stays finished, so reading that before taking the lock is safe).
+/// the incidents); the fold stops below `open`, the oldest attempt still
+/// running (only a sync-mode attempt is written as it begins; a finished
+/// attempt stays finished, so reading that before taking the lock is safe).
 async fn fold_finished(
     pool: &PgPool,
     table: Table,
     settling: &mut Settling,
+    open: Option<i64>,
 ) -> Result<u64, sqlx::Error> {
     if settling.ripe <= settling.folded {
         return Ok(0);
     }
-    let open: Option<i64> =
-        sqlx::query_scalar!("SELECT min(id) FROM attempts WHERE finished_at IS NULL")
-            .fetch_one(pool)
-            .await?;
     let target = open.map_or(settling.ripe, |open| settling.ripe.min(open - 1));
     fold_range(pool, table, target, settling).await
 }

@@ -81,6 +81,15 @@ async fn send(app: &TestApp, key: &str, body: Value) {
     assert!((200..300).contains(&status), "{status}");
 }
 
+/// `n` orders in a currency billing refuses, `cur-0` ... (GitHub signs the
+/// body alone: each body differs, or the replay guard would take one for a
+/// re-post of another).
+async fn orders_in_xyz(app: &TestApp, n: usize) {
+    for i in 0..n {
+        send(app, &format!("cur-{i}"), json!({"currency": "XYZ", "n": i})).await;
+    }
+}
+
 async fn fold(pool: &PgPool) {
     replaysafe_core::jobs::rollup::fold_all(pool).await.unwrap();
 }
@@ -100,14 +109,7 @@ async fn identical_failures_are_one_incident_moved_by_operators_and_redelivered_
 
     // 12 orders in XYZ (a different order number in each answer), 3 with a
     // negative amount, 5 fine: two incidents at billing, none for the rest.
-    for i in 0..12 {
-        send(
-            &app,
-            &format!("cur-{i}"),
-            json!({"currency": "XYZ", "n": i}),
-        )
-        .await;
-    }
+    orders_in_xyz(&app, 12).await;
     for i in 0..3 {
         send(&app, &format!("neg-{i}"), json!({"amount": -5, "n": i})).await;
     }
@@ -280,14 +282,7 @@ async fn an_incident_resolves_by_itself_once_quiet_while_its_destination_answers
     let billing = Billing::start().await;
     let app = spawn_app(pool.clone(), gh_config(&billing.url, "")).await;
     let viewer = token(&app, "viewer", "viewer", None).await;
-    for i in 0..3 {
-        send(
-            &app,
-            &format!("cur-{i}"),
-            json!({"currency": "XYZ", "n": i}),
-        )
-        .await;
-    }
+    orders_in_xyz(&app, 3).await;
     app.drain().await;
     fold(&pool).await;
     let ignored_too = {
