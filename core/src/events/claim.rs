@@ -90,13 +90,14 @@ pub struct Duplicate {
 /// forward when no attempt is running: waiting (`queued`, `retrying`) or its
 /// holder's lease expired. The takeover's update checks that again on the
 /// row it locks, so two duplicates never both take over; no other
-/// dispatch is locked.
+/// dispatch is locked. None when no event holds the key any more: retention
+/// forgot it after the claim's insert saw it (the caller claims again).
 pub async fn duplicate(
     tx: &mut PgConnection,
     source: &str,
     key: &str,
     takeover: Option<InlineLease<'_>>,
-) -> Result<Duplicate, sqlx::Error> {
+) -> Result<Option<Duplicate>, sqlx::Error> {
     let row = sqlx::query!(
         r#"WITH ev AS (
                  SELECT id FROM events WHERE source = $1 AND idem_key = $2
@@ -150,8 +151,11 @@ pub async fn duplicate(
         takeover.map(|l| l.owner),
         takeover.map_or(0.0, |l| l.secs)
     )
-    .fetch_one(tx)
+    .fetch_optional(tx)
     .await?;
+    let Some(row) = row else {
+        return Ok(None);
+    };
     let (event_id, state, taken_over) = (row.id, row.state, row.take);
     let content_type = row.response_content_type;
     let response = match (row.response_status, row.response_body) {
@@ -162,12 +166,12 @@ pub async fn duplicate(
         }),
         _ => None,
     };
-    Ok(Duplicate {
+    Ok(Some(Duplicate {
         event_id,
         state,
         taken_over,
         response,
-    })
+    }))
 }
 
 /// An operator's re-delivery of a dead event queues its dead dispatches

@@ -114,6 +114,9 @@ pub struct SyncLease {
     pub secs: f64,
 }
 
+/// How often a delivery tries to claim a key that retention keeps forgetting.
+const CLAIM_ROUNDS: usize = 3;
+
 /// Records a verified delivery and claims its key, in one transaction.
 #[tracing::instrument(name = "claim", skip_all)]
 pub async fn claim(
@@ -173,67 +176,78 @@ pub async fn claim_in(
             ordering_key: r.ordering_key.as_deref(),
         })
         .collect();
-    let mut won = events::claim(tx, d.source, key, &plan, d.event_type.as_deref(), inline).await?;
-    // An operator's re-delivery of a dead event queues it again.
-    if won.is_none() && d.redelivery.is_some() {
-        let delivery_id: i64 =
-            sqlx::query_scalar!(r#"SELECT nextval('deliveries_id_seq') AS "id!""#)
-                .fetch_one(&mut *tx)
-                .await?;
-        let job = d.redelivery.and_then(|r| r.bulk_job);
-        won = events::revive(tx, d.source, key, d.revives, delivery_id, job)
-            .await?
-            .map(|event_id| (event_id, delivery_id));
-    }
-    if let Some((event_id, delivery_id)) = won {
-        let status = status(Outcome::Claimed, mode);
-        insert_delivery(
+    // Retention may forget a settled key between the claim's insert (which
+    // found it held) and the duplicate's look (which finds it gone): the key
+    // is free again, so the delivery claims it anew. A fresh claim is in
+    // flight, which retention never forgets, so a second round settles it.
+    for _ in 0..CLAIM_ROUNDS {
+        let mut won =
+            events::claim(tx, d.source, key, &plan, d.event_type.as_deref(), inline).await?;
+        // An operator's re-delivery of a dead event queues it again.
+        if won.is_none() && d.redelivery.is_some() {
+            let delivery_id: i64 =
+                sqlx::query_scalar!(r#"SELECT nextval('deliveries_id_seq') AS "id!""#)
+                    .fetch_one(&mut *tx)
+                    .await?;
+            let job = d.redelivery.and_then(|r| r.bulk_job);
+            won = events::revive(tx, d.source, key, d.revives, delivery_id, job)
+                .await?
+                .map(|event_id| (event_id, delivery_id));
+        }
+        if let Some((event_id, delivery_id)) = won {
+            let status = status(Outcome::Claimed, mode);
+            insert_delivery(
+                tx,
+                d,
+                Some(delivery_id),
+                Some(event_id),
+                Outcome::Claimed,
+                status,
+                verification,
+            )
+            .await?;
+            return Ok(Claimed {
+                outcome: Outcome::Claimed,
+                event_id,
+                delivery_id,
+                stored_response: None,
+            });
+        }
+        // A duplicate. This statement sees the claim that beat us: the insert
+        // above waited for it to commit. In sync mode it takes the claim over
+        // when no attempt is running (see `events::duplicate`).
+        let Some(found) = events::duplicate(tx, d.source, key, inline).await? else {
+            continue;
+        };
+        let outcome = if found.taken_over {
+            Outcome::Claimed
+        } else {
+            Outcome::of_event_state(found.state)
+        };
+        // Sync mode answers a settled event's duplicate with the stored response.
+        let answered = match (&found.response, mode, outcome) {
+            (Some(r), Mode::Sync, Outcome::Completed | Outcome::Dead) => r.status as u16,
+            _ => status(outcome, mode),
+        };
+        let delivery_id = insert_delivery(
             tx,
             d,
-            Some(delivery_id),
-            Some(event_id),
-            Outcome::Claimed,
-            status,
+            None,
+            Some(found.event_id),
+            outcome,
+            answered,
             verification,
         )
         .await?;
         return Ok(Claimed {
-            outcome: Outcome::Claimed,
-            event_id,
+            outcome,
+            event_id: found.event_id,
             delivery_id,
-            stored_response: None,
+            stored_response: found.response,
         });
     }
-    // A duplicate. This statement sees the claim that beat us: the insert
-    // above waited for it to commit. In sync mode it takes the claim over
-    // when no attempt is running (see `events::duplicate`).
-    let found = events::duplicate(tx, d.source, key, inline).await?;
-    let outcome = if found.taken_over {
-        Outcome::Claimed
-    } else {
-        Outcome::of_event_state(found.state)
-    };
-    // Sync mode answers a settled event's duplicate with the stored response.
-    let answered = match (&found.response, mode, outcome) {
-        (Some(r), Mode::Sync, Outcome::Completed | Outcome::Dead) => r.status as u16,
-        _ => status(outcome, mode),
-    };
-    let delivery_id = insert_delivery(
-        tx,
-        d,
-        None,
-        Some(found.event_id),
-        outcome,
-        answered,
-        verification,
-    )
-    .await?;
-    Ok(Claimed {
-        outcome,
-        event_id: found.event_id,
-        delivery_id,
-        stored_response: found.response,
-    })
+    // Unreachable but for a key claimed and forgotten again within one round.
+    Err(sqlx::Error::RowNotFound)
 }
 
 /// Sync mode: the status the provider got is known only once the destination

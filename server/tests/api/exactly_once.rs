@@ -912,3 +912,92 @@ async fn sync_events_their_provider_abandoned_are_adopted_by_the_workers(pool: P
         0
     );
 }
+
+/// Retention forgetting a settled key while a recovered copy of it is being
+/// claimed: the claim's insert finds the key held, retention deletes the
+/// event and commits, and the claim (which found no event to count on) claims
+/// the forgotten key anew; it once failed with RowNotFound and lost the copy.
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn a_claim_racing_retention_claims_the_forgotten_key_anew(pool: PgPool) {
+    let destination = Destination::start(vec![]).await;
+    let app = spawn_app(
+        pool.clone(),
+        test_config(&github_source("gh", &destination.url, 2, 8), &[]),
+    )
+    .await;
+    let body = r#"{"n":"forgotten"}"#;
+    assert_eq!(
+        app.github_delivery("gh", "k-forgotten", body, b"gh-secret")
+            .await,
+        200
+    );
+    assert_eq!(app.drain().await, 1);
+    let (old_event, _) = event_of(&pool, "k-forgotten").await;
+
+    // Retention's first step: the settled event is locked.
+    let mut retention = pool.begin().await.unwrap();
+    sqlx::query("SELECT id FROM events WHERE id = $1 FOR UPDATE")
+        .bind(old_event)
+        .execute(&mut *retention)
+        .await
+        .unwrap();
+    let recovering = {
+        let (pool, config) = (pool.clone(), app.config.clone());
+        tokio::spawn(async move {
+            let inbound = replaysafe_core::receiver::Inbound {
+                query: None,
+                headers: vec![
+                    ("content-type".into(), "application/json".into()),
+                    ("x-github-event".into(), "push".into()),
+                    ("x-github-delivery".into(), "k-forgotten".into()),
+                ],
+                body: body.as_bytes().to_vec(),
+                remote_addr: None,
+            };
+            let recovered = replaysafe_core::receiver::claim::Recovered {
+                run_id: 0,
+                from: "test".into(),
+            };
+            let source = config.source("gh").unwrap();
+            replaysafe_core::receiver::accept_recovered(&pool, source, &inbound, recovered).await
+        })
+    };
+    // The claim waits on the locked event before retention deletes it.
+    let waiting = "SELECT count(*) FROM pg_stat_activity
+                   WHERE datname = current_database() AND wait_event_type = 'Lock'";
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while scalar_i64(&pool, waiting).await == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the claim never waited"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    sqlx::query("DELETE FROM dispatches WHERE event_id = $1")
+        .bind(old_event)
+        .execute(&mut *retention)
+        .await
+        .unwrap();
+    sqlx::query("DELETE FROM events WHERE id = $1")
+        .bind(old_event)
+        .execute(&mut *retention)
+        .await
+        .unwrap();
+    retention.commit().await.unwrap();
+
+    let claimed = recovering
+        .await
+        .unwrap()
+        .expect("the recovered copy is claimed");
+    assert_eq!(claimed.outcome, replaysafe_types::states::Outcome::Claimed);
+    let (new_event, first) = event_of(&pool, "k-forgotten").await;
+    assert_eq!((new_event, first), (claimed.event_id, claimed.delivery_id));
+    assert_ne!(new_event, old_event);
+    assert_eq!(app.drain().await, 1);
+    assert_eq!(
+        destination.count(),
+        2,
+        "the forgotten key runs as a new event"
+    );
+    assert_eq!(state_of(&pool, "k-forgotten").await, "completed");
+}
