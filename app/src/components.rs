@@ -1,4 +1,4 @@
-//! Pieces the pages share: formatting, outcome badges, charts, payloads.
+//! Pieces the pages share: formatting, outcome badges, payloads.
 
 use leptos::prelude::*;
 
@@ -60,25 +60,6 @@ pub fn fmt_age(secs: Option<f64>) -> String {
         Some(s) if s < 0.0 => "not yet due".into(),
         Some(s) => fmt_ms(Some(s * 1_000.0)),
     }
-}
-
-/// `MM-DD HH:MM` UTC for a Unix time in milliseconds (civil-from-days).
-pub fn fmt_utc_minute(ms: i64, with_date: bool) -> String {
-    let minutes = ms.div_euclid(60_000);
-    let (days, minute_of_day) = (minutes.div_euclid(1440), minutes.rem_euclid(1440));
-    let hm = format!("{:02}:{:02}", minute_of_day / 60, minute_of_day % 60);
-    if !with_date {
-        return hm;
-    }
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    format!("{month:02}-{day:02} {hm}")
 }
 
 /// A backlog's size, with what of it is due, waiting and in flight.
@@ -181,181 +162,6 @@ pub fn ErrorBox(#[prop(into)] message: String) -> impl IntoView {
     view! { <p class="error" role="alert">{message}</p> }
 }
 
-/// One bar segment series of a stacked bar chart.
-#[derive(Clone)]
-pub struct Series {
-    pub name: &'static str,
-    pub class: &'static str,
-    pub values: Vec<f64>,
-}
-
-const CHART_W: f64 = 720.0;
-const CHART_H: f64 = 150.0;
-const PAD_LEFT: f64 = 56.0;
-const PAD_BOTTOM: f64 = 20.0;
-
-fn x_labels(times: &[i64], with_date: bool) -> impl IntoView {
-    let n = times.len().max(1);
-    let step = (n / 6).max(1);
-    let plot_w = CHART_W - PAD_LEFT;
-    times
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| i.is_multiple_of(step))
-        .map(|(i, &t)| {
-            // Labels stay inside the drawing, even at the right edge.
-            let x = (PAD_LEFT + plot_w * (i as f64 + 0.5) / n as f64).min(CHART_W - 34.0);
-            view! {
-                <text x=format!("{x:.1}") y=format!("{}", CHART_H - 4.0) class="axis" text-anchor="middle">
-                    {fmt_utc_minute(t, with_date)}
-                </text>
-            }
-        })
-        .collect_view()
-}
-
-/// The y axis (0 to the top value) and the x axis.
-fn axes(plot_h: f64, top: String) -> impl IntoView {
-    let bottom = format!("{}", 8.0 + plot_h);
-    view! {
-        <line x1=PAD_LEFT y1="8" x2=PAD_LEFT y2=bottom.clone() class="axis-line"/>
-        <line x1=PAD_LEFT y1=bottom.clone() x2=CHART_W y2=bottom.clone() class="axis-line"/>
-        <text x=PAD_LEFT - 6.0 y="14" class="axis" text-anchor="end">{top}</text>
-        <text x=PAD_LEFT - 6.0 y=bottom class="axis" text-anchor="end">"0"</text>
-    }
-}
-
-/// Stacked bars over time, drawn as SVG, with a legend in words.
-#[component]
-pub fn BarChart(
-    title: String,
-    times: Vec<i64>,
-    series: Vec<Series>,
-    with_date: bool,
-    #[prop(into)] format: Callback<f64, String>,
-) -> impl IntoView {
-    let n = times.len().max(1);
-    let totals: Vec<f64> = (0..n)
-        .map(|i| {
-            series
-                .iter()
-                .map(|s| s.values.get(i).copied().unwrap_or(0.0))
-                .sum()
-        })
-        .collect();
-    let max = totals.iter().copied().fold(0.0, f64::max);
-    let scale_max = if max > 0.0 { max } else { 1.0 };
-    let plot_w = CHART_W - PAD_LEFT;
-    let plot_h = CHART_H - PAD_BOTTOM - 8.0;
-    let bar_w = (plot_w / n as f64 * 0.8).max(1.0);
-    let mut rects = Vec::new();
-    for i in 0..n {
-        let mut y = 8.0 + plot_h;
-        for s in &series {
-            let v = s.values.get(i).copied().unwrap_or(0.0);
-            if v <= 0.0 {
-                continue;
-            }
-            let h = plot_h * v / scale_max;
-            y -= h;
-            let x = PAD_LEFT + plot_w * i as f64 / n as f64 + (plot_w / n as f64 - bar_w) / 2.0;
-            let label = format!(
-                "{} {}: {}",
-                fmt_utc_minute(times.get(i).copied().unwrap_or(0), with_date),
-                s.name,
-                format.run(v)
-            );
-            rects.push(view! {
-                <rect x=format!("{x:.1}") y=format!("{y:.1}") width=format!("{bar_w:.1}")
-                    height=format!("{h:.1}") class=s.class>
-                    <title>{label}</title>
-                </rect>
-            });
-        }
-    }
-    let summary = format!("{title}: peak {}", format.run(max));
-    let legend = series
-        .iter()
-        .map(|s| view! { <li><span class=format!("swatch {}", s.class)></span>{s.name}</li> })
-        .collect_view();
-    view! {
-        <figure class="chart">
-            <figcaption>{title.clone()}</figcaption>
-            <svg viewBox=format!("0 0 {CHART_W} {CHART_H}") role="img" aria-label=summary>
-                {axes(plot_h, format.run(max))}
-                {rects}
-                {x_labels(&times, with_date)}
-            </svg>
-            <ul class="legend">{legend}</ul>
-        </figure>
-    }
-}
-
-/// A line over time (gaps where there is no value), drawn as SVG.
-#[component]
-pub fn LineChart(
-    title: String,
-    times: Vec<i64>,
-    values: Vec<Option<f64>>,
-    with_date: bool,
-    #[prop(into)] format: Callback<f64, String>,
-) -> impl IntoView {
-    let n = times.len().max(1);
-    let max = values.iter().flatten().copied().fold(0.0, f64::max);
-    let scale_max = if max > 0.0 { max } else { 1.0 };
-    let plot_w = CHART_W - PAD_LEFT;
-    let plot_h = CHART_H - PAD_BOTTOM - 8.0;
-    let point = |i: usize, v: f64| {
-        (
-            PAD_LEFT + plot_w * (i as f64 + 0.5) / n as f64,
-            8.0 + plot_h - plot_h * v / scale_max,
-        )
-    };
-    // Consecutive values form one polyline; a gap starts a new one.
-    let mut lines: Vec<String> = Vec::new();
-    let mut current = String::new();
-    let mut dots = Vec::new();
-    for (i, v) in values.iter().enumerate() {
-        match v {
-            Some(v) => {
-                let (x, y) = point(i, *v);
-                current.push_str(&format!("{x:.1},{y:.1} "));
-                let label = format!(
-                    "{}: {}",
-                    fmt_utc_minute(times.get(i).copied().unwrap_or(0), with_date),
-                    format.run(*v)
-                );
-                dots.push(view! {
-                    <circle cx=format!("{x:.1}") cy=format!("{y:.1}") r="2.5" class="dot">
-                        <title>{label}</title>
-                    </circle>
-                });
-            }
-            None if !current.is_empty() => lines.push(std::mem::take(&mut current)),
-            None => {}
-        }
-    }
-    if !current.is_empty() {
-        lines.push(current);
-    }
-    let summary = if max > 0.0 {
-        format!("{title}: peak {}", format.run(max))
-    } else {
-        format!("{title}: no data in this window")
-    };
-    view! {
-        <figure class="chart">
-            <figcaption>{title.clone()}</figcaption>
-            <svg viewBox=format!("0 0 {CHART_W} {CHART_H}") role="img" aria-label=summary>
-                {axes(plot_h, format.run(max))}
-                {lines.into_iter().map(|points| view! { <polyline points=points class="line"/> }).collect_view()}
-                {dots}
-                {x_labels(&times, with_date)}
-            </svg>
-        </figure>
-    }
-}
-
 /// A stored body, always as text: the browser never parses it as markup.
 #[component]
 pub fn PayloadView(payload: Payload) -> impl IntoView {
@@ -412,13 +218,9 @@ mod tests {
         assert_eq!(fmt_rate(None), "–");
         assert_eq!(fmt_ms(Some(3.25)), "3.2 ms");
         assert_eq!(fmt_ms(Some(2_500.0)), "2.5 s");
-        // 2026-11-30 14:46 UTC
-        assert_eq!(fmt_utc_minute(1_796_049_960_000, true), "11-30 14:46");
     }
 }
 
-/// Renders its children only for a signed-in user holding `role`. Hiding is
-/// a courtesy: every server function checks the role itself.
 /// A counter that moves on every `every` while the page is open: a
 /// resource that reads it is read again that often.
 pub fn ticking(every: std::time::Duration) -> RwSignal<u64> {
@@ -450,6 +252,8 @@ pub fn RoleSelect(
     }
 }
 
+/// Renders its children only for a signed-in user holding `role`. Hiding is
+/// a courtesy: every server function checks the role itself.
 #[component]
 pub fn IfRole(role: Role, children: ChildrenFn) -> impl IntoView {
     let me = use_context::<Me>();

@@ -5,8 +5,10 @@
 
 pub mod api;
 pub mod auth;
+pub mod charts;
 pub mod components;
 pub mod pages;
+pub mod reader;
 
 use leptos::prelude::*;
 use leptos_meta::{provide_meta_context, MetaTags, Stylesheet, Title};
@@ -51,9 +53,11 @@ pub fn shell(options: LeptosOptions) -> impl IntoView {
             response.insert_header(axum::http::header::CONTENT_SECURITY_POLICY, policy);
         }
     }
+    // The reader's zone, clock and theme, for the browser to start from.
+    let (theme, zone, clock, now) = reader::html_attributes(reader::Reader::current());
     view! {
         <!DOCTYPE html>
-        <html lang="en">
+        <html lang="en" data-theme=theme data-zone=zone data-clock=clock data-now=now>
             <head>
                 <meta charset="utf-8"/>
                 <meta name="viewport" content="width=device-width, initial-scale=1"/>
@@ -71,6 +75,7 @@ pub fn shell(options: LeptosOptions) -> impl IntoView {
 #[component]
 pub fn App() -> impl IntoView {
     provide_meta_context();
+    reader::Reader::current();
     // Browser tests wait for this marker before they click.
     Effect::new(move |_| {
         if let Some(body) = document().body() {
@@ -97,6 +102,8 @@ fn Layout() -> impl IntoView {
     let location = use_location();
     let me: Me = Resource::new(move || location.pathname.get(), |_| who_am_i());
     provide_context(me);
+    let signed_in = Signal::derive(move || matches!(me.get(), Some(Ok(Some(_)))));
+    reader::run_in_browser(reader::Reader::current(), signed_in);
     view! {
             <TopBar me/>
             <main id="main">
@@ -148,6 +155,7 @@ fn TopBar(me: Me) -> impl IntoView {
                                     <A href="/users">"Users"</A>
                                 })}
                             </nav>
+                            <ReadingControls/>
                             <div class="whoami">
                                 <a href="/account" data-testid="whoami" title="Your account">{user.username.clone()} " · " {user.role.as_str()}</a>
                                 <ActionForm action=logout attr:class="inline">
@@ -160,6 +168,43 @@ fn TopBar(me: Me) -> impl IntoView {
                 })}
             </Transition>
         </header>
+    }
+}
+
+/// The zone the page's times are in, a UTC toggle and the theme: kept with
+/// the account, so every page (and the next sign-in) reads the same.
+#[component]
+fn ReadingControls() -> impl IntoView {
+    use replaysafe_types::time::Clock;
+    use replaysafe_types::users::Theme;
+    let reader = reader::Reader::current();
+    let utc = move || reader.preferences.with(|p| p.clock == Clock::Utc);
+    let theme = move || reader.preferences.with(|p| p.theme);
+    view! {
+        <div class="reading">
+            <span class="zone" data-testid="zone" title="The pages show times in this zone">
+                {move || reader.zone().name()}
+            </span>
+            <button type="button" class="toggle" data-testid="utc-toggle"
+                aria-pressed=move || utc().to_string()
+                title="Show every time in UTC instead of your zone"
+                on:click=move |_| reader::set_clock(reader, if utc() { Clock::Local } else { Clock::Utc })>
+                "UTC"
+            </button>
+            <select data-testid="theme" aria-label="Theme"
+                on:change=move |ev| {
+                    if let Some(chosen) = Theme::parse(&event_target_value(&ev)) {
+                        reader::set_theme(reader, chosen);
+                    }
+                }>
+                {[(Theme::System, "System theme"), (Theme::Light, "Light"), (Theme::Dark, "Dark")]
+                    .into_iter()
+                    .map(|(t, words)| view! {
+                        <option value=t.as_str() selected=move || theme() == t>{words}</option>
+                    })
+                    .collect_view()}
+            </select>
+        </div>
     }
 }
 

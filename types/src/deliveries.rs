@@ -25,7 +25,8 @@ pub struct DeliveryFilter {
     /// sees it in `Idempotency-Key`.
     #[serde(default)]
     pub key: String,
-    /// UTC, as a `datetime-local` input gives it: `2026-11-30T14:05`.
+    /// RFC 3339, or a wall time without an offset (as a `datetime-local`
+    /// input gives it: `2026-11-30T14:05`) read as UTC.
     #[serde(default)]
     pub from: String,
     #[serde(default)]

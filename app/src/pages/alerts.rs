@@ -1,9 +1,9 @@
 use leptos::prelude::*;
-use replaysafe_types::time::shown;
 
 use crate::api::alerts::{list_alerts, AlertRow, AlertsPage as Page, EndSilence, SilenceRule};
 use crate::auth::Role;
 use crate::components::*;
+use crate::reader::{Reader, When};
 
 /// How often the page reads the alerts again.
 const REFRESH: std::time::Duration = std::time::Duration::from_secs(15);
@@ -13,6 +13,7 @@ const REFRESH: std::time::Duration = std::time::Duration::from_secs(15);
 /// rule for a while (its alerts are still kept, not sent).
 #[component]
 pub fn AlertsPage() -> impl IntoView {
+    let reader = Reader::current();
     let silence = ServerAction::<SilenceRule>::new();
     let unsilence = ServerAction::<EndSilence>::new();
     let tick = ticking(REFRESH);
@@ -34,7 +35,7 @@ pub fn AlertsPage() -> impl IntoView {
                 <code>"replaysafe alert test --channel NAME"</code> " checks a channel."
             </p>
             {move || silence.value().get().map(|r| match r {
-                Ok(s) => view! { <p class="result ok" role="status">{format!("{} silenced until {} UTC.", s.rule, shown(&s.until))}</p> }.into_any(),
+                Ok(s) => view! { <p class="result ok" role="status">{format!("{} silenced until {}.", s.rule, reader.stamp(&s.until))}</p> }.into_any(),
                 Err(e) => view! { <ErrorBox message=error_text(&e)/> }.into_any(),
             })}
             {move || unsilence.value().get().and_then(|r| r.err()).map(|e| view! { <ErrorBox message=error_text(&e)/> })}
@@ -56,6 +57,7 @@ fn AlertLists(
     silence: ServerAction<SilenceRule>,
     unsilence: ServerAction<EndSilence>,
 ) -> impl IntoView {
+    let reader = Reader::current();
     let firing = if page.firing.is_empty() {
         view! { <p class="empty" data-testid="no-firing">"Nothing is firing."</p> }.into_any()
     } else {
@@ -65,7 +67,7 @@ fn AlertLists(
         <h2>"Silences"</h2>
         <table class="data" data-testid="silences">
             <thead><tr>
-                <th scope="col">"Rule"</th><th scope="col">"Source"</th><th scope="col">"Until (UTC)"</th>
+                <th scope="col">"Rule"</th><th scope="col">"Source"</th><th scope="col">{reader.label("Until")}</th>
                 <th scope="col">"By"</th><th scope="col">"Reason"</th>
                 <th scope="col"><span class="visually-hidden">"Actions"</span></th>
             </tr></thead>
@@ -74,7 +76,7 @@ fn AlertLists(
                     <tr data-rule=s.rule.clone()>
                         <td><code>{s.rule.clone()}</code></td>
                         <td>{s.source.clone().unwrap_or_else(|| "every source".into())}</td>
-                        <td>{shown(&s.until)}</td><td>{s.by}</td><td>{s.reason}</td>
+                        <td><When at=s.until/></td><td>{s.by}</td><td>{s.reason}</td>
                         <td><IfRole role=Role::Admin>
                             <ActionForm action=unsilence attr:class="inline">
                                 <input type="hidden" name="id" value=s.id/>
@@ -106,11 +108,12 @@ fn AlertTable(
     testid: &'static str,
     silence: ServerAction<SilenceRule>,
 ) -> impl IntoView {
+    let reader = Reader::current();
     view! {
         <table class="data" data-testid=testid>
             <thead><tr>
                 <th scope="col">"Rule"</th><th scope="col">"Source"</th>
-                <th scope="col">"Since (UTC)"</th><th scope="col">"Resolved (UTC)"</th>
+                <th scope="col">{reader.label("Since")}</th><th scope="col">{reader.label("Resolved")}</th>
                 <th scope="col">"What held"</th>
                 <th scope="col"><span class="visually-hidden">"Actions"</span></th>
             </tr></thead>
@@ -123,11 +126,11 @@ fn AlertTable(
                         <tr data-rule=a.rule.clone() data-source=a.source.clone() data-state=a.state.as_str()>
                             <td>{a.title.clone()}</td>
                             <td><code>{a.source.clone()}</code></td>
-                            <td>{shown(&a.started_at)}</td>
-                            <td>{a.resolved_at.as_ref().map_or_else(|| "–".into(), shown)}</td>
+                            <td><When at=a.started_at ago=true/></td>
+                            <td>{a.resolved_at.map_or_else(|| "–".into_any(), |t| view! { <When at=t ago=true/> }.into_any())}</td>
                             <td>
                                 {a.summary.clone()} ". " <a href=a.link.clone()>"See what is behind it"</a>
-                                {a.silenced_until.as_ref().map(|u| view! { <div class="muted small">{format!("silenced until {} UTC", shown(u))}</div> })}
+                                {a.silenced_until.map(|u| view! { <div class="muted small">{move || format!("silenced until {}", reader.stamp(&u))}</div> })}
                             </td>
                             <td>{firing.then(move || view! {
                                 <IfRole role=Role::Admin>

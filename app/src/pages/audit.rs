@@ -1,9 +1,9 @@
 use leptos::prelude::*;
 use leptos_router::hooks::use_query_map;
-use replaysafe_types::time::shown;
 
 use crate::api::actions::{list_audit, AuditPage as Page};
 use crate::components::*;
+use crate::reader::{Reader, When};
 
 #[component]
 pub fn AuditPage() -> impl IntoView {
@@ -28,6 +28,7 @@ pub fn AuditPage() -> impl IntoView {
 
 #[component]
 fn AuditTable(page: Page) -> impl IntoView {
+    let reader = Reader::current();
     if page.rows.is_empty() {
         return view! { <p class="empty">"Nothing recorded yet."</p> }.into_any();
     }
@@ -38,7 +39,7 @@ fn AuditTable(page: Page) -> impl IntoView {
         <table class="data" data-testid="audit-table">
             <thead>
                 <tr>
-                    <th scope="col">"When (UTC)"</th>
+                    <th scope="col">{reader.label("When")}</th>
                     <th scope="col">"Who"</th>
                     <th scope="col">"Action"</th>
                     <th scope="col">"Target"</th>
@@ -51,7 +52,7 @@ fn AuditTable(page: Page) -> impl IntoView {
                     let action = e.action.clone();
                     view! {
                     <tr data-action=action>
-                        <td>{shown(&e.at)}</td>
+                        <td><When at=e.at ago=true/></td>
                         <td>
                             {e.by_token.then_some("token ")}{e.username.unwrap_or_default()}
                             <div class="muted small">{e.remote_addr.unwrap_or_default()}</div>

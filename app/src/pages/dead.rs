@@ -2,7 +2,6 @@ use leptos::prelude::*;
 use leptos::task::spawn_local;
 use leptos_router::hooks::use_query_map;
 use replaysafe_types::states::JobState;
-use replaysafe_types::time::{shown, shown_ms};
 
 use crate::api::actions::{DeadFilter, RedeliveryResult};
 use crate::api::events::{list_dead, DeadLetterPage};
@@ -11,6 +10,7 @@ use crate::api::jobs::{
 };
 use crate::auth::Role;
 use crate::components::*;
+use crate::reader::{filter_time, Reader, When};
 
 #[component]
 pub fn DeadLettersPage() -> impl IntoView {
@@ -54,6 +54,7 @@ pub fn DeadLettersPage() -> impl IntoView {
 
 #[component]
 fn DeadTable(page: DeadLetterPage, source: String, destination: String) -> impl IntoView {
+    let reader = Reader::current();
     let scope = match (source.is_empty(), destination.is_empty()) {
         (true, true) => None,
         (false, true) => Some(view! { <p>"Source " <code>{source.clone()}</code> ". " <a href="/dead">"Show every source"</a></p> }.into_any()),
@@ -84,7 +85,7 @@ fn DeadTable(page: DeadLetterPage, source: String, destination: String) -> impl 
         <table class="data" data-testid="dead-table">
             <thead>
                 <tr>
-                    <th scope="col">"Dead since (UTC)"</th>
+                    <th scope="col">{reader.label("Dead since")}</th>
                     <th scope="col">"Source"</th>
                     <th scope="col">"Key"</th>
                     <th scope="col">"Dead at"</th>
@@ -97,7 +98,7 @@ fn DeadTable(page: DeadLetterPage, source: String, destination: String) -> impl 
             <tbody>
                 {page.rows.into_iter().map(|d| view! {
                     <tr data-event=d.id>
-                        <td>{shown_ms(&d.died_at)}</td>
+                        <td><When at=d.died_at ms=true ago=true/></td>
                         <td><a href=format!("/dead?source={}", d.source)><code>{d.source.clone()}</code></a></td>
                         <td><a href=format!("/events/{}", d.id)><code>{d.idem_key}</code></a></td>
                         <td>{d.destinations.iter().map(|name| view! {
@@ -129,6 +130,7 @@ const WATCH_MS: u64 = 500;
 /// `source` and `destination` follow the page's URL: a link to another
 /// filter (the "Dead at" column's) fills the form with it.
 fn BulkRedeliver(source: Signal<String>, destination: Signal<String>) -> impl IntoView {
+    let reader = Reader::current();
     let job = RwSignal::new(None::<BulkJob>);
     let results = RwSignal::new(Vec::<RedeliveryResult>::new());
     let after = StoredValue::new(None::<i64>);
@@ -203,8 +205,10 @@ fn BulkRedeliver(source: Signal<String>, destination: Signal<String>) -> impl In
             |r: NodeRef<leptos::html::Input>| r.get().map(|i| i.value()).unwrap_or_default();
         let filter = DeadFilter {
             source: value(source_in),
-            from: value(from_in),
-            to: value(to_in),
+            // The times mean what the inputs show: wall times in the
+            // reader's zone, sent with their offset.
+            from: filter_time(reader.zone_untracked(), &value(from_in)),
+            to: filter_time(reader.zone_untracked(), &value(to_in)),
             reason: value(reason_in),
             destination: value(destination_in),
             incident: None,
@@ -265,8 +269,8 @@ fn BulkRedeliver(source: Signal<String>, destination: Signal<String>) -> impl In
                     <form class="bulk" on:submit=start aria-label="Re-deliver dead letters in bulk">
                         <label>"Source" <input node_ref=source_in name="source" value=source prop:value=source placeholder="any"/></label>
                         <label>"Dead at destination" <input node_ref=destination_in name="destination" value=destination prop:value=destination placeholder="any"/></label>
-                        <label>"Dead since (UTC)" <input node_ref=from_in type="datetime-local" name="from"/></label>
-                        <label>"Dead before (UTC)" <input node_ref=to_in type="datetime-local" name="to"/></label>
+                        <label>{reader.label("Dead since")} " " <input node_ref=from_in type="datetime-local" name="from"/></label>
+                        <label>{reader.label("Dead before")} " " <input node_ref=to_in type="datetime-local" name="to"/></label>
                         <label>"Reason contains" <input node_ref=reason_in name="reason" placeholder="e.g. 400"/></label>
                         <button type="submit" data-testid="bulk-redeliver" disabled=running>
                             "Re-deliver all matching"
@@ -294,6 +298,7 @@ fn BulkRedeliver(source: Signal<String>, destination: Signal<String>) -> impl In
 /// Bulk jobs started here, from the API or the CLI, by anyone.
 #[component]
 fn RecentJobs(refresh: RwSignal<usize>) -> impl IntoView {
+    let reader = Reader::current();
     let jobs = Resource::new(move || refresh.get(), |_| recent_bulk_jobs());
     view! {
         <Transition fallback=|| ()>
@@ -305,7 +310,7 @@ fn RecentJobs(refresh: RwSignal<usize>) -> impl IntoView {
                             <summary>{format!("Recent bulk jobs ({})", list.len())}</summary>
                             <table class="data">
                                 <thead><tr>
-                                    <th scope="col">"Job"</th><th scope="col">"Started (UTC)"</th>
+                                    <th scope="col">"Job"</th><th scope="col">{reader.label("Started")}</th>
                                     <th scope="col">"By"</th><th scope="col">"Source"</th>
                                     <th scope="col">"State"</th><th scope="col">"Re-delivered"</th>
                                     <th scope="col">"Queued again"</th>
@@ -313,7 +318,7 @@ fn RecentJobs(refresh: RwSignal<usize>) -> impl IntoView {
                                 <tbody>
                                     {list.into_iter().map(|j| view! {
                                         <tr data-job=j.id data-state=j.state.as_str()>
-                                            <td>{j.id}</td><td>{shown(&j.created_at)}</td>
+                                            <td>{j.id}</td><td><When at=j.created_at ago=true/></td>
                                             <td>{j.started_by.clone()}</td>
                                             <td><code>{if j.filter.source.is_empty() { "any".to_owned() } else { j.filter.source.clone() }}</code></td>
                                             <td>{j.state.as_str()}</td>

@@ -1,4 +1,4 @@
-use replaysafe_types::time::shown_ms;
+use replaysafe_types::time::Zone;
 use std::time::Duration;
 
 use leptos::prelude::*;
@@ -10,6 +10,7 @@ use crate::api::deliveries::{
 };
 use crate::api::list_sources;
 use crate::components::*;
+use crate::reader::{filter_time, input_in, Reader, When};
 
 /// How often the first page asks for newer deliveries.
 const POLL: Duration = Duration::from_secs(2);
@@ -19,6 +20,7 @@ const LIVE_ROWS: usize = 200;
 #[component]
 pub fn DeliveriesPage() -> impl IntoView {
     let query = use_query_map();
+    let reader = Reader::current();
     let params = move || {
         let q = query.get();
         let get = |k: &str| q.get(k).unwrap_or_default();
@@ -31,11 +33,21 @@ pub fn DeliveriesPage() -> impl IntoView {
             to: get("to"),
         };
         let before = q.get("before").and_then(|b| b.parse::<i64>().ok());
-        (filter, before)
+        // The zone the times were typed in travels with them, so a link
+        // means the same instants to whoever opens it.
+        let typed_in = q.get("tz").and_then(|z| Zone::named(&z));
+        (filter, before, typed_in)
     };
-    let page = Resource::new(params, |(filter, before)| {
-        list_deliveries(filter, before, None)
-    });
+    let page = Resource::new(
+        move || {
+            let (mut filter, before, typed_in) = params();
+            let zone = typed_in.unwrap_or_else(|| reader.zone());
+            filter.from = filter_time(zone, &filter.from);
+            filter.to = filter_time(zone, &filter.to);
+            (filter, before)
+        },
+        |(filter, before)| list_deliveries(filter, before, None),
+    );
     let sources = Resource::new(|| (), |_| list_sources());
     view! {
         <section class="page">
@@ -44,15 +56,15 @@ pub fn DeliveriesPage() -> impl IntoView {
             <Transition fallback=|| ()>
                 {move || Suspend::new(async move {
                     let slugs: Vec<String> = sources.await.map(|s| s.into_iter().map(|s| s.slug).collect()).unwrap_or_default();
-                    let (filter, _) = params();
-                    view! { <FilterForm filter slugs/> }
+                    let (filter, _, typed_in) = params();
+                    view! { <FilterForm filter typed_in slugs/> }
                 })}
             </Transition>
             <Transition fallback=|| view! { <p class="muted">"Loading deliveries…"</p> }>
                 {move || Suspend::new(async move {
-                    let (filter, before) = params();
+                    let (filter, before, typed_in) = params();
                     match page.await {
-                        Ok(p) => view! { <DeliveryList page=p filter live=before.is_none()/> }.into_any(),
+                        Ok(p) => view! { <DeliveryList page=p filter typed_in live=before.is_none()/> }.into_any(),
                         Err(e) => view! { <ErrorBox message=error_text(&e)/> }.into_any(),
                     }
                 })}
@@ -62,7 +74,9 @@ pub fn DeliveriesPage() -> impl IntoView {
 }
 
 #[component]
-fn FilterForm(filter: DeliveryFilter, slugs: Vec<String>) -> impl IntoView {
+fn FilterForm(filter: DeliveryFilter, typed_in: Option<Zone>, slugs: Vec<String>) -> impl IntoView {
+    let reader = Reader::current();
+    let (from, to) = (filter.from.clone(), filter.to.clone());
     let source_options = slugs
         .into_iter()
         .map(|s| {
@@ -97,12 +111,13 @@ fn FilterForm(filter: DeliveryFilter, slugs: Vec<String>) -> impl IntoView {
             <label>"Key or provider id"
                 <input name="key" value=filter.key.clone() placeholder="evt_… or slug:key" size="24"/>
             </label>
-            <label>"From (UTC)"
-                <input type="datetime-local" name="from" value=filter.from.clone()/>
+            <label>{reader.label("From")}
+                <input type="datetime-local" name="from" value=move || input_in(reader.zone(), typed_in, &from)/>
             </label>
-            <label>"To (UTC)"
-                <input type="datetime-local" name="to" value=filter.to.clone()/>
+            <label>{reader.label("To")}
+                <input type="datetime-local" name="to" value=move || input_in(reader.zone(), typed_in, &to)/>
             </label>
+            <input type="hidden" name="tz" value=move || reader.zone().name()/>
             <div class="filter-actions">
                 <button type="submit">"Apply"</button>
                 <a href="/deliveries">"Clear"</a>
@@ -111,7 +126,8 @@ fn FilterForm(filter: DeliveryFilter, slugs: Vec<String>) -> impl IntoView {
     }
 }
 
-fn page_link(filter: &DeliveryFilter, before: Option<i64>) -> String {
+fn page_link(filter: &DeliveryFilter, typed_in: Option<Zone>, before: Option<i64>) -> String {
+    let tz = typed_in.map(|z| z.name().to_owned()).unwrap_or_default();
     let mut parts: Vec<String> = [
         ("source", &filter.source),
         ("outcome", &filter.outcome),
@@ -119,6 +135,7 @@ fn page_link(filter: &DeliveryFilter, before: Option<i64>) -> String {
         ("key", &filter.key),
         ("from", &filter.from),
         ("to", &filter.to),
+        ("tz", &tz),
     ]
     .into_iter()
     .filter(|(_, v)| !v.is_empty())
@@ -140,7 +157,13 @@ fn page_link(filter: &DeliveryFilter, before: Option<i64>) -> String {
 }
 
 #[component]
-fn DeliveryList(page: DeliveryPage, filter: DeliveryFilter, live: bool) -> impl IntoView {
+fn DeliveryList(
+    page: DeliveryPage,
+    filter: DeliveryFilter,
+    typed_in: Option<Zone>,
+    live: bool,
+) -> impl IntoView {
+    let reader = Reader::current();
     if let Some(message) = page.filter_error {
         return view! { <ErrorBox message/> }.into_any();
     }
@@ -151,7 +174,10 @@ fn DeliveryList(page: DeliveryPage, filter: DeliveryFilter, live: bool) -> impl 
     // Someone reading a row at 3 a.m. can stop the table moving under them.
     let paused = RwSignal::new(false);
     if live {
-        let filter = filter.clone();
+        let mut filter = filter.clone();
+        let zone = typed_in.unwrap_or_else(|| reader.zone_untracked());
+        filter.from = filter_time(zone, &filter.from);
+        filter.to = filter_time(zone, &filter.to);
         Effect::new(move |_| {
             let busy = StoredValue::new(false);
             let filter = filter.clone();
@@ -207,8 +233,8 @@ fn DeliveryList(page: DeliveryPage, filter: DeliveryFilter, live: bool) -> impl 
             </button>
         }
     });
-    let next = older.map(|b| page_link(&filter, Some(b)));
-    let newest = (!live).then(|| page_link(&filter, None));
+    let next = older.map(|b| page_link(&filter, typed_in, Some(b)));
+    let newest = (!live).then(|| page_link(&filter, typed_in, None));
     let unrecorded = page.unrecorded.map(|u| {
         let top = u
             .top
@@ -236,7 +262,7 @@ fn DeliveryList(page: DeliveryPage, filter: DeliveryFilter, live: bool) -> impl 
             <table class="data" data-testid="deliveries-table">
                 <thead>
                     <tr>
-                        <th scope="col">"Received (UTC)"</th>
+                        <th scope="col">{reader.label("Received")}</th>
                         <th scope="col">"Source"</th>
                         <th scope="col">"Key"</th>
                         <th scope="col">"Outcome"</th>
@@ -284,7 +310,7 @@ fn DeliveryTr(r: DeliveryRow, fresh: Signal<bool>) -> impl IntoView {
         .unwrap_or_else(|| "–".into());
     view! {
         <tr data-id=r.id class:fresh=move || fresh.get()>
-            <td><a href=detail title="Open this delivery">{shown_ms(&r.received_at)}</a></td>
+            <td><a href=detail title="Open this delivery"><When at=r.received_at ms=true ago=true/></a></td>
             <td><code>{r.source.clone()}</code></td>
             <td>{key_cell}</td>
             <td><OutcomeBadge row=r.clone()/>{redelivery}</td>

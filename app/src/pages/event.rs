@@ -1,7 +1,6 @@
 use leptos::prelude::*;
 use leptos_router::hooks::use_params_map;
 use replaysafe_types::states::{Outcome, State};
-use replaysafe_types::time::shown_ms;
 
 use crate::api::actions::{DeadLetterEvent, ForceReexecution};
 use crate::auth::Role;
@@ -10,6 +9,7 @@ use crate::api::events::{
     get_delivery, get_event, AttemptRow, DeliveryDetail, EventDetail, TimelineEntry,
 };
 use crate::components::*;
+use crate::reader::{Reader, When};
 
 fn id_param(name: &'static str) -> impl Fn() -> Option<i64> + Copy {
     let params = use_params_map();
@@ -52,6 +52,7 @@ pub fn EventPage() -> impl IntoView {
 
 #[component]
 fn EventBody(detail: EventDetail) -> impl IntoView {
+    let reader = Reader::current();
     let EventDetail {
         event,
         dispatches,
@@ -78,21 +79,20 @@ fn EventBody(detail: EventDetail) -> impl IntoView {
         .filter(|_| event.dead_reason.is_none())
         .map(|e| view! { <dt>"Last error"</dt><dd>{e}</dd> });
     let next = event.state.is_waiting().then(
-        || view! { <dt>"Next attempt"</dt><dd>{shown_ms(&event.next_attempt_at)} " UTC"</dd> },
+        || view! { <dt>"Next attempt"</dt><dd><When at=event.next_attempt_at ms=true zoned=true ago=true/></dd> },
     );
     let completed = event
         .completed_at
-        .as_ref()
-        .map(|c| view! { <dt>"Completed"</dt><dd>{shown_ms(c)} " UTC"</dd> });
+        .map(|c| view! { <dt>"Completed"</dt><dd><When at=c ms=true zoned=true/></dd> });
     view! {
         <h1>"Event " <code>{event.idem_key.clone()}</code></h1>
         <dl class="facts" data-testid="event-facts">
-            <dt>"State"</dt><dd><StateBadge state=event.state/> " since " {shown_ms(&event.state_changed_at)} " UTC"</dd>
+            <dt>"State"</dt><dd><StateBadge state=event.state/> " since " <When at=event.state_changed_at ms=true zoned=true ago=true/></dd>
             <dt>"Source"</dt><dd><code>{event.source.clone()}</code></dd>
             {event.event_type.clone().map(|t| view! { <dt>"Event type"</dt><dd><code>{t}</code></dd> })}
             <dt>"Idempotency-Key sent"</dt><dd><code>{format!("{}:{}", event.source, event.idem_key)}</code></dd>
-            <dt>"First received"</dt><dd>{shown_ms(&event.first_seen_at)} " UTC"</dd>
-            <dt>"Last received"</dt><dd>{shown_ms(&event.last_seen_at)} " UTC"</dd>
+            <dt>"First received"</dt><dd><When at=event.first_seen_at ms=true zoned=true ago=true/></dd>
+            <dt>"Last received"</dt><dd><When at=event.last_seen_at ms=true zoned=true ago=true/></dd>
             <dt>"Deliveries"</dt><dd>{event.receive_count}</dd>
             <dt>"Attempts"</dt><dd>{event.attempt_count}</dd>
             {completed}
@@ -124,15 +124,18 @@ fn EventBody(detail: EventDetail) -> impl IntoView {
             <thead><tr><th>"Destination"</th><th>"State"</th><th>"Attempts"</th><th>"Details"</th><th><span class="visually-hidden">"Actions"</span></th></tr></thead>
             <tbody>
                 {dispatches.into_iter().map(|d| {
-                    let details = match d.state {
-                        State::Filtered => "its filter does not take this event: nothing is forwarded there".to_owned(),
-                        State::Completed => format!("completed {} UTC", d.completed_at.as_ref().map(shown_ms).unwrap_or_default()),
-                        State::Dead => d.dead_reason.clone().unwrap_or_default(),
-                        State::Queued | State::Processing | State::Retrying => match (&d.next_attempt_at, &d.last_error) {
-                            (Some(next), Some(e)) => format!("next attempt {} UTC; last error: {e}", shown_ms(next)),
-                            (Some(next), None) => format!("next attempt {} UTC", shown_ms(next)),
-                            (None, _) => format!("since {} UTC", shown_ms(&d.state_changed_at)),
-                        },
+                    let details = {
+                        let d = d.clone();
+                        move || match d.state {
+                            State::Filtered => "its filter does not take this event: nothing is forwarded there".to_owned(),
+                            State::Completed => format!("completed {}", d.completed_at.as_ref().map(|t| reader.stamp_ms(t)).unwrap_or_default()),
+                            State::Dead => d.dead_reason.clone().unwrap_or_default(),
+                            State::Queued | State::Processing | State::Retrying => match (&d.next_attempt_at, &d.last_error) {
+                                (Some(next), Some(e)) => format!("next attempt {}; last error: {e}", reader.stamp_ms(next)),
+                                (Some(next), None) => format!("next attempt {}", reader.stamp_ms(next)),
+                                (None, _) => format!("since {}", reader.stamp_ms(&d.state_changed_at)),
+                            },
+                        }
                     };
                     let order = d.ordering_key.clone().map(|key| {
                         let key = if key.is_empty() { "all of its events".to_owned() } else { format!("key {key:?}") };
@@ -186,7 +189,7 @@ fn EventBody(detail: EventDetail) -> impl IntoView {
                     };
                     view! {
                         <li class="tl-delivery" data-kind="delivery">
-                            <span class="tl-time">{shown_ms(&d.received_at)}</span>
+                            <span class="tl-time"><When at=d.received_at ms=true/></span>
                             <span class="tl-what">
                                 <a href=format!("/deliveries/{}", d.id)>{kind}</a>
                                 " " <OutcomeBadge row=d.clone()/> " answered " {d.http_status}
@@ -311,11 +314,10 @@ fn AttemptItem(a: AttemptRow) -> impl IntoView {
     });
     let next = a
         .next_attempt_at
-        .as_ref()
-        .map(|n| view! { <div class="tl-detail">"Next retry at " {shown_ms(n)} " UTC"</div> });
+        .map(|n| view! { <div class="tl-detail">"Next retry at " <When at=n ms=true zoned=true ago=true/></div> });
     view! {
         <li class="tl-attempt" data-kind="attempt">
-            <span class="tl-time">{shown_ms(&a.started_at)}</span>
+            <span class="tl-time"><When at=a.started_at ms=true/></span>
             <span class="tl-what">
                 {format!("attempt {} to {} by {}", a.number, a.destination, a.worker)} " "
                 <span class=class>{words}</span>{latency}
@@ -399,7 +401,8 @@ pub fn DeliveryPage() -> impl IntoView {
                                 <h1>"Delivery " {d.row.id}</h1>
                                 <p>
                                     <OutcomeBadge row=d.row.clone()/>
-                                    {format!(" answered {} at {} UTC", d.row.http_status, shown_ms(&d.row.received_at))}
+                                    {format!(" answered {} at ", d.row.http_status)}
+                                    <When at=d.row.received_at ms=true zoned=true ago=true/>
                                 </p>
                                 {reason}
                                 {event}

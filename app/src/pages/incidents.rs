@@ -1,7 +1,6 @@
 use leptos::prelude::*;
 use leptos_router::hooks::{use_params_map, use_query_map};
 use replaysafe_types::states::IncidentState;
-use replaysafe_types::time::shown;
 
 use crate::api::incidents::{
     get_incident, list_incidents, Incident, IncidentDetail, MoveIncident, RedeliverIncident,
@@ -9,6 +8,7 @@ use crate::api::incidents::{
 use crate::api::jobs::bulk_job_progress;
 use crate::auth::Role;
 use crate::components::*;
+use crate::reader::{Reader, When};
 
 /// How often the pages read incidents again.
 const REFRESH: std::time::Duration = std::time::Duration::from_secs(10);
@@ -73,6 +73,7 @@ pub fn IncidentsPage() -> impl IntoView {
 
 #[component]
 fn IncidentTable(rows: Vec<Incident>) -> impl IntoView {
+    let reader = Reader::current();
     view! {
         <table class="data" data-testid="incidents-table">
             <thead>
@@ -81,8 +82,8 @@ fn IncidentTable(rows: Vec<Incident>) -> impl IntoView {
                     <th scope="col">"Where"</th>
                     <th scope="col">"State"</th>
                     <th scope="col">"Events"</th>
-                    <th scope="col">"First (UTC)"</th>
-                    <th scope="col">"Last (UTC)"</th>
+                    <th scope="col">{reader.label("First")}</th>
+                    <th scope="col">{reader.label("Last")}</th>
                 </tr>
             </thead>
             <tbody>
@@ -97,8 +98,8 @@ fn IncidentTable(rows: Vec<Incident>) -> impl IntoView {
                                 {i.state_changed_by.clone().map(|by| view! { <div class="muted small">{format!("by {by}")}</div> })}
                             </td>
                             <td>{fmt_count(i.count)} <span class="muted small">{format!(" ({} failures)", fmt_count(i.failures))}</span></td>
-                            <td>{shown(&i.first_seen_at)}</td>
-                            <td>{shown(&i.last_seen_at)}</td>
+                            <td><When at=i.first_seen_at/></td>
+                            <td><When at=i.last_seen_at ago=true/></td>
                         </tr>
                     }
                 }).collect_view()}
@@ -145,28 +146,35 @@ pub fn IncidentPage() -> impl IntoView {
 
 #[component]
 fn IncidentBody(detail: IncidentDetail) -> impl IntoView {
+    let reader = Reader::current();
     let IncidentDetail {
         incident: i,
         affected,
         dead_now,
     } = detail;
-    let summary = format!(
-        "{}/{} answered {} to {} since {} UTC (last {} UTC, {} failures).",
-        i.source,
-        i.destination,
-        headline(&i),
-        counted(i.count, "event", "events"),
-        shown(&i.first_seen_at),
-        shown(&i.last_seen_at),
-        fmt_count(i.failures)
-    );
-    let who = match (i.state, &i.state_changed_by) {
-        (IncidentState::Open, _) => String::new(),
-        (IncidentState::Resolved, None) => {
-            format!(" by itself at {} UTC", shown(&i.state_changed_at))
+    let summary = {
+        let i = i.clone();
+        move || {
+            format!(
+                "{}/{} answered {} to {} since {} (last {}, {} failures).",
+                i.source,
+                i.destination,
+                headline(&i),
+                counted(i.count, "event", "events"),
+                reader.stamp(&i.first_seen_at),
+                reader.stamp(&i.last_seen_at),
+                fmt_count(i.failures)
+            )
         }
-        (_, Some(by)) => format!(" by {by} at {} UTC", shown(&i.state_changed_at)),
-        (_, None) => String::new(),
+    };
+    let who = {
+        let (state, by, at) = (i.state, i.state_changed_by.clone(), i.state_changed_at);
+        move || match (state, &by) {
+            (IncidentState::Open, _) => String::new(),
+            (IncidentState::Resolved, None) => format!(" by itself at {}", reader.stamp(&at)),
+            (_, Some(by)) => format!(" by {by} at {}", reader.stamp(&at)),
+            (_, None) => String::new(),
+        }
     };
     view! {
         <h1 data-testid="incident-title">{headline(&i)}</h1>

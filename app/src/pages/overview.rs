@@ -5,8 +5,9 @@ use leptos_router::hooks::use_query_map;
 
 use crate::api::alerts::Condition;
 use crate::api::overview::{load_overview, Figures, Overview, SourceFigures, Window, COUNT_CAP};
+use crate::charts::{Chart, ChartsState, Kind, Series};
 use crate::components::*;
-use replaysafe_types::time::shown;
+use crate::reader::Reader;
 
 /// The overview refreshes itself this often (it reads rollups: cheap).
 const REFRESH: Duration = Duration::from_secs(5);
@@ -24,6 +25,8 @@ pub fn OverviewPage() -> impl IntoView {
     let data = Resource::new(params, |(source, window)| {
         load_overview(Some(source).filter(|s| !s.is_empty()), window)
     });
+    // The refresh redraws the charts; what the reader does with them stays.
+    ChartsState::provide();
     Effect::new(move |_| {
         let handle = set_interval_with_handle(move || data.refetch(), REFRESH).ok();
         on_cleanup(move || {
@@ -56,6 +59,7 @@ fn link(source: &Option<String>, window: Window) -> String {
 
 #[component]
 fn OverviewBody(o: Overview) -> impl IntoView {
+    let reader = Reader::current();
     let Overview {
         window,
         source,
@@ -107,39 +111,43 @@ fn OverviewBody(o: Overview) -> impl IntoView {
         <Alerts alerts/>
         <ReplicaLag secs=replica_lag_secs/>
         <p class="muted small">
-            {format!("{scope_label}, {}; figures as of {} UTC, refreshed every 5 s.", window.label(), shown(&generated_at))}
+            {move || format!("{scope_label}, {}; figures as of {}, refreshed every 5 s.", window.label(), reader.stamp(&generated_at))}
         </p>
         <Stats totals=totals.clone() backlog=backlog/>
         <div class="charts">
-            <BarChart
+            <Chart
                 title=format!("Deliveries {per_bar}")
+                kind=Kind::Bars
                 times=times.clone()
                 series=vec![
-                    Series { name: "claimed", class: "s-ok", values: series.iter().map(|p| (p.deliveries - p.duplicates - p.rejected) as f64).collect() },
-                    Series { name: "duplicates", class: "s-info", values: series.iter().map(|p| p.duplicates as f64).collect() },
-                    Series { name: "rejected", class: "s-bad", values: series.iter().map(|p| p.rejected as f64).collect() },
+                    Series { name: "claimed", class: "s-ok", values: series.iter().map(|p| Some((p.deliveries - p.duplicates - p.rejected) as f64)).collect() },
+                    Series { name: "duplicates", class: "s-info", values: series.iter().map(|p| Some(p.duplicates as f64)).collect() },
+                    Series { name: "rejected", class: "s-bad", values: series.iter().map(|p| Some(p.rejected as f64)).collect() },
                 ]
                 with_date
                 format=count
             />
-            <LineChart
+            <Chart
                 title="Duplicate rate".to_owned()
+                kind=Kind::Line
                 times=times.clone()
-                values=rates
+                series=vec![Series { name: "duplicate rate", class: "s-info", values: rates }]
                 with_date
                 format=|v: f64| fmt_rate(Some(v))
             />
-            <LineChart
+            <Chart
                 title="Acknowledgement p99".to_owned()
+                kind=Kind::Line
                 times=times.clone()
-                values=series.iter().map(|p| p.ack_p99_ms).collect()
+                series=vec![Series { name: "p99", class: "s-info", values: series.iter().map(|p| p.ack_p99_ms).collect() }]
                 with_date
                 format=|v: f64| fmt_ms(Some(v))
             />
-            <LineChart
+            <Chart
                 title="End-to-end p99 (received to completed)".to_owned()
+                kind=Kind::Line
                 times=times
-                values=series.iter().map(|p| p.e2e_p99_ms).collect()
+                series=vec![Series { name: "p99", class: "s-info", values: series.iter().map(|p| p.e2e_p99_ms).collect() }]
                 with_date
                 format=|v: f64| fmt_ms(Some(v))
             />

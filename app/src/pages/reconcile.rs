@@ -1,12 +1,12 @@
 use leptos::prelude::*;
 use leptos_router::hooks::use_query_map;
-use replaysafe_types::time::shown;
 
 use crate::api::reconcile::{
     reconciliation, ReconcileFinding, ReconcileRun, ReconcileSource, RunReconcile,
 };
 use crate::auth::Role;
 use crate::components::*;
+use crate::reader::{Reader, When};
 
 /// What reconciliation found: per reconciled source, its latest runs and
 /// the events its provider sent that never reached replaysafe, linked to
@@ -132,10 +132,24 @@ fn SourcePanel(source: ReconcileSource, run: ServerAction<RunReconcile>) -> impl
 
 #[component]
 fn LastRun(run: ReconcileRun) -> impl IntoView {
-    let finished = run.finished_at.as_ref().map_or_else(
-        || "still running".to_owned(),
-        |t| format!("finished {} UTC", shown(t)),
+    let reader = Reader::current();
+    let (started_at, finished_at, started_by, dry_run) = (
+        run.started_at,
+        run.finished_at,
+        run.started_by.clone(),
+        run.dry_run,
     );
+    let said = move || {
+        let finished = finished_at.as_ref().map_or_else(
+            || "still running".to_owned(),
+            |t| format!("finished {}", reader.stamp(t)),
+        );
+        format!(
+            "Last run: started {} by {started_by}, {finished}{}.",
+            reader.stamp(&started_at),
+            if dry_run { " (dry run)" } else { "" }
+        )
+    };
     let error = run.error.clone().map(|e| {
         view! {
             <p class="error" data-testid="last-run-error">"It stopped early: " {e}</p>
@@ -144,8 +158,7 @@ fn LastRun(run: ReconcileRun) -> impl IntoView {
     view! {
         <div data-testid="last-run">
             <p>
-                {format!("Last run: started {} UTC by {}, {finished}{}.", shown(&run.started_at), run.started_by,
-                    if run.dry_run { " (dry run)" } else { "" })}
+                {said}
             </p>
             <div class="stats">
                 <div class="stat"><div class="stat-label">"Seen at the provider"</div><div class="stat-value" data-figure="seen">{fmt_count(run.seen)}</div></div>
@@ -162,6 +175,7 @@ fn LastRun(run: ReconcileRun) -> impl IntoView {
 
 #[component]
 fn Findings(rows: Vec<ReconcileFinding>) -> impl IntoView {
+    let reader = Reader::current();
     if rows.is_empty() {
         return view! { <p class="empty">"Nothing found missing yet."</p> }.into_any();
     }
@@ -169,7 +183,7 @@ fn Findings(rows: Vec<ReconcileFinding>) -> impl IntoView {
         <table class="data" data-testid="findings">
             <thead><tr>
                 <th scope="col">"Provider's id"</th><th scope="col">"Type"</th>
-                <th scope="col">"Found (UTC)"</th><th scope="col">"What the run did"</th>
+                <th scope="col">{reader.label("Found")}</th><th scope="col">"What the run did"</th>
                 <th scope="col">"Now"</th>
             </tr></thead>
             <tbody>
@@ -193,7 +207,7 @@ fn Findings(rows: Vec<ReconcileFinding>) -> impl IntoView {
                         <tr data-key=f.idem_key.clone() data-verdict=f.verdict.clone()>
                             <td><code>{f.idem_key.clone()}</code></td>
                             <td>{f.event_type.clone().unwrap_or_default()}</td>
-                            <td>{shown(&f.found_at)}<div class="muted small">{format!("last {}", shown(&f.last_found_at))}</div></td>
+                            <td><When at=f.found_at ago=true/><div class="muted small">"last " <When at=f.last_found_at/></div></td>
                             <td>{did}</td>
                             <td>{now}</td>
                         </tr>
@@ -207,13 +221,14 @@ fn Findings(rows: Vec<ReconcileFinding>) -> impl IntoView {
 
 #[component]
 fn Runs(rows: Vec<ReconcileRun>) -> impl IntoView {
+    let reader = Reader::current();
     if rows.is_empty() {
         return ().into_any();
     }
     view! {
         <table class="data" data-testid="runs">
             <thead><tr>
-                <th scope="col">"Started (UTC)"</th><th scope="col">"By"</th>
+                <th scope="col">{reader.label("Started")}</th><th scope="col">"By"</th>
                 <th scope="col">"Seen"</th><th scope="col">"Received"</th>
                 <th scope="col">"Recovered"</th><th scope="col">"Redelivery asked"</th>
                 <th scope="col">"Missing"</th><th scope="col">"Outcome"</th>
@@ -221,7 +236,7 @@ fn Runs(rows: Vec<ReconcileRun>) -> impl IntoView {
             <tbody>
                 {rows.into_iter().map(|r| view! {
                     <tr data-run=r.id>
-                        <td>{shown(&r.started_at)}{r.dry_run.then(|| view! { <span class="muted small">" dry run"</span> })}</td>
+                        <td><When at=r.started_at ago=true/>{r.dry_run.then(|| view! { <span class="muted small">" dry run"</span> })}</td>
                         <td>{r.started_by.clone()}</td>
                         <td>{fmt_count(r.seen)}</td>
                         <td>{fmt_count(r.already_received)}</td>

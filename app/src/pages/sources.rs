@@ -1,7 +1,6 @@
 use leptos::prelude::*;
 use replaysafe_types::overview::BlockedKey;
 use replaysafe_types::states::Breaker;
-use replaysafe_types::time::{shown, shown_ms};
 
 use crate::api::actions::{SetBreaker, SetSourcePaused};
 use crate::api::events::list_blocked_keys;
@@ -9,6 +8,7 @@ use crate::api::overview::{load_overview, SourceFigures};
 use crate::api::{list_sources, RevealDestinationUrl, SourceSummary};
 use crate::auth::Role;
 use crate::components::*;
+use crate::reader::{Reader, When};
 
 #[component]
 pub fn SourcesPage() -> impl IntoView {
@@ -127,6 +127,7 @@ fn CopyButton(text: String, label: String) -> impl IntoView {
 /// key's later events wait until it completes or is dead-lettered.
 #[component]
 fn BlockedKeys(keys: Vec<BlockedKey>) -> impl IntoView {
+    let reader = Reader::current();
     view! {
         <h2>"Blocked ordered keys"</h2>
         <p class="small">
@@ -141,7 +142,7 @@ fn BlockedKeys(keys: Vec<BlockedKey>) -> impl IntoView {
                     <th scope="col">"Key"</th>
                     <th scope="col">"Held by"</th>
                     <th scope="col">"Attempts"</th>
-                    <th scope="col">"Next attempt (UTC)"</th>
+                    <th scope="col">{reader.label("Next attempt")}</th>
                     <th scope="col">"Waiting behind"</th>
                     <th scope="col">"Last error"</th>
                 </tr>
@@ -154,7 +155,7 @@ fn BlockedKeys(keys: Vec<BlockedKey>) -> impl IntoView {
                         <td><code>{if k.ordering_key.is_empty() { "(all events)".to_owned() } else { k.ordering_key.clone() }}</code></td>
                         <td><a href=format!("/events/{}", k.event_id)><code>{k.idem_key.clone()}</code></a></td>
                         <td>{k.attempt_count}</td>
-                        <td>{shown_ms(&k.next_attempt_at)}</td>
+                        <td><When at=k.next_attempt_at ms=true ago=true/></td>
                         <td>{fmt_count(k.waiting)}</td>
                         <td class="small">{k.last_error.clone().unwrap_or_default()}</td>
                     </tr>
@@ -193,17 +194,19 @@ fn SourcesTable(rows: Vec<SourceSummary>, figures: Vec<SourceFigures>) -> impl I
 
 #[component]
 fn SourceRow(s: SourceSummary, f: Option<SourceFigures>) -> impl IntoView {
+    let reader = Reader::current();
     let state = match (s.in_config, s.paused) {
         (false, _) => ("badge badge-muted", "removed from config"),
         (true, true) => ("badge badge-warn", "paused"),
         (true, false) => ("badge badge-ok", "active"),
     };
-    let by_operator = s.paused_by_operator.then(|| {
+    let changed_at = s.paused_changed_at;
+    let by_operator = s.paused_by_operator.then_some(move || {
         format!(
             " (set by an operator{})",
-            s.paused_changed_at
+            changed_at
                 .as_ref()
-                .map(|t| format!(" at {} UTC", shown(t)))
+                .map(|t| format!(" at {}", reader.stamp(t)))
                 .unwrap_or_default()
         )
     });

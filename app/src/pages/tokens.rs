@@ -1,8 +1,8 @@
 use leptos::prelude::*;
-use replaysafe_types::time::shown;
 
 use crate::api::tokens::{list_tokens, CreateToken, CreatedToken, RevokeToken, TokenRow};
 use crate::components::*;
+use crate::reader::{Reader, When};
 
 /// API tokens (admin): who may call `/api/v1` and the CLI, with which role,
 /// when each was last used; revoking one refuses it from its next request.
@@ -64,10 +64,14 @@ pub fn TokensPage() -> impl IntoView {
 /// A token just made, shown this once, with its expiry.
 #[component]
 fn TokenShown(made: CreatedToken) -> impl IntoView {
-    let expiry = made.row.expires_at.as_ref().map_or_else(
-        || "It never expires: revoke it when it is no longer needed.".to_owned(),
-        |t| format!("It expires {} UTC.", shown(t)),
-    );
+    let reader = Reader::current();
+    let expires_at = made.row.expires_at;
+    let expiry = move || {
+        expires_at.as_ref().map_or_else(
+            || "It never expires: revoke it when it is no longer needed.".to_owned(),
+            |t| format!("It expires {}.", reader.stamp(t)),
+        )
+    };
     view! {
         <div class="result ok" role="status" data-testid="token-created">
             <p>{format!("Token {} ({}) made. Copy it now: it is shown this once.", made.row.name, made.row.role)}</p>
@@ -79,6 +83,7 @@ fn TokenShown(made: CreatedToken) -> impl IntoView {
 
 #[component]
 fn TokenTable(rows: Vec<TokenRow>, revoke: ServerAction<RevokeToken>) -> impl IntoView {
+    let reader = Reader::current();
     if rows.is_empty() {
         return view! { <p class="empty">"No tokens yet."</p> }.into_any();
     }
@@ -89,9 +94,9 @@ fn TokenTable(rows: Vec<TokenRow>, revoke: ServerAction<RevokeToken>) -> impl In
                     <th scope="col">"Name"</th>
                     <th scope="col">"Role"</th>
                     <th scope="col">"Prefix"</th>
-                    <th scope="col">"Created (UTC)"</th>
-                    <th scope="col">"Last used"</th>
-                    <th scope="col">"Expires"</th>
+                    <th scope="col">{reader.label("Created")}</th>
+                    <th scope="col">{reader.label("Last used")}</th>
+                    <th scope="col">{reader.label("Expires")}</th>
                     <th scope="col">"State"</th>
                     <th scope="col"><span class="visually-hidden">"Actions"</span></th>
                 </tr>
@@ -106,9 +111,9 @@ fn TokenTable(rows: Vec<TokenRow>, revoke: ServerAction<RevokeToken>) -> impl In
                             <td>{t.name}</td>
                             <td>{t.role}</td>
                             <td><code>{t.prefix} "…"</code></td>
-                            <td>{shown(&t.created_at)}<div class="muted small">{t.created_by.unwrap_or_default()}</div></td>
-                            <td>{t.last_used_at.as_ref().map_or_else(|| "never".into(), shown)}</td>
-                            <td>{t.expires_at.as_ref().map_or_else(|| "never".into(), shown)}</td>
+                            <td><When at=t.created_at/><div class="muted small">{t.created_by.unwrap_or_default()}</div></td>
+                            <td>{t.last_used_at.map_or_else(|| "never".into_any(), |u| view! { <When at=u ago=true/> }.into_any())}</td>
+                            <td>{t.expires_at.map_or_else(|| "never".into_any(), |u| view! { <When at=u ago=true/> }.into_any())}</td>
                             <td>{t.state.as_str()}</td>
                             <td>{live.then(|| view! {
                                 <ActionForm action=revoke attr:class="inline">

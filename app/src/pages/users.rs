@@ -1,11 +1,11 @@
 use leptos::prelude::*;
 use replaysafe_types::auth::Role;
-use replaysafe_types::time::shown;
 
 use crate::api::users::{
     list_users, AddUser, OneTimePassword, ResetUserPassword, SetUserEnabled, SetUserRole, UserRow,
 };
 use crate::components::*;
+use crate::reader::{Reader, When};
 use crate::Me;
 
 /// Users (admin): who may sign in, with which role. A new account, or one
@@ -100,6 +100,7 @@ fn OneTimeShown(made: OneTimePassword, verb: &'static str) -> impl IntoView {
 
 #[component]
 fn UserTable(rows: Vec<UserRow>) -> impl IntoView {
+    let reader = Reader::current();
     let me = use_context::<Me>();
     let my_id = move || {
         me.and_then(|m| m.get())
@@ -114,8 +115,8 @@ fn UserTable(rows: Vec<UserRow>) -> impl IntoView {
                     <th scope="col">"Username"</th>
                     <th scope="col">"Role"</th>
                     <th scope="col">"State"</th>
-                    <th scope="col">"Created (UTC)"</th>
-                    <th scope="col">"Last sign-in (UTC)"</th>
+                    <th scope="col">{reader.label("Created")}</th>
+                    <th scope="col">{reader.label("Last sign-in")}</th>
                     <th scope="col"><span class="visually-hidden">"Actions"</span></th>
                 </tr>
             </thead>
@@ -128,8 +129,8 @@ fn UserTable(rows: Vec<UserRow>) -> impl IntoView {
                     };
                     let yourself = my_id() == Some(u.id);
                     let (name, row_name) = (u.username.clone(), u.username.clone());
-                    let created = shown(&u.created_at);
-                    let last = u.last_login_at.as_ref().map_or_else(|| "never".into(), shown);
+                    let created = view! { <When at=u.created_at/> };
+                    let last = u.last_login_at.map_or_else(|| "never".into_any(), |t| view! { <When at=t ago=true/> }.into_any());
                     let for_role = u.clone();
                     view! {
                         <tr data-user=row_name data-state=state>

@@ -17,6 +17,8 @@ pub use sign_in::*;
 pub use throttle::{prune as prune_sign_in_attempts, unlock};
 
 use replaysafe_types::auth::{Caller, Role};
+use replaysafe_types::time::Clock;
+use replaysafe_types::users::{Preferences, Theme};
 
 use crate::error::OpError;
 
@@ -47,7 +49,7 @@ pub async fn user_of(
     password_epoch: i32,
 ) -> Result<Option<SessionUser>, sqlx::Error> {
     let row = sqlx::query!(
-        "SELECT id, username, role, must_change_password FROM users
+        "SELECT id, username, role, must_change_password, time_zone, clock, theme FROM users
          WHERE id = $1 AND NOT disabled AND password_epoch = $2",
         user_id,
         password_epoch
@@ -63,15 +65,22 @@ pub async fn user_of(
                 via: replaysafe_types::auth::Via::Session,
             },
             must_change_password: r.must_change_password,
+            preferences: Preferences {
+                time_zone: r.time_zone,
+                clock: Clock::parse(&r.clock).unwrap_or_default(),
+                theme: Theme::parse(&r.theme).unwrap_or_default(),
+            },
         })
     }))
 }
 
-/// A session's user, and whether they must choose their own password first.
+/// A session's user, whether they must choose their own password first,
+/// and how they read the pages.
 #[derive(Clone, Debug)]
 pub struct SessionUser {
     pub caller: Caller,
     pub must_change_password: bool,
+    pub preferences: Preferences,
 }
 
 /// The one role check, whoever calls (a session or a token): 401

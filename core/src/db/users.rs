@@ -533,3 +533,26 @@ async fn audited(
     )
     .await
 }
+
+/// A person's own reading preferences (not audited: they change only what
+/// their own pages look like). Each field given replaces the stored one.
+pub async fn set_preferences(
+    pool: &PgPool,
+    id: i64,
+    time_zone: Option<&str>,
+    clock: Option<replaysafe_types::time::Clock>,
+    theme: Option<replaysafe_types::users::Theme>,
+) -> Result<(), sqlx::Error> {
+    sqlx::query!(
+        "UPDATE users SET time_zone = coalesce($2, time_zone), clock = coalesce($3, clock),
+                          theme = coalesce($4, theme)
+         WHERE id = $1",
+        id,
+        time_zone,
+        clock.map(|c| c.as_str()),
+        theme.map(|t| t.as_str())
+    )
+    .execute(pool)
+    .await?;
+    Ok(())
+}

@@ -192,13 +192,12 @@ pub fn page<T, C>(mut rows: Vec<T>, size: i64, cursor: impl Fn(&T) -> C) -> (Vec
     }
 }
 
-/// A filter's time as a `datetime-local` input gives it
-/// (`2026-11-30T14:05`, seconds optional), read as UTC; RFC 3339 out.
+/// A filter's time: RFC 3339 with its offset (the pages send the wall time
+/// a person typed, read in the zone they typed it in), or a wall time
+/// without one (`2026-11-30T14:05`, seconds optional) read as UTC; RFC 3339
+/// out.
 pub fn utc_time(field: &str, value: &str) -> Result<String, String> {
-    let value = value.trim().replacen(' ', "T", 1);
-    ["%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M"]
-        .iter()
-        .find_map(|format| chrono::NaiveDateTime::parse_from_str(&value, format).ok())
-        .map(|t| t.format("%Y-%m-%dT%H:%M:%SZ").to_string())
-        .ok_or_else(|| format!("{field}: expected a UTC time like 2026-11-30T14:05, got {value:?}"))
+    replaysafe_types::time::Zone::UTC
+        .read(field, value)
+        .map(|t| replaysafe_types::time::rfc3339(&t))
 }

@@ -182,3 +182,36 @@ async fn refused_audited<T>(
         Err(e) => Err(e.into()),
     }
 }
+
+/// The signed-in person's reading preferences, each given one replacing
+/// theirs: the zone their browser reports (an IANA name), their clock
+/// (`local` or `utc`) and theme (`system`, `light`, `dark`).
+pub async fn set_own_preferences(
+    cx: &Cx,
+    time_zone: Option<&str>,
+    clock: Option<&str>,
+    theme: Option<&str>,
+) -> Result<(), OpError> {
+    let caller = cx.require(Role::Viewer)?;
+    let Some(id) = caller.user_id() else {
+        return Err(OpError::Forbidden(
+            "an API token has no pages to read; sign in to set these".into(),
+        ));
+    };
+    let bad = |what: &str, value: &str| OpError::BadRequest(format!("{what}: unknown {value:?}"));
+    let time_zone = match time_zone {
+        Some(name) => Some(
+            replaysafe_types::time::Zone::named(name)
+                .ok_or_else(|| bad("time zone", name))?
+                .name(),
+        ),
+        None => None,
+    };
+    let clock = clock
+        .map(|c| replaysafe_types::time::Clock::parse(c).ok_or_else(|| bad("clock", c)))
+        .transpose()?;
+    let theme = theme
+        .map(|t| replaysafe_types::users::Theme::parse(t).ok_or_else(|| bad("theme", t)))
+        .transpose()?;
+    Ok(users::set_preferences(&cx.services.pool, id, time_zone, clock, theme).await?)
+}

@@ -182,6 +182,7 @@ pub async fn gate(
     if is_public(&path) {
         if let Ok(Some(user)) = user {
             request.extensions_mut().insert(user.caller);
+            request.extensions_mut().insert(user.preferences);
         }
         return next.run(request).await;
     }
@@ -189,6 +190,7 @@ pub async fn gate(
         Ok(Some(replaysafe_core::accounts::SessionUser {
             caller: user,
             must_change_password,
+            preferences,
         })) => {
             if must_change_password && !reached_before_a_new_password(&path) {
                 return if path.starts_with("/api/") {
@@ -201,8 +203,10 @@ pub async fn gate(
                     Redirect::to("/account").into_response()
                 };
             }
-            // Server functions read it from here instead of asking again.
+            // Server functions and pages read them from here instead of
+            // asking again.
             request.extensions_mut().insert(user);
+            request.extensions_mut().insert(preferences);
             next.run(request).await
         }
         Ok(None) if path.starts_with("/api/") => {

@@ -303,7 +303,7 @@ async fn deliveries_filter_by_outcome_status_key_and_time(pool: PgPool) {
     assert!(bad["filter_error"]
         .as_str()
         .unwrap()
-        .contains("from: expected a UTC time"));
+        .contains("from: expected a time like 2026-11-30T14:05 (UTC)"));
 }
 
 #[sqlx::test(migrator = "MIGRATOR")]

@@ -525,3 +525,106 @@ async fn names_differing_only_in_case_are_one_name_even_made_at_once(pool: PgPoo
         .unwrap();
     assert_eq!(n, 1);
 }
+
+/// Pages render on the server in the reader's zone (the one their browser
+/// reported, kept with their account), say which, and read date filters in
+/// it; a UTC toggle and a theme are kept per user and written on `<html>`,
+/// so the first paint is already right.
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn pages_render_in_the_readers_zone_and_filters_mean_what_they_show(pool: PgPool) {
+    use replaysafe_types::time::Zone;
+    let app = spawn_app(pool.clone(), config()).await;
+    assert_eq!(
+        app.github_delivery("gh", "zoned-1", r#"{"n":"zoned"}"#, b"gh-secret")
+            .await,
+        200
+    );
+    let (id, received_at): (i64, chrono::DateTime<chrono::Utc>) =
+        sqlx::query_as("SELECT id, received_at FROM deliveries WHERE idem_key = 'zoned-1'")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    let viewer = app.session("viewer").await;
+    let admin = app.session("admin").await;
+    let html = |cookie: String, path: String| {
+        let app = &app;
+        async move { app.page(Some(&cookie), &path).await.text().await.unwrap() }
+    };
+
+    // Before the browser said its zone: UTC, and said so.
+    let page = html(viewer.clone(), "/deliveries".into()).await;
+    assert!(page.contains("Received (UTC)"), "{page}");
+    assert!(page.contains(&format!(">{}</time>", Zone::UTC.shown_ms(&received_at))));
+
+    // Only zones and words it knows.
+    for (field, value) in [
+        ("time_zone", "Mars/Olympus"),
+        ("theme", "purple"),
+        ("clock", "tai"),
+    ] {
+        let (status, answer, _) = call(&app, &viewer, "preferences", &[(field, value)]).await;
+        assert_eq!(status, 400, "{field}={value}: {answer}");
+    }
+    let kolkata = Zone::named("Asia/Kolkata").unwrap();
+    let (status, answer, _) = call(
+        &app,
+        &viewer,
+        "preferences",
+        &[("time_zone", "Asia/Kolkata")],
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+    let page = html(viewer.clone(), "/deliveries".into()).await;
+    assert!(page.contains(r#"data-zone="Asia/Kolkata""#));
+    assert!(page.contains("Received (Asia/Kolkata)"), "{page}");
+    // The cell in Kolkata's time; UTC's only in its tooltip.
+    let cell = |zone: Zone| format!(">{}</time>", zone.shown_ms(&received_at));
+    assert!(page.contains(&cell(kolkata)), "{page}");
+    assert!(!page.contains(&cell(Zone::UTC)));
+    // Another person's pages keep their own zone.
+    let other = html(admin.clone(), "/deliveries".into()).await;
+    assert!(other.contains("Received (UTC)"));
+
+    // A filter's time is the wall time the input shows, in the zone it
+    // was typed in (which the form sends along).
+    let row = format!(r#"data-id="{id}""#);
+    let minute = chrono::Duration::minutes(1);
+    let from = |t: chrono::DateTime<chrono::Utc>| {
+        format!(
+            "/deliveries?from={}&tz=Asia%2FKolkata",
+            kolkata.input_value(&t)
+        )
+    };
+    let before = html(viewer.clone(), from(received_at - minute)).await;
+    assert!(
+        before.contains(&row),
+        "a minute before it, in Kolkata: listed"
+    );
+    let after = html(viewer.clone(), from(received_at + minute)).await;
+    assert!(!after.contains(&row), "a minute after it: not listed");
+    // The inputs show the times in the reader's zone, whatever the link's.
+    let utc_link = format!(
+        "/deliveries?from={}&tz=UTC",
+        Zone::UTC.input_value(&(received_at - minute))
+    );
+    let shown = html(viewer.clone(), utc_link).await;
+    assert!(shown.contains(&row));
+    assert!(shown.contains(&format!(
+        r#"value="{}""#,
+        kolkata.input_value(&(received_at - minute))
+    )));
+
+    // UTC on demand, and a dark theme: kept, and on <html>.
+    for (field, value) in [("clock", "utc"), ("theme", "dark")] {
+        let (status, answer, _) = call(&app, &viewer, "preferences", &[(field, value)]).await;
+        assert_eq!(status, 200, "{answer}");
+    }
+    let page = html(viewer.clone(), "/deliveries".into()).await;
+    assert!(page.contains(r#"data-theme="dark""#));
+    assert!(page.contains(r#"data-clock="utc""#));
+    assert!(page.contains("Received (UTC)"));
+    assert!(page.contains(&cell(Zone::UTC)));
+    // The zone stays known for when they switch back.
+    assert!(page.contains(r#"data-zone="Asia/Kolkata""#));
+    assert!(!other.contains("data-theme"));
+}
