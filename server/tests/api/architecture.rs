@@ -190,7 +190,8 @@ fn no_web_framework_below_app_and_nothing_server_side_in_types() {
     // The types build for the browser: anything server-side is an opt-in feature.
     for (dependency, optional) in dependencies("types") {
         assert!(
-            optional || ["serde", "serde_json", "chrono"].contains(&dependency.as_str()),
+            optional
+                || ["serde", "serde_json", "chrono", "chrono-tz"].contains(&dependency.as_str()),
             "types depends on {dependency} unconditionally: it must build for wasm"
         );
     }
