@@ -57,6 +57,13 @@ impl Wake {
         }
     }
 
+    /// A lease that failed keeps the signal it took for the next one, which
+    /// runs at the poll's pace: waking a worker for it would spin, a try and
+    /// a warning hundreds of times a second while the database is away.
+    pub fn keep(&self) {
+        self.pending.store(true, Ordering::SeqCst);
+    }
+
     /// Takes the signal before a lease: true when work was signalled since
     /// the last take, so the lease about to run covers it.
     pub fn take(&self) -> bool {

@@ -392,18 +392,39 @@ pub struct DbProxy {
     pub port: u16,
     up: Arc<std::sync::atomic::AtomicBool>,
     links: Arc<Mutex<Vec<tokio::task::AbortHandle>>>,
+    /// Connections refused while cut: how hard the clients knock.
+    pub refused: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl DbProxy {
+    /// In front of the server a database URL names.
+    pub async fn in_front_of(database_url: &str) -> Self {
+        let host = database_url
+            .split_once('@')
+            .unwrap()
+            .1
+            .split_once('/')
+            .unwrap()
+            .0;
+        Self::start(host).await
+    }
+
     pub async fn start(target: &str) -> Self {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let up = Arc::new(std::sync::atomic::AtomicBool::new(true));
         let links: Arc<Mutex<Vec<tokio::task::AbortHandle>>> = Default::default();
-        let (target, up2, links2) = (target.to_owned(), up.clone(), links.clone());
+        let refused: Arc<std::sync::atomic::AtomicU64> = Default::default();
+        let (target, up2, links2, refused2) = (
+            target.to_owned(),
+            up.clone(),
+            links.clone(),
+            refused.clone(),
+        );
         tokio::spawn(async move {
             while let Ok((mut inbound, _)) = listener.accept().await {
                 if !up2.load(std::sync::atomic::Ordering::SeqCst) {
+                    refused2.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                     continue; // refused: dropped at once
                 }
                 let target = target.clone();
@@ -415,7 +436,12 @@ impl DbProxy {
                 links2.lock().unwrap().push(link.abort_handle());
             }
         });
-        Self { port, up, links }
+        Self {
+            port,
+            up,
+            links,
+            refused,
+        }
     }
 
     /// The database "goes away": open connections die, new ones are refused.

@@ -11,7 +11,9 @@ use replaysafe_core::db::MIGRATOR;
 use sha2::Sha256;
 use sqlx::PgPool;
 
-use crate::helpers::{database_url, spawn_app_with, test_config, DbProxy, Destination, Scripted};
+use crate::helpers::{
+    database_url, spawn_app_with, test_config, DbProxy, Destination, Scripted, ServerProcess,
+};
 
 async fn deliver(client: &reqwest::Client, url: &str, id: &str) -> reqwest::Response {
     let body = format!("{{\"id\":\"{id}\"}}");
@@ -39,15 +41,7 @@ async fn an_outage_loses_nothing_and_heals_without_a_restart(pool: PgPool) {
     }])
     .await;
     let direct = database_url(&pool).await;
-    let db_host = direct
-        .split_once('@')
-        .unwrap()
-        .1
-        .split_once('/')
-        .unwrap()
-        .0
-        .to_owned();
-    let proxy = DbProxy::start(&db_host).await;
+    let proxy = DbProxy::in_front_of(&direct).await;
     let config = test_config(
         &format!(
             "[[source]]\nslug = \"gh\"\nprovider = \"github\"\nsecrets = [\"gh-secret\"]\ndestination = \"{}\"\nattempt_timeout_secs = 5",
@@ -113,4 +107,46 @@ async fn an_outage_loses_nothing_and_heals_without_a_restart(pool: PgPool) {
     let keys: Vec<String> = destination.keys();
     assert_eq!(keys.iter().filter(|k| *k == "gh:before").count(), 1);
     assert_eq!(keys.iter().filter(|k| *k == "gh:during").count(), 1);
+}
+
+/// While the database is away, a server's workers knock at the poll's pace,
+/// not in a loop: a failed lease used to wake its worker again at once, and
+/// each of eight workers tried (and logged a warning) hundreds of times a
+/// second until the database came back.
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn workers_wait_between_tries_while_the_database_is_away(pool: PgPool) {
+    let direct = database_url(&pool).await;
+    let proxy = DbProxy::in_front_of(&direct).await;
+    let server = ServerProcess::start(
+        "[[source]]\nslug = \"gh\"\nprovider = \"github\"\nsecrets = [\"gh-secret\"]\ndestination = \"http://127.0.0.1:9/x\"\n",
+        &proxy.url(&direct),
+        &["--workers", "8"],
+    )
+    .await;
+    proxy.cut();
+    let before = proxy.refused.load(std::sync::atomic::Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let knocks = proxy.refused.load(std::sync::atomic::Ordering::SeqCst) - before;
+    // Eight workers at two polls a second, and the background jobs and the
+    // listener on their own pace, over four seconds: well under 300.
+    assert!(knocks < 300, "{knocks} connection attempts in 4 s");
+    assert!(knocks > 0, "the server kept trying");
+    proxy.restore();
+    // And it recovers: a delivery is claimed again.
+    let mut status = 0;
+    for _ in 0..100 {
+        status = deliver(
+            &reqwest::Client::new(),
+            &format!("{}/hooks/gh", server.base),
+            "after",
+        )
+        .await
+        .status()
+        .as_u16();
+        if status == 200 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(status, 200);
 }

@@ -208,14 +208,16 @@ impl Workers {
         // Polls keep their pace whatever else wakes the worker: retries
         // come due, and other processes queue work, unannounced.
         let mut next_poll = Instant::now();
+        let mut failing = Failing::default();
         while !shutdown.is_cancelled() {
             // Events handed over at their claim first: they are leased already.
             let (handed, unbegun) = self.inbox.take(LEASE_BATCH as usize);
             let released = self.release_unbegun(unbegun).await;
             if !handed.is_empty() {
                 let holder = self.inbox.owner_name().to_owned();
-                if let Err(e) = self.forward_batch(&holder, handed).await {
-                    tracing::warn!(worker = %id, error = %e, "worker: batch failed; retrying");
+                match self.forward_batch(&holder, handed).await {
+                    Ok(_) => failing.over(&id),
+                    Err(e) => failing.again(&id, &e),
                 }
                 // Under a steady stream of claims a lease still runs when
                 // due: the inbox must not starve retries and queued work.
@@ -229,11 +231,12 @@ impl Workers {
                 match self.run_batch(&id, Some(&shutdown)).await {
                     // Some were due: more may be (another process's lease
                     // may have skipped rows this one locked).
-                    Ok(n) if n > 0 => continue,
-                    Ok(_) => {}
-                    Err(e) => {
-                        tracing::warn!(worker = %id, error = %e, "worker: batch failed; retrying")
+                    Ok(n) if n > 0 => {
+                        failing.over(&id);
+                        continue;
                     }
+                    Ok(_) => failing.over(&id),
+                    Err(e) => failing.again(&id, &e),
                 }
             }
             // Woken, a worker leases only if the signal is still up: another
@@ -421,7 +424,7 @@ impl Workers {
                     // while this one forwards.
                     Ok(batch) if batch.len() as i64 == limit => self.wake.work(),
                     // The signal this lease took is not lost with it.
-                    Err(_) => self.wake.work(),
+                    Err(_) => self.wake.keep(),
                     Ok(_) => {}
                 }
                 let leased = leased?;
@@ -691,4 +694,36 @@ pub(crate) fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_owned())
         .unwrap_or_else(|_| "host".into())
+}
+
+/// A worker's run of failed batches (the database away, mostly): the first
+/// is logged, then one line a minute while it lasts, and its end; not a
+/// line per try.
+#[derive(Default)]
+struct Failing {
+    tries: u64,
+    logged_at: Option<Instant>,
+}
+
+impl Failing {
+    const EVERY: Duration = Duration::from_secs(60);
+
+    fn again(&mut self, worker: &str, error: &dyn std::fmt::Display) {
+        self.tries += 1;
+        if self.logged_at.is_none_or(|at| at.elapsed() >= Self::EVERY) {
+            self.logged_at = Some(Instant::now());
+            tracing::warn!(worker, error = %error, tries = self.tries, "worker: batch failed; retrying at the poll's pace");
+        }
+    }
+
+    fn over(&mut self, worker: &str) {
+        if self.tries > 0 {
+            tracing::info!(
+                worker,
+                tries = self.tries,
+                "worker: batches run again after failing"
+            );
+            *self = Self::default();
+        }
+    }
 }
