@@ -25,6 +25,10 @@ pub struct ServeArgs {
     /// Run workers only: no receiver and no dashboard, just /healthz and /readyz
     #[arg(long)]
     pub worker_only: bool,
+    /// Serve the dashboard's bundle from this directory's pkg/ (as built by
+    /// scripts/run or cargo-leptos) instead of the one a release carries
+    #[arg(long, value_name = "DIR", env = "LEPTOS_SITE_ROOT")]
+    pub site_root: Option<std::path::PathBuf>,
 }
 
 impl Default for ServeArgs {
@@ -32,11 +36,15 @@ impl Default for ServeArgs {
         Self {
             workers: 8,
             worker_only: false,
+            site_root: None,
         }
     }
 }
 
 pub async fn run(config: Config, args: ServeArgs) -> Result<(), CliError> {
+    if let Some(root) = &args.site_root {
+        crate::web::site::set_root(root.clone());
+    }
     if let Some(why) = config.secrets_exposed() {
         tracing::warn!("{why}");
     }

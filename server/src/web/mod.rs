@@ -11,6 +11,7 @@ pub mod hooks;
 pub mod listener;
 pub mod metrics;
 pub mod shares;
+pub mod site;
 mod trace;
 
 use std::net::SocketAddr;
@@ -58,20 +59,20 @@ impl FromRef<AppState> for LeptosOptions {
     }
 }
 
-/// Where the site was built (scripts' build_site, or cargo-leptos):
-/// `$LEPTOS_SITE_ROOT`, else `target/site`.
+/// The dashboard's options: where its bundle is (`site::Site`).
 fn leptos_options(addr: SocketAddr) -> LeptosOptions {
-    let site_root = std::env::var("LEPTOS_SITE_ROOT").unwrap_or_else(|_| "target/site".into());
-    let pkg = std::path::Path::new(&site_root).join("pkg");
-    if !pkg.join(format!("{SITE_OUTPUT_NAME}.js")).exists() {
+    let site = site::Site::chosen();
+    let root = site.root();
+    let pkg = root.join("pkg");
+    if site != site::Site::Embedded && !pkg.join(format!("{SITE_OUTPUT_NAME}.js")).exists() {
         tracing::warn!(
-            "UI bundle not found in {}: pages render but do not hydrate; build it with ./scripts/run (build_site in scripts/lib.sh) or `cargo leptos build`",
+            "UI bundle not found in {}: pages render but do not hydrate; build it with ./scripts/run (build_site in scripts/lib.sh), or use a release built by scripts/release, which carries it",
             pkg.display()
         );
     }
     LeptosOptions::builder()
         .output_name(SITE_OUTPUT_NAME)
-        .site_root(site_root)
+        .site_root(root.to_string_lossy().into_owned())
         .site_pkg_dir("pkg")
         .site_addr(addr)
         .build()
@@ -147,6 +148,9 @@ fn router(state: AppState, role: Role) -> Router {
         .route("/hooks/{slug}", post(hooks::hook));
     if config.metrics_listen.is_none() {
         router = router.route("/metrics", get(metrics::handler));
+    }
+    if site::Site::chosen() == site::Site::Embedded {
+        router = router.route("/pkg/{file}", get(site::file));
     }
     let state_for_demo = state.clone();
     let router = router
