@@ -28,12 +28,13 @@ pub enum Kind {
 }
 
 /// What the reader is doing with the charts, kept apart from them: a page
-/// that refreshes redraws its charts, and an open table, the bucket being
-/// read and the keyboard's focus stay where they were.
+/// that refreshes redraws its charts, and an open table, the moment being
+/// read (its bucket's start, so a window that slides keeps it) and the
+/// keyboard's focus stay where they were.
 #[derive(Clone, Copy, Default)]
 pub struct ChartsState {
     tables: RwSignal<HashSet<String>>,
-    active: RwSignal<HashMap<String, usize>>,
+    active: RwSignal<HashMap<String, i64>>,
     focused: RwSignal<Option<String>>,
 }
 
@@ -55,13 +56,13 @@ const PAD_TOP: f64 = 10.0;
 const PAD_BOTTOM: f64 = 22.0;
 const Y_TICKS: f64 = 4.0;
 
-/// Round steps for the y axis (1, 2 or 5 times a power of ten) and the
-/// axis's top, at or above `max`.
-fn y_scale(max: f64) -> (f64, f64) {
+/// Round steps for the y axis (1, 2 or 5 times a power of ten, at least
+/// `min_step`) and the axis's top, at or above `max`.
+fn y_scale(max: f64, min_step: f64) -> (f64, f64) {
     if max <= 0.0 || !max.is_finite() {
         return (1.0, 1.0);
     }
-    let rough = max / Y_TICKS;
+    let rough = (max / Y_TICKS).max(min_step);
     let magnitude = 10f64.powf(rough.log10().floor());
     let step = [1.0, 2.0, 5.0, 10.0]
         .into_iter()
@@ -83,9 +84,13 @@ pub fn Chart(
     series: Vec<Series>,
     with_date: bool,
     #[prop(into)] format: Callback<f64, String>,
+    /// Counts: the y axis steps by whole numbers.
+    #[prop(optional)]
+    whole: bool,
 ) -> impl IntoView {
     let reader = Reader::current();
     let state = ChartsState::current();
+    let empty = times.is_empty();
     let n = times.len().max(1);
     let value = |s: &Series, i: usize| s.values.get(i).copied().flatten();
     let totals: Vec<f64> = (0..n)
@@ -98,24 +103,34 @@ pub fn Chart(
         })
         .collect();
     let max = totals.iter().copied().fold(0.0, f64::max);
-    let (step, top) = y_scale(max);
+    let (step, top) = y_scale(max, if whole { 1.0 } else { 0.0 });
     let plot_w = CHART_W - PAD_LEFT;
     let plot_h = CHART_H - PAD_TOP - PAD_BOTTOM;
     let slot = plot_w / n as f64;
     let x_mid = move |i: usize| PAD_LEFT + slot * (i as f64 + 0.5);
     let y_of = move |v: f64| PAD_TOP + plot_h - plot_h * v / top;
 
-    // The y axis: a gridline and a label per step.
-    let ticks = (0..)
+    // The y axis: a gridline per step, labelled where the label says
+    // something new (tiny rates all read "<0.1%").
+    let mut said_last = None;
+    // At most a dozen, whatever the scale says.
+    let ticks = (0..12)
         .map(|k| k as f64 * step)
         .take_while(|v| *v <= top + step / 2.0)
         .map(|v| {
             let y = format!("{:.1}", y_of(v));
+            let label = format.run(v);
+            let label = (said_last.as_ref() != Some(&label)).then(|| {
+                said_last = Some(label.clone());
+                label
+            });
             view! {
                 <line x1=PAD_LEFT x2=CHART_W y1=y.clone() y2=y.clone() class="grid"/>
-                <text x=PAD_LEFT - 6.0 y=y class="axis" text-anchor="end" dominant-baseline="middle">
-                    {format.run(v)}
-                </text>
+                {label.map(|label| view! {
+                    <text x=PAD_LEFT - 6.0 y=y class="axis" text-anchor="end" dominant-baseline="middle">
+                        {label}
+                    </text>
+                })}
             }
         })
         .collect_view();
@@ -181,18 +196,24 @@ pub fn Chart(
             .into_any(),
     };
 
-    // The bucket being read, and what it holds.
+    // The bucket being read, found by its start (gone once the window
+    // slides past it), and what it holds.
     let key = title.clone();
     let active = {
-        let key = key.clone();
-        Memo::new(move |_| state.active.with(|a| a.get(&key).copied()))
+        let (key, times) = (key.clone(), times.clone());
+        Memo::new(move |_| {
+            let at = state.active.with(|a| a.get(&key).copied())?;
+            times.iter().position(|t| *t == at)
+        })
     };
     let set_active = {
-        let key = key.clone();
+        let (key, times) = (key.clone(), times.clone());
         move |i: usize| {
-            state.active.update(|a| {
-                a.insert(key.clone(), i.min(n - 1));
-            })
+            if let Some(at) = times.get(i.min(n - 1)) {
+                state.active.update(|a| {
+                    a.insert(key.clone(), *at);
+                })
+            }
         }
     };
     let said = {
@@ -233,7 +254,7 @@ pub fn Chart(
             view! { <line x1=x.clone() x2=x y1=PAD_TOP y2=PAD_TOP + plot_h class="cursor"/> }
         })
     };
-    let hits = (0..n)
+    let hits = (0..times.len())
         .map(|i| {
             let set_active = set_active.clone();
             view! {
@@ -245,6 +266,9 @@ pub fn Chart(
     let keys = {
         let set_active = set_active.clone();
         move |ev: leptos::ev::KeyboardEvent| {
+            if empty {
+                return;
+            }
             let at = active.get().unwrap_or(n - 1);
             let next = match ev.key().as_str() {
                 "ArrowLeft" => at.saturating_sub(1),
@@ -262,7 +286,7 @@ pub fn Chart(
     let focused = {
         let (key, set_active) = (key.clone(), set_active.clone());
         move |_| {
-            if active.get().is_none() {
+            if active.get_untracked().is_none() {
                 set_active(n - 1);
             }
             state.focused.set(Some(key.clone()));
@@ -401,11 +425,15 @@ mod tests {
 
     #[test]
     fn the_y_axis_steps_are_round_and_reach_the_peak() {
-        assert_eq!(y_scale(0.0), (1.0, 1.0));
-        assert_eq!(y_scale(7.0), (2.0, 8.0));
-        assert_eq!(y_scale(100.0), (50.0, 100.0));
-        assert_eq!(y_scale(1234.0), (500.0, 1500.0));
-        let (step, top) = y_scale(0.037);
+        assert_eq!(y_scale(7.0, 0.0), (2.0, 8.0));
+        assert_eq!(y_scale(100.0, 0.0), (50.0, 100.0));
+        assert_eq!(y_scale(1234.0, 0.0), (500.0, 1500.0));
+        // Counts step by whole numbers.
+        assert_eq!(y_scale(1.0, 1.0), (1.0, 1.0));
+        assert_eq!(y_scale(2.0, 1.0), (1.0, 2.0));
+        assert_eq!(y_scale(0.0, 1.0), (1.0, 1.0));
+        assert_eq!(y_scale(0.0, 0.0), (1.0, 1.0));
+        let (step, top) = y_scale(0.037, 0.0);
         assert!((step - 0.01).abs() < 1e-12 && (top - 0.04).abs() < 1e-12);
     }
 }

@@ -102,8 +102,11 @@ fn Layout() -> impl IntoView {
     let location = use_location();
     let me: Me = Resource::new(move || location.pathname.get(), |_| who_am_i());
     provide_context(me);
-    let signed_in = Signal::derive(move || matches!(me.get(), Some(Ok(Some(_)))));
-    reader::run_in_browser(reader::Reader::current(), signed_in);
+    let user = Signal::derive(move || match me.get() {
+        Some(Ok(Some(caller))) => Some(caller.id),
+        _ => None,
+    });
+    reader::run_in_browser(reader::Reader::current(), user);
     view! {
             <TopBar me/>
             <main id="main">

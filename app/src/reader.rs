@@ -79,8 +79,8 @@ pub fn filter_time(zone: Zone, typed: &str) -> String {
 }
 
 /// A filter's time typed in `typed_in`, as an input in `zone` shows it.
-pub fn input_in(zone: Zone, typed_in: Option<Zone>, typed: &str) -> String {
-    match typed_in.filter(|z| *z != zone).map(|z| z.read("", typed)) {
+pub fn input_in(zone: Zone, typed_in: Zone, typed: &str) -> String {
+    match (typed_in != zone).then(|| typed_in.read("", typed)) {
         Some(Ok(t)) => zone.input_value(&t),
         _ => typed.to_owned(),
     }
@@ -138,44 +138,68 @@ fn browser_now() -> Time {
     chrono::DateTime::from_timestamp_millis(millis).unwrap_or_default()
 }
 
-/// Keeps relative times moving, and learns the browser's zone: once the
-/// page is hydrated and someone is signed in, a zone that differs from the
-/// stored one is saved and the page re-reads in it.
-pub fn run_in_browser(reader: Reader, signed_in: Signal<bool>) {
+/// Keeps relative times moving (on the server's clock: the browser's may
+/// be off), and follows who is signed in: the first person's preferences
+/// came with the page; another who signs in in this tab gets theirs read
+/// again. A browser zone that differs from the stored one is saved once per
+/// person, and the page re-reads in it.
+pub fn run_in_browser(reader: Reader, user: Signal<Option<i64>>) {
     #[cfg(feature = "hydrate")]
     {
+        let skew = reader.now.get_untracked() - browser_now();
         let tick = crate::components::ticking(AGO_EVERY);
         Effect::new(move |_| {
             if tick.get() > 0 {
-                reader.now.set(browser_now());
+                reader.now.set(browser_now() + skew);
             }
         });
-        Effect::new(move |reported: Option<bool>| {
-            if reported == Some(true) || !signed_in.get() {
-                return reported.unwrap_or(false);
-            }
-            let Some(zone) = browser_zone() else {
-                return true;
-            };
-            if reader
-                .preferences
-                .with_untracked(|p| p.time_zone.as_deref() == Some(&zone))
-            {
-                return true;
-            }
-            leptos::task::spawn_local(async move {
-                if save_preferences(Some(zone.clone()), None, None)
-                    .await
-                    .is_ok()
-                {
-                    reader.preferences.update(|p| p.time_zone = Some(zone));
+        Effect::new(move |before: Option<Option<i64>>| {
+            let now = user.get();
+            match (before, now) {
+                // The page's own reader: its preferences came with it.
+                (None, Some(_)) => report_zone(reader),
+                (Some(before), now) if before != now => {
+                    leptos::task::spawn_local(async move {
+                        let theirs = match now {
+                            Some(_) => my_preferences().await.unwrap_or_default(),
+                            None => Preferences::default(),
+                        };
+                        apply_theme(theirs.theme);
+                        reader.preferences.set(theirs);
+                        if now.is_some() {
+                            report_zone(reader);
+                        }
+                    });
                 }
-            });
-            true
+                _ => {}
+            }
+            now
         });
     }
     #[cfg(not(feature = "hydrate"))]
-    let _ = (reader, signed_in, AGO_EVERY);
+    let _ = (reader, user, AGO_EVERY);
+}
+
+/// Saves the browser's zone when it differs from the stored one.
+#[cfg(feature = "hydrate")]
+fn report_zone(reader: Reader) {
+    let Some(zone) = browser_zone() else {
+        return;
+    };
+    if reader
+        .preferences
+        .with_untracked(|p| p.time_zone.as_deref() == Some(&zone))
+    {
+        return;
+    }
+    leptos::task::spawn_local(async move {
+        if save_preferences(Some(zone.clone()), None, None)
+            .await
+            .is_ok()
+        {
+            reader.preferences.update(|p| p.time_zone = Some(zone));
+        }
+    });
 }
 
 /// The zone the browser runs in (`Intl.DateTimeFormat`), if it is one we know.
@@ -201,6 +225,14 @@ pub fn set_clock(reader: Reader, clock: Clock) {
 /// Changes the theme at once (on `<html data-theme>`); kept with the account.
 pub fn set_theme(reader: Reader, theme: Theme) {
     reader.preferences.update(|p| p.theme = theme);
+    apply_theme(theme);
+    leptos::task::spawn_local(async move {
+        let _ = save_preferences(None, None, Some(theme.as_str().to_owned())).await;
+    });
+}
+
+/// The theme on `<html data-theme>`, which the stylesheet follows.
+fn apply_theme(theme: Theme) {
     #[cfg(feature = "hydrate")]
     if let Some(root) = document().document_element() {
         let _ = match theme {
@@ -208,9 +240,16 @@ pub fn set_theme(reader: Reader, theme: Theme) {
             chosen => root.set_attribute("data-theme", chosen.as_str()),
         };
     }
-    leptos::task::spawn_local(async move {
-        let _ = save_preferences(None, None, Some(theme.as_str().to_owned())).await;
-    });
+    #[cfg(not(feature = "hydrate"))]
+    let _ = theme;
+}
+
+/// The signed-in person's reading preferences, as the server renders with.
+#[server(endpoint = "my-preferences")]
+pub async fn my_preferences() -> Result<Preferences, ServerFnError> {
+    Ok(use_context::<http::request::Parts>()
+        .and_then(|parts| parts.extensions.get::<Preferences>().cloned())
+        .unwrap_or_default())
 }
 
 /// Keeps the signed-in person's reading preferences; each given replaces

@@ -33,8 +33,13 @@ test('the release binary alone serves a working dashboard from an empty director
   const configDir = mkdtempSync(join(tmpdir(), 'replaysafe-release-config-'));
   const config = join(configDir, 'replaysafe.toml');
   writeFileSync(config, `listen = "127.0.0.1:${port}"\npublic_url = "${url}"\n`);
+  // A database of its own: a server syncs the sources table to its config,
+  // and this one's has none (the other tests' server would see its
+  // sources marked removed).
+  const cluster = databaseUrl.slice(0, databaseUrl.lastIndexOf('/'));
+  execFileSync('psql', ['-q', `${cluster}/postgres`, '-c', 'DROP DATABASE IF EXISTS replaysafe_release WITH (FORCE)', '-c', 'CREATE DATABASE replaysafe_release']);
   // Nothing points at a site directory.
-  const env: NodeJS.ProcessEnv = { ...process.env, DATABASE_URL: databaseUrl, RUST_LOG: 'warn' };
+  const env: NodeJS.ProcessEnv = { ...process.env, DATABASE_URL: `${cluster}/replaysafe_release`, RUST_LOG: 'warn' };
   delete env.LEPTOS_SITE_ROOT;
   execFileSync('./replaysafe', ['user', 'add', '--config', config, '--username', 'release-admin', '--role', 'admin', '--update'], {
     cwd: dir, env, input: 'release-password-e2e\n', stdio: ['pipe', 'inherit', 'inherit'],

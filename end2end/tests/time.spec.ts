@@ -4,6 +4,7 @@
 import { test, expect, Page } from '@playwright/test';
 import AxeBuilder from '@axe-core/playwright';
 import { openHydrated, signIn, sendSigned, eventId } from './helpers';
+import { accounts } from '../playwright.config';
 
 const ZONE = 'Asia/Tokyo';
 const pages = ['/overview', '/deliveries', '/dead', '/incidents', '/sources', '/reconciliation', '/alerts', '/audit'];
@@ -84,6 +85,19 @@ test('times follow the browser zone, kept per user; the UTC toggle changes every
   await expect(page.locator('main')).toContainText(/figures as of \d{4}-\d\d-\d\d \d\d:\d\d:\d\d JST/);
   await openHydrated(page, '/audit');
   await expect(page.getByRole('columnheader', { name: `When (${ZONE})` })).toBeVisible();
+
+  // Someone else signing in in this tab reads by their own preferences,
+  // not the last person's (the page is not loaded again).
+  await page.getByTestId('utc-toggle').click();
+  await expect(page.getByTestId('zone')).toHaveText('UTC');
+  await page.getByRole('button', { name: 'Sign out' }).click();
+  await expect(page.getByLabel('Username')).toBeVisible();
+  await page.getByLabel('Username').fill(accounts.viewer.username);
+  await page.getByLabel('Password').fill(accounts.viewer.password);
+  await page.getByRole('button', { name: 'Sign in' }).click();
+  await expect(page.getByTestId('whoami')).toContainText('viewer');
+  await expect(page.getByTestId('utc-toggle')).toHaveAttribute('aria-pressed', 'false');
+  await expect(page.getByTestId('zone')).toHaveText(ZONE);
   await context.close();
 });
 

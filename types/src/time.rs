@@ -3,7 +3,7 @@
 //! and `Z` (`2026-12-03T09:05:16.123Z`); in the CLI's tables as UTC
 //! `2026-12-03 09:05:16`; on the pages the same in the viewer's `Zone`.
 
-use chrono::{DateTime, NaiveDateTime, SecondsFormat, TimeZone, Utc};
+use chrono::{DateTime, NaiveDateTime, Offset, SecondsFormat, TimeZone, Utc};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 pub type Time = DateTime<Utc>;
@@ -123,23 +123,29 @@ impl Zone {
                     self.name()
                 )
             })?;
-        self.0
-            .from_local_datetime(&wall)
-            .earliest()
-            .or_else(|| {
-                self.0
-                    .from_local_datetime(&(wall + chrono::Duration::hours(1)))
-                    .earliest()
-            })
-            .map(|t| t.with_timezone(&Utc))
-            .ok_or_else(|| format!("{field}: {text:?} never happens in {}", self.name()))
+        if let Some(t) = self.0.from_local_datetime(&wall).earliest() {
+            return Ok(t.with_timezone(&Utc));
+        }
+        // In the gap clocks skip: read with the offset in force before it
+        // (a day earlier is before any transition), as a clock that did not
+        // jump would show it.
+        let before = self
+            .0
+            .offset_from_utc_datetime(&(wall - chrono::Duration::days(1)))
+            .fix();
+        Ok((wall - before).and_utc())
     }
 }
 
 /// How long ago `t` was at `now`, as a list says it beside the time
 /// (`just now`, `42 s ago`, `3 min ago`, `5 h ago`, `2 d ago`; `in 4 min`).
+/// Up to a minute ahead is `just now`: a page's clock moves in steps, and
+/// a row can arrive between them.
 pub fn ago(now: &Time, t: &Time) -> String {
     let secs = (*now - *t).num_seconds();
+    if (-60..0).contains(&secs) {
+        return "just now".into();
+    }
     let (n, unit) = match secs.unsigned_abs() {
         s if s < 5 => return "just now".into(),
         s if s < 60 => (s, "s"),
@@ -280,6 +286,12 @@ mod tests {
             berlin.read("from", "2026-03-29T02:30").unwrap(),
             utc("2026-03-29T01:30:00Z")
         );
+        // Lord Howe skips half an hour (02:00 to 02:30 on 4 October 2026).
+        let lord_howe = Zone::named("Australia/Lord_Howe").unwrap();
+        assert_eq!(
+            lord_howe.read("from", "2026-10-04T02:15").unwrap(),
+            utc("2026-10-03T15:45:00Z")
+        );
         let refused = berlin.read("from", "yesterday").unwrap_err();
         assert!(refused.contains("Europe/Berlin"), "{refused}");
         assert_eq!(Zone::named("Mars/Olympus"), None);
@@ -298,6 +310,7 @@ mod tests {
         assert_eq!(ago(&now, &at(5 * 3600)), "5 h ago");
         assert_eq!(ago(&now, &at(47 * 3600)), "47 h ago");
         assert_eq!(ago(&now, &at(3 * 86400)), "3 d ago");
+        assert_eq!(ago(&now, &at(-45)), "just now");
         assert_eq!(ago(&now, &at(-240)), "in 4 min");
     }
 }

@@ -20,7 +20,6 @@ const LIVE_ROWS: usize = 200;
 #[component]
 pub fn DeliveriesPage() -> impl IntoView {
     let query = use_query_map();
-    let reader = Reader::current();
     let params = move || {
         let q = query.get();
         let get = |k: &str| q.get(k).unwrap_or_default();
@@ -34,16 +33,18 @@ pub fn DeliveriesPage() -> impl IntoView {
         };
         let before = q.get("before").and_then(|b| b.parse::<i64>().ok());
         // The zone the times were typed in travels with them, so a link
-        // means the same instants to whoever opens it.
-        let typed_in = q.get("tz").and_then(|z| Zone::named(&z));
+        // means the same instants to whoever opens it; without one, UTC.
+        let typed_in = q
+            .get("tz")
+            .and_then(|z| Zone::named(&z))
+            .unwrap_or(Zone::UTC);
         (filter, before, typed_in)
     };
     let page = Resource::new(
         move || {
             let (mut filter, before, typed_in) = params();
-            let zone = typed_in.unwrap_or_else(|| reader.zone());
-            filter.from = filter_time(zone, &filter.from);
-            filter.to = filter_time(zone, &filter.to);
+            filter.from = filter_time(typed_in, &filter.from);
+            filter.to = filter_time(typed_in, &filter.to);
             (filter, before)
         },
         |(filter, before)| list_deliveries(filter, before, None),
@@ -74,7 +75,7 @@ pub fn DeliveriesPage() -> impl IntoView {
 }
 
 #[component]
-fn FilterForm(filter: DeliveryFilter, typed_in: Option<Zone>, slugs: Vec<String>) -> impl IntoView {
+fn FilterForm(filter: DeliveryFilter, typed_in: Zone, slugs: Vec<String>) -> impl IntoView {
     let reader = Reader::current();
     let (from, to) = (filter.from.clone(), filter.to.clone());
     let source_options = slugs
@@ -126,8 +127,13 @@ fn FilterForm(filter: DeliveryFilter, typed_in: Option<Zone>, slugs: Vec<String>
     }
 }
 
-fn page_link(filter: &DeliveryFilter, typed_in: Option<Zone>, before: Option<i64>) -> String {
-    let tz = typed_in.map(|z| z.name().to_owned()).unwrap_or_default();
+fn page_link(filter: &DeliveryFilter, typed_in: Zone, before: Option<i64>) -> String {
+    let times_given = !(filter.from.is_empty() && filter.to.is_empty());
+    let tz = if times_given {
+        typed_in.name().to_owned()
+    } else {
+        String::new()
+    };
     let mut parts: Vec<String> = [
         ("source", &filter.source),
         ("outcome", &filter.outcome),
@@ -160,7 +166,7 @@ fn page_link(filter: &DeliveryFilter, typed_in: Option<Zone>, before: Option<i64
 fn DeliveryList(
     page: DeliveryPage,
     filter: DeliveryFilter,
-    typed_in: Option<Zone>,
+    typed_in: Zone,
     live: bool,
 ) -> impl IntoView {
     let reader = Reader::current();
@@ -175,9 +181,8 @@ fn DeliveryList(
     let paused = RwSignal::new(false);
     if live {
         let mut filter = filter.clone();
-        let zone = typed_in.unwrap_or_else(|| reader.zone_untracked());
-        filter.from = filter_time(zone, &filter.from);
-        filter.to = filter_time(zone, &filter.to);
+        filter.from = filter_time(typed_in, &filter.from);
+        filter.to = filter_time(typed_in, &filter.to);
         Effect::new(move |_| {
             let busy = StoredValue::new(false);
             let filter = filter.clone();

@@ -126,6 +126,7 @@ fn OverviewBody(o: Overview) -> impl IntoView {
                 ]
                 with_date
                 format=count
+                whole=true
             />
             <Chart
                 title="Duplicate rate".to_owned()

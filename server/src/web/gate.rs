@@ -120,11 +120,18 @@ fn carries_session_cookie(headers: &HeaderMap) -> bool {
 }
 
 /// What a session that must choose its own password may reach: the page
-/// and the server functions that do it, and signing out.
+/// and the server functions that do it, signing out, and how the page reads
+/// (its zone, clock and theme).
 fn reached_before_a_new_password(path: &str) -> bool {
     matches!(
         path,
-        "/account" | "/api/password" | "/api/must-change-password" | "/api/logout" | "/api/me"
+        "/account"
+            | "/api/password"
+            | "/api/must-change-password"
+            | "/api/logout"
+            | "/api/me"
+            | "/api/preferences"
+            | "/api/my-preferences"
     )
 }
 
