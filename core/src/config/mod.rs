@@ -962,6 +962,79 @@ mod tests {
         );
     }
 
+    /// The example says it gives each key "with its default or an example":
+    /// each key it gives a default for, written alone, must change nothing
+    /// (it once gave max_body_memory_bytes as 64 MiB; the default is 256).
+    #[test]
+    fn the_example_gives_the_codes_defaults() {
+        let example: toml::Table = include_str!("../../../replaysafe.example.toml")
+            .parse()
+            .unwrap();
+        // Examples, not defaults: addresses and names a deployment chooses.
+        const EXAMPLES: &[&str] = &[
+            "public_url",
+            "slug",
+            "provider",
+            "secrets",
+            "destination",
+            "destination_secret",
+        ];
+        let same = |base: &str, key: &str, value: &toml::Value| {
+            let alone = format!(
+                "{:?}",
+                parse(base, &[]).unwrap_or_else(|e| panic!("{base}: {e}"))
+            );
+            let with = format!("{base}\n{key} = {value}\n");
+            let given = format!(
+                "{:?}",
+                parse(&with, &[]).unwrap_or_else(|e| panic!("{with}: {e}"))
+            );
+            (alone == given).then_some(()).ok_or_else(|| {
+                format!(
+                    "{key} = {value} (in {:?})",
+                    base.lines().next().unwrap_or("the top level")
+                )
+            })
+        };
+        let scalars = |table: &toml::Table| -> Vec<(String, toml::Value)> {
+            table
+                .iter()
+                .filter(|(k, v)| !v.is_table() && !v.is_array() || k.as_str() == "trusted_proxies")
+                .filter(|(k, _)| !EXAMPLES.contains(&k.as_str()))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect()
+        };
+        let mut wrong = Vec::new();
+        let mut checked = 0;
+        for (key, value) in scalars(&example) {
+            checked += 1;
+            wrong.extend(same("", &key, &value).err());
+        }
+        let alerts = example["alerts"].as_table().unwrap();
+        for (key, value) in scalars(alerts) {
+            checked += 1;
+            wrong.extend(same("[alerts]", &key, &value).err());
+        }
+        for (rule, keys) in alerts["rules"].as_table().unwrap() {
+            let base = format!("[alerts.rules.{rule}]");
+            for (key, value) in scalars(keys.as_table().unwrap()) {
+                checked += 1;
+                wrong.extend(same(&base, &key, &value).err());
+            }
+        }
+        let stripe = example["source"].as_array().unwrap()[0].as_table().unwrap();
+        let base = "[[source]]\nslug = \"s\"\nprovider = \"stripe\"\nsecrets = [\"whsec_x\"]\ndestination = \"http://127.0.0.1:9/x\"";
+        for (key, value) in scalars(stripe) {
+            checked += 1;
+            wrong.extend(same(base, &key, &value).err());
+        }
+        assert!(checked > 40, "only {checked} keys checked");
+        assert!(
+            wrong.is_empty(),
+            "the example's defaults are not the code's: {wrong:#?}"
+        );
+    }
+
     #[test]
     fn alert_rules_take_the_defaults_then_alerts_rules_then_the_sources_own() {
         let config = parse(
