@@ -9,7 +9,7 @@ const browser = await chromium.launch({
   executablePath: '/usr/bin/chromium',
   args: ['--no-sandbox', '--disable-gpu', '--no-first-run', '--disable-background-networking'],
 });
-const page = await browser.newPage({ viewport: { width: 1280, height: 800 }, timezoneId: 'UTC', colorScheme: 'light' });
+const page = await browser.newPage({ viewport: { width: 1280, height: 1000 }, timezoneId: 'UTC', colorScheme: 'light' });
 await page.goto(`${url}/login`);
 await page.locator('body[data-hydrated="true"]').waitFor();
 await page.getByLabel('Username').fill(username);

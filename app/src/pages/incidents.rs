@@ -97,7 +97,7 @@ fn IncidentTable(rows: Vec<Incident>) -> impl IntoView {
                                 <span class=state_badge(i.state)>{i.state.as_str()}</span>
                                 {i.state_changed_by.clone().map(|by| view! { <div class="muted small">{format!("by {by}")}</div> })}
                             </td>
-                            <td>{fmt_count(i.count)} <span class="muted small">{format!(" ({} failures)", fmt_count(i.failures))}</span></td>
+                            <td>{fmt_count(i.count)} <span class="muted small">{format!(" ({})", counted(i.failures, "failure", "failures"))}</span></td>
                             <td><When at=i.first_seen_at/></td>
                             <td><When at=i.last_seen_at ago=true/></td>
                         </tr>
@@ -156,14 +156,14 @@ fn IncidentBody(detail: IncidentDetail) -> impl IntoView {
         let i = i.clone();
         move || {
             format!(
-                "{}/{} answered {} to {} since {} (last {}, {} failures).",
+                "{}/{} answered {} to {} since {} (last {}, {}).",
                 i.source,
                 i.destination,
                 headline(&i),
                 counted(i.count, "event", "events"),
                 reader.stamp(&i.first_seen_at),
                 reader.stamp(&i.last_seen_at),
-                fmt_count(i.failures)
+                counted(i.failures, "failure", "failures")
             )
         }
     };
