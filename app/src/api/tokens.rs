@@ -1,7 +1,7 @@
 //! API tokens (issue 16): what scripts, bots and the CLI call `/api/v1` with.
 //! A token holds a role like a person and is checked in the same place; what
 //! it does is audit-logged under its name. Created, listed and revoked on
-//! the command line (`replaysafe token create`) or on the Tokens page by an
+//! the command line (`replaysafe tokens create`) or on the Tokens page by an
 //! admin; a token is shown once. Only a SHA-256 of a token is stored.
 
 #[cfg(feature = "ssr")]

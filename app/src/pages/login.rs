@@ -31,7 +31,7 @@ pub fn LoginPage() -> impl IntoView {
                 <button type="submit" disabled=move || login.pending().get()>"Sign in"</button>
             </ActionForm>
             {failure}
-            <p class="muted small">"Accounts are made with " <code>"replaysafe user add"</code> "."</p>
+            <p class="muted small">"Accounts are made with " <code>"replaysafe users add"</code> "."</p>
         </section>
     }
 }

@@ -20,7 +20,7 @@ pub fn TokensPage() -> impl IntoView {
             <h1>"API tokens"</h1>
             <p class="lede">
                 "Scripts, bots and the " <code>"replaysafe"</code> " command line call " <code>"/api/v1"</code>
-                " with one of these (or " <code>"replaysafe token create --name N --role viewer|operator|admin"</code>
+                " with one of these (or " <code>"replaysafe tokens create --name N --role viewer|operator|admin"</code>
                 "). A token is shown once, when it is made. What a token does is in the audit log under its name."
             </p>
             <h2>"Make a token"</h2>

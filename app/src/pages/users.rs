@@ -79,7 +79,7 @@ pub fn UsersPage() -> impl IntoView {
                 })}
             </Transition>
             <p class="muted small">
-                "The command line does the same on the database: " <code>"replaysafe user add|list|disable|enable"</code>
+                "The command line does the same on the database: " <code>"replaysafe users add|list|disable|enable"</code>
                 " (it is not limited by the last-admin rule: it is how an admin locked out gets back in)."
             </p>
         </section>

@@ -9,13 +9,17 @@ use replaysafe_types::alerts::{
 };
 use serde::Deserialize;
 
+use super::units;
 use crate::secret::Secret;
 
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawAlerts {
+    #[serde(default, deserialize_with = "units::secs")]
     evaluate_every_secs: Option<u64>,
+    #[serde(default, deserialize_with = "units::minutes")]
     repeat_after_minutes: Option<u64>,
+    #[serde(default, deserialize_with = "units::secs")]
     resolve_after_secs: Option<u64>,
     #[serde(default)]
     rules: RawRules,
@@ -41,7 +45,9 @@ pub(super) struct RawRules {
 struct RawStorm {
     enabled: Option<bool>,
     ratio: Option<f64>,
+    #[serde(default, deserialize_with = "units::minutes")]
     window_minutes: Option<u32>,
+    #[serde(default, deserialize_with = "units::hours")]
     baseline_hours: Option<u32>,
     min_deliveries: Option<i64>,
     min_rate: Option<f64>,
@@ -51,6 +57,7 @@ struct RawStorm {
 #[serde(deny_unknown_fields)]
 struct RawWindowed {
     enabled: Option<bool>,
+    #[serde(default, deserialize_with = "units::minutes")]
     window_minutes: Option<u32>,
     threshold: Option<i64>,
 }
@@ -59,6 +66,7 @@ struct RawWindowed {
 #[serde(deny_unknown_fields)]
 struct RawBacklog {
     enabled: Option<bool>,
+    #[serde(default, deserialize_with = "units::minutes")]
     oldest_due_minutes: Option<u32>,
 }
 
@@ -66,6 +74,7 @@ struct RawBacklog {
 #[serde(deny_unknown_fields)]
 struct RawFailing {
     enabled: Option<bool>,
+    #[serde(default, deserialize_with = "units::minutes")]
     minutes: Option<u32>,
     min_attempts: Option<i64>,
 }

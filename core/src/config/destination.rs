@@ -6,7 +6,7 @@
 use serde::Deserialize;
 
 use super::alerts::{Invalid, SecretOf};
-use super::{check_http_url, Mode, Secret};
+use super::{check_http_url, units, Mode, Secret};
 
 /// The name the single-string `destination` goes by.
 pub const DEFAULT_NAME: &str = "default";
@@ -225,7 +225,12 @@ pub enum Ordering {
 pub(super) struct RawDestination {
     name: String,
     url: String,
+    /// `destination_secret` too, as a source spells it.
+    #[serde(alias = "destination_secret")]
     secret: Option<String>,
+    /// `attempt_timeout_secs` too, as a source spells it.
+    #[serde(alias = "attempt_timeout_secs")]
+    #[serde(default, deserialize_with = "units::secs")]
     timeout_secs: Option<u64>,
     max_attempts: Option<u32>,
     filter: Option<toml::Value>,
@@ -235,7 +240,9 @@ pub(super) struct RawDestination {
     ordering_key: Option<String>,
     breaker_failures: Option<u32>,
     breaker_ratio: Option<f64>,
+    #[serde(default, deserialize_with = "units::secs")]
     breaker_window_secs: Option<u64>,
+    #[serde(default, deserialize_with = "units::secs")]
     breaker_cooldown_secs: Option<u64>,
 }
 
@@ -327,8 +334,16 @@ pub(super) fn build(
     let mut out: Vec<Destination> = Vec::with_capacity(tables.len());
     for (j, table) in tables.into_iter().enumerate() {
         let key = |field: &str| at(&format!("destination[{j}].{field}"));
-        let d = RawDestination::deserialize(table)
-            .map_err(|e| invalid(&at(&format!("destination[{j}]")), e.message().to_owned()))?;
+        let d: RawDestination = serde_path_to_error::deserialize(table).map_err(|e| {
+            let field = match e.path().to_string() {
+                path if path == "." => String::new(),
+                path => format!(".{path}"),
+            };
+            invalid(
+                &at(&format!("destination[{j}]{field}")),
+                e.into_inner().message().to_owned(),
+            )
+        })?;
         if !super::valid_slug(&d.name) {
             return Err(invalid(
                 &key("name"),

@@ -15,9 +15,13 @@ pub use crate::secret::Secret;
 pub mod address;
 pub mod alerts;
 pub mod destination;
+pub mod in_force;
 pub mod reconcile;
 mod secrets;
 mod sources;
+pub mod units;
+#[cfg(test)]
+mod units_tests;
 
 pub use destination::Destination;
 
@@ -218,19 +222,29 @@ struct RawConfig {
     read_database_url: Option<String>,
     data_dir: Option<PathBuf>,
     public_url: Option<String>,
+    #[serde(default, deserialize_with = "units::days")]
     retention_days: Option<u32>,
+    #[serde(default, deserialize_with = "units::days")]
     dedup_ttl_days: Option<u32>,
+    #[serde(default, deserialize_with = "units::days")]
     audit_retention_days: Option<u32>,
+    #[serde(default, deserialize_with = "units::bytes")]
     max_body_bytes: Option<usize>,
+    #[serde(default, deserialize_with = "units::bytes")]
     max_body_memory_bytes: Option<usize>,
+    #[serde(default, deserialize_with = "units::bytes")]
     rejected_body_bytes: Option<usize>,
     record_rejected_per_minute: Option<u32>,
     demo_destination: Option<bool>,
+    #[serde(default, deserialize_with = "units::minutes")]
     session_idle_minutes: Option<u32>,
     metrics_token: Option<String>,
     metrics_listen: Option<String>,
+    #[serde(default, deserialize_with = "units::secs")]
     header_timeout_secs: Option<u64>,
+    #[serde(default, deserialize_with = "units::secs")]
     body_timeout_secs: Option<u64>,
+    #[serde(default, deserialize_with = "units::secs")]
     idle_timeout_secs: Option<u64>,
     max_connections: Option<usize>,
     max_connections_per_address: Option<usize>,
@@ -254,8 +268,12 @@ struct RawSource {
     mode: Mode,
     destination: Option<toml::Value>,
     destination_secret: Option<String>,
+    #[serde(default, deserialize_with = "units::secs")]
     tolerance_secs: Option<u64>,
     max_attempts: Option<u32>,
+    /// `timeout_secs` too, as a `[[source.destination]]` spells it.
+    #[serde(alias = "timeout_secs")]
+    #[serde(default, deserialize_with = "units::secs")]
     attempt_timeout_secs: Option<u64>,
     #[serde(default)]
     paused: bool,
@@ -304,10 +322,7 @@ pub fn parse_and_validate(
     let shown_path = path
         .map(Path::to_owned)
         .unwrap_or_else(|| PathBuf::from("(defaults)"));
-    let raw: RawConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
-        path: shown_path.clone(),
-        message: e.to_string(),
-    })?;
+    let raw: RawConfig = deserialize(&shown_path, text)?;
     let invalid = |key: &str, problem: String| ConfigError::Invalid {
         path: shown_path.clone(),
         key: key.to_owned(),
@@ -541,6 +556,35 @@ pub fn parse_and_validate(
     })
 }
 
+/// The file's tables as written. A value serde refuses (a wrong type, a
+/// size or duration that does not convert, an unknown key in a table) is
+/// an `Invalid` naming its key as the other checks do
+/// (`source[0].destination[1].timeout_secs`), with its line; TOML that does
+/// not parse is a `Parse` error showing where.
+fn deserialize(shown_path: &Path, text: &str) -> Result<RawConfig, ConfigError> {
+    let parse = |e: toml::de::Error| ConfigError::Parse {
+        path: shown_path.to_owned(),
+        message: e.to_string(),
+    };
+    let document = toml::Deserializer::parse(text).map_err(parse)?;
+    serde_path_to_error::deserialize(document).map_err(|e| {
+        let key = e.path().to_string();
+        let e = e.into_inner();
+        match e.span() {
+            Some(span) if key != "." => ConfigError::Invalid {
+                path: shown_path.to_owned(),
+                problem: format!(
+                    "{} (line {})",
+                    e.message(),
+                    text[..span.start.min(text.len())].matches('\n').count() + 1
+                ),
+                key,
+            },
+            _ => parse(e),
+        }
+    })
+}
+
 /// The log format and trace endpoint the config file asks for, read before
 /// anything is logged (the file is checked fully later; a mistake there is
 /// reported then, in text). Only `serve` exports traces: a CLI command's
@@ -605,12 +649,18 @@ fn parse_network(text: &str) -> Option<ipnet::IpNet> {
 
 impl Config {
     /// Why the config file gives its secrets away, if it does: it holds
-    /// some inline and other users may read it (group or others).
+    /// some inline and other users may read it: anyone, or a group other
+    /// than this process's own (the packaged 0640 root:replaysafe is read by
+    /// the service's group alone).
     pub fn secrets_exposed(&self) -> Option<String> {
-        use std::os::unix::fs::PermissionsExt;
+        use std::os::unix::fs::MetadataExt;
         let path = self.path.as_ref()?;
-        let mode = std::fs::metadata(path).ok()?.permissions().mode() & 0o777;
-        (!self.inline_secrets.is_empty() && mode & 0o044 != 0).then(|| {
+        let meta = std::fs::metadata(path).ok()?;
+        let mode = meta.mode() & 0o777;
+        // SAFETY: getegid has no preconditions and cannot fail.
+        let own_group = meta.gid() == unsafe { libc::getegid() };
+        let others_read = mode & 0o004 != 0 || (mode & 0o040 != 0 && !own_group);
+        (!self.inline_secrets.is_empty() && others_read).then(|| {
             format!(
                 "{} is readable by other users (mode {mode:03o}) and holds secrets in \
                  itself ({}): write them as env:NAME or file:PATH, or chmod 600 it",
@@ -787,6 +837,8 @@ mod tests {
             .map(str::trim)
             .filter(|l| !l.starts_with("//") && !l.starts_with('#') && l.contains(':'))
             .map(|l| l.split(':').next().unwrap().trim().to_owned())
+            // A field's name, not a line of a multi-line attribute.
+            .filter(|name| name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
             .collect()
     }
 
@@ -862,10 +914,17 @@ mod tests {
             !why.contains("inline\""),
             "the secret itself is never said: {why}"
         );
-        assert!(
-            read(inline, 0o640).is_some(),
-            "group members are others too"
+        assert_eq!(
+            read(inline, 0o640),
+            None,
+            "this process's own group (the service's) may read it"
         );
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } == 0 {
+            std::os::unix::fs::chown(&path, None, Some(1)).unwrap();
+            let why = read(inline, 0o640).expect("another group's members are others");
+            assert!(why.contains("mode 640"), "{why}");
+        }
         assert_eq!(read(inline, 0o600), None);
         let from_env = inline.replace("\"inline\"", "\"env:GH_SECRET\"");
         assert_eq!(read(&from_env, 0o644), None);

@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::alerts::{Invalid, SecretOf};
-use super::ConfigError;
+use super::{units, ConfigError};
 use crate::providers::{Provider, Reconciler};
 use crate::secret::Secret;
 
@@ -16,7 +16,9 @@ use crate::secret::Secret;
 #[serde(deny_unknown_fields)]
 pub(super) struct RawReconcile {
     api_base: Option<String>,
+    #[serde(default, deserialize_with = "units::minutes")]
     every_minutes: Option<u32>,
+    #[serde(default, deserialize_with = "units::hours")]
     lookback_hours: Option<u32>,
     // Stripe
     api_key: Option<String>,

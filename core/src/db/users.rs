@@ -171,27 +171,6 @@ pub async fn unlock(
     Ok(())
 }
 
-/// One account as `user list` shows it.
-pub struct Listed {
-    pub username: String,
-    pub role: String,
-    pub disabled: bool,
-    /// `YYYY-MM-DD HH:MM UTC`, or None before the first sign-in.
-    pub last_login: Option<String>,
-}
-
-pub async fn list(pool: &PgPool) -> Result<Vec<Listed>, sqlx::Error> {
-    sqlx::query_as!(
-        Listed,
-        r#"SELECT username, role, disabled,
-                  to_char(last_login_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI') || ' UTC'
-                      AS last_login
-           FROM users ORDER BY username"#
-    )
-    .fetch_all(pool)
-    .await
-}
-
 /// Why an admin's change to a user was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum ChangeError {

@@ -1,9 +1,17 @@
-//! The command line (spec section 8). Every subcommand takes `--config` and
-//! honours `$REPLAYSAFE_CONFIG` and `$DATABASE_URL`.
+//! The command line (spec section 8): plural nouns then verbs (`sources
+//! pause`, `tokens create`), top-level verbs for the server's own work
+//! (`serve`, `migrate`, `send`, `reconcile`, `listen`, `prove`). What exists
+//! both on the database and over the API is one command: remote when a
+//! server or token is named, local otherwise (`place`). Every subcommand
+//! takes `--config` and honours `$REPLAYSAFE_CONFIG` and `$DATABASE_URL`.
 
 pub mod alert;
 pub mod config_check;
+#[cfg(test)]
+mod docs_check;
 pub mod migrate;
+pub mod output;
+pub mod place;
 pub mod prove;
 pub mod prune;
 pub mod remote;
@@ -11,13 +19,16 @@ pub mod seed;
 pub mod send;
 pub mod serve;
 pub mod source;
+pub mod sources;
 pub mod token;
 pub mod user;
+pub mod whoami;
 
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 
+use place::Place;
 use replaysafe_core::config::{self, Config, ConfigError};
 use replaysafe_core::db::{self, DbError};
 use serve::ServeArgs;
@@ -30,7 +41,8 @@ use source::SourceAction;
     about = "Inbound-webhook gateway with safe-replay semantics"
 )]
 pub struct Cli {
-    /// Config file [default: ./replaysafe.toml]
+    /// Config file [default: ./replaysafe.toml, else
+    /// /etc/replaysafe/replaysafe.toml, else the defaults]
     #[arg(long, global = true, env = "REPLAYSAFE_CONFIG", value_name = "PATH")]
     pub config: Option<PathBuf>,
     /// Threads running requests, workers and the dashboard [default: half
@@ -63,24 +75,43 @@ impl Cli {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Receive, verify, claim and forward webhooks, and serve the dashboard (the default)
+    #[command(
+        after_help = "Examples:\n  replaysafe serve                                  # ./replaysafe.toml, or the defaults with PostgreSQL under ./data\n  DATABASE_URL=postgres://replaysafe@db/replaysafe replaysafe serve --config /etc/replaysafe/replaysafe.toml"
+    )]
     Serve(ServeArgs),
     /// Apply database migrations (idempotent) and exit
     Migrate,
     /// Apply retention now, as `serve` does every 10 minutes, and print what went
-    Prune,
+    Prune(prune::PruneArgs),
     /// Sign sample events with a source's scheme and send them to its receiver
+    #[command(
+        after_help = "Examples:\n  replaysafe send --source stripe\n  replaysafe send --source stripe --events 20 --repeat 3 --concurrency 8   # a provider's retries"
+    )]
     Send(send::SendArgs),
-    /// Manage dashboard users: add (password from stdin), list, disable, enable
-    User {
+    /// Dashboard users on the database: add (password typed without echo, or
+    /// piped), list, disable, enable, unlock
+    #[command(
+        after_help = "Examples:\n  replaysafe users add --username alice --role operator\n  printf '%s\\n' \"$PASSWORD\" | replaysafe users add --username ci --role viewer\n  replaysafe users list --json"
+    )]
+    Users {
         #[command(subcommand)]
         action: user::UserAction,
     },
     /// Fill the database with realistic history through the real receiver and workers
     Seed(seed::SeedArgs),
-    /// Pause or resume a source's forwarding (stored in the database)
-    Source {
+    /// Sources: list, pause, resume (on the database, or over the API when
+    /// REPLAYSAFE_URL or a token is set), show and breaker open|close (over
+    /// the API)
+    #[command(
+        after_help = "Examples:\n  replaysafe sources list\n  replaysafe sources pause stripe                  # on the database the config names\n  REPLAYSAFE_URL=https://hooks.example.com REPLAYSAFE_TOKEN=rs_... replaysafe sources pause stripe\n  replaysafe sources breaker open stripe --destination billing --url http://127.0.0.1:3000"
+    )]
+    Sources {
+        #[command(flatten)]
+        target: remote::Target,
+        #[command(flatten)]
+        place: Place,
         #[command(subcommand)]
-        action: SourceAction,
+        action: remote::SourcesAction,
     },
     /// Check the configuration as `serve` reads it and print what is in force (secrets hidden); exit 1 naming a bad key
     Config {
@@ -89,15 +120,30 @@ pub enum Command {
     },
     /// Print a shell completion script: `replaysafe completions bash > /etc/bash_completion.d/replaysafe`
     Completions { shell: clap_complete::Shell },
-    /// Alert channels: send a test message to one
-    Alert {
-        #[command(subcommand)]
-        action: alert::AlertAction,
-    },
-    /// Manage API tokens for /api/v1 and the CLI: create (printed once), list, revoke
-    Token {
+    /// Write a man page for every command into DIR (replaysafe.1,
+    /// replaysafe-sources-pause.1, ...), as the packages install them
+    #[command(hide = true)]
+    Manpages { dir: PathBuf },
+    /// API tokens for /api/v1 and the CLI: create (on the database, printed
+    /// once), list and revoke (on the database, or over the API)
+    #[command(
+        after_help = "Examples:\n  replaysafe tokens create --name deploy-bot --role operator --expires 30d\n  replaysafe tokens list --json\n  replaysafe tokens revoke --name deploy-bot"
+    )]
+    Tokens {
+        #[command(flatten)]
+        target: remote::Target,
+        #[command(flatten)]
+        place: Place,
         #[command(subcommand)]
         action: token::TokenAction,
+    },
+    /// Who you are: the token's name and role on a server (remote), or the
+    /// name the audit log gives commands run on the database (local)
+    Whoami {
+        #[command(flatten)]
+        target: remote::Target,
+        #[command(flatten)]
+        place: Place,
     },
     /// Every source's figures, backlog and alerts on a running server (over its API)
     Overview {
@@ -106,7 +152,11 @@ pub enum Command {
         #[arg(long, default_value = "hour", value_parser = ["hour", "day", "week"])]
         window: String,
     },
-    /// Alerts on a running server (over its API): list, silence, unsilence
+    /// Alerts: list, silence, unsilence (over the API); test a channel of
+    /// the config (on this machine)
+    #[command(
+        after_help = "Examples:\n  replaysafe alerts list\n  replaysafe alerts silence --rule backlog --source stripe --for 2h --reason 'planned migration'\n  replaysafe alerts test --channel ops-slack"
+    )]
     Alerts {
         #[command(flatten)]
         target: remote::Target,
@@ -122,14 +172,20 @@ pub enum Command {
         limit: usize,
     },
     /// Events on a running server (over its API; REPLAYSAFE_URL, REPLAYSAFE_TOKEN):
-    /// list, show, redeliver, force
+    /// list, show, redeliver, force, dead-letter
+    #[command(
+        after_help = "Examples:\n  replaysafe events list --source stripe --outcome dead --since 2h\n  replaysafe events show 4217\n  replaysafe events redeliver 4217 4218\n  replaysafe events redeliver --dead --source stripe --since 2026-12-01T00:00:00Z --until 2026-12-02T00:00:00Z\n  replaysafe events force 4217 --key evt_1 --reason 'handler fixed'"
+    )]
     Events {
         #[command(flatten)]
         target: remote::Target,
         #[command(subcommand)]
         action: remote::EventsAction,
     },
-    /// Deliveries on a running server (over its API): list, show, tail
+    /// Deliveries on a running server (over its API): list, show, export, tail, redeliver
+    #[command(
+        after_help = "Examples:\n  replaysafe deliveries list --outcome rejected --since 30m\n  replaysafe deliveries tail --source stripe --json"
+    )]
     Deliveries {
         #[command(flatten)]
         target: remote::Target,
@@ -145,21 +201,20 @@ pub enum Command {
     },
     /// Incidents on a running server (over its API): list, show, ack,
     /// resolve, ignore, redeliver
+    #[command(
+        after_help = "Examples:\n  replaysafe incidents list --state open\n  replaysafe incidents ack 12\n  replaysafe incidents redeliver 12"
+    )]
     Incidents {
         #[command(flatten)]
         target: remote::Target,
         #[command(subcommand)]
         action: remote::IncidentsAction,
     },
-    /// Sources on a running server (over its API): list, pause, resume
-    Sources {
-        #[command(flatten)]
-        target: remote::Target,
-        #[command(subcommand)]
-        action: remote::SourcesAction,
-    },
     /// Compare a source's events with its provider's own list and recover
     /// what never arrived, through the dedup layer (over the API; operator)
+    #[command(
+        after_help = "Examples:\n  replaysafe reconcile --source stripe --since 24h --dry-run\n  replaysafe reconcile --source stripe"
+    )]
     Reconcile {
         #[command(flatten)]
         target: remote::Target,
@@ -186,12 +241,42 @@ pub enum Command {
         after_help = "Examples:\n  replaysafe prove --event 4217 --to http://localhost:4242/webhooks \\\n    --check 'psql -tAc \"select count(*) from orders\"'\n  replaysafe deliveries export 9120 --out captured.json   # admin, once\n  replaysafe prove --from-file captured.json --to http://localhost:4242/webhooks --check-url http://localhost:4242/orders/count"
     )]
     Prove(Box<prove::ProveArgs>),
+    /// Old spelling of `users` (on the database)
+    #[command(hide = true)]
+    User {
+        #[command(subcommand)]
+        action: user::UserAction,
+    },
+    /// Old spelling of `sources pause|resume --local`
+    #[command(hide = true)]
+    Source {
+        #[command(subcommand)]
+        action: SourceAction,
+    },
+    /// Old spelling of `tokens --local`
+    #[command(hide = true)]
+    Token {
+        #[command(flatten)]
+        target: remote::Target,
+        #[command(subcommand)]
+        action: token::TokenAction,
+    },
+    /// Old spelling of `alerts test`
+    #[command(hide = true)]
+    Alert {
+        #[command(subcommand)]
+        action: alert::AlertAction,
+    },
 }
 
 #[derive(Subcommand, Debug)]
 pub enum ConfigAction {
     /// Read and validate the configuration (`--config`, `$REPLAYSAFE_CONFIG`, ./replaysafe.toml)
-    Check,
+    Check {
+        /// Print what is in force as one JSON document (secrets hidden)
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -219,6 +304,10 @@ pub enum CliError {
     Remote(#[from] remote::RemoteError),
     #[error(transparent)]
     Alert(#[from] alert::AlertError),
+    #[error("{0}")]
+    Op(replaysafe_core::error::OpError),
+    #[error("{0}")]
+    Io(String),
     #[error("server error: {0}")]
     Serve(std::io::Error),
     /// `prove` could not reach a verdict (the handler never accepted the
@@ -247,10 +336,21 @@ pub mod exit {
     pub const NOT_IDEMPOTENT: u8 = 6;
 }
 
+impl From<replaysafe_core::error::OpError> for CliError {
+    fn from(e: replaysafe_core::error::OpError) -> Self {
+        CliError::Op(e)
+    }
+}
+
 impl CliError {
-    /// The exit code this error ends the process with.
+    /// The exit code this error ends the process with: the same code for
+    /// the same kind of failure, whether the command ran on the database or
+    /// over the API (docs/api-and-cli.md lists them per command).
     pub fn exit_code(&self) -> u8 {
         use remote::RemoteError as R;
+        use replaysafe_core::accounts::tokens::TokenError;
+        use replaysafe_core::db::users::UserError;
+        use replaysafe_core::error::OpError;
         match self {
             CliError::Remote(remote) => match remote {
                 R::NoToken => exit::AUTH,
@@ -266,32 +366,94 @@ impl CliError {
                 R::Unfinished { .. } | R::Stopped(_) | R::Decode(_) | R::Io(_) => exit::ERROR,
             },
             CliError::NotIdempotent(_) => exit::NOT_IDEMPOTENT,
+            // The database is what a local command talks to.
+            CliError::Db(e) if database_away(e) => exit::UNREACHABLE,
+            CliError::User(UserError::Db(e))
+            | CliError::Token(TokenError::Db(e))
+            | CliError::Source(replaysafe_core::db::sources::SourceError::Db(e))
+                if sql_away(e) =>
+            {
+                exit::UNREACHABLE
+            }
+            CliError::User(UserError::Exists(_)) | CliError::Token(TokenError::Exists(_)) => {
+                exit::REFUSED
+            }
+            CliError::User(UserError::BadName | UserError::ShortPassword)
+            | CliError::Token(TokenError::BadName) => exit::USAGE,
+            CliError::Op(op) => match op {
+                OpError::Unauthorized(_) | OpError::Forbidden(_) => exit::AUTH,
+                OpError::Conflict(_) => exit::REFUSED,
+                OpError::BadRequest(_) => exit::USAGE,
+                OpError::Unavailable(_) => exit::UNREACHABLE,
+                _ => exit::ERROR,
+            },
             _ => exit::ERROR,
         }
     }
 }
 
+/// The database did not answer (as against refusing a statement).
+fn database_away(e: &DbError) -> bool {
+    match e {
+        DbError::Connect(_) => true,
+        DbError::Sql(e) | DbError::Migrate(sqlx::migrate::MigrateError::Execute(e)) => sql_away(e),
+        _ => false,
+    }
+}
+
+fn sql_away(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut)
+}
+
+/// Where a system-wide install keeps its configuration (the packages put it
+/// there); read when neither `--config`, `$REPLAYSAFE_CONFIG` nor
+/// `./replaysafe.toml` names one.
+pub const SYSTEM_CONFIG_PATH: &str = "/etc/replaysafe/replaysafe.toml";
+
+impl Cli {
+    /// The config file in force: `--config` or `$REPLAYSAFE_CONFIG`, else
+    /// `./replaysafe.toml`, else the system one; None runs with the defaults.
+    pub fn config_path(&self) -> Option<PathBuf> {
+        self.config.clone().or_else(|| {
+            [config::DEFAULT_CONFIG_PATH, SYSTEM_CONFIG_PATH]
+                .into_iter()
+                .map(PathBuf::from)
+                .find(|path| path.exists())
+        })
+    }
+}
+
 pub async fn run(cli: Cli) -> Result<(), CliError> {
+    let config_path = cli.config_path();
     // The remote commands talk to a server: they read no config file.
-    let load = || config::load(cli.config.as_deref());
+    let load = || Ok::<_, CliError>(config::load(config_path.as_deref())?);
     match cli.command.unwrap_or(Command::Serve(ServeArgs::default())) {
         Command::Serve(args) => serve::run(load()?, args).await,
         Command::Migrate => migrate::run(load()?).await,
-        Command::Prune => prune::run(load()?).await,
+        Command::Prune(args) => prune::run(load()?, args).await,
         Command::Send(args) => Ok(send::run(&load()?, args).await?),
+        Command::Sources {
+            target,
+            place,
+            action,
+        } => sources::run(load, target, place, action).await,
         Command::Source { action } => source::run(load()?, action).await,
         Command::Seed(args) => seed::command(load()?, args).await,
-        Command::User { action } => {
+        Command::Users { action } | Command::User { action } => {
             let (_database, pool) = open_migrated(&load()?).await?;
             let result = user::run(&pool, action).await;
             pool.close().await;
             Ok(result?)
         }
         Command::Alert { action } => Ok(alert::run(&load()?, action).await?),
+        Command::Alerts {
+            action: remote::AlertsAction::Test { channel },
+            ..
+        } => Ok(alert::run(&load()?, alert::AlertAction::Test { channel }).await?),
         Command::Config {
-            action: ConfigAction::Check,
+            action: ConfigAction::Check { json },
         } => {
-            config_check::print(&load()?);
+            config_check::run(&load()?, json);
             Ok(())
         }
         Command::Completions { shell } => {
@@ -304,12 +466,27 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             );
             Ok(())
         }
-        Command::Token { action } => {
-            let (_database, pool) = open_migrated(&load()?).await?;
-            let result = token::run(&pool, action).await;
-            pool.close().await;
-            Ok(result?)
+        Command::Manpages { dir } => {
+            use clap::CommandFactory;
+            std::fs::create_dir_all(&dir)
+                .and_then(|()| clap_mangen::generate_to(Cli::command(), &dir))
+                .map_err(|e| {
+                    CliError::Io(format!("cannot write man pages to {}: {e}", dir.display()))
+                })
         }
+        Command::Tokens {
+            target,
+            place,
+            action,
+        } => token::run(load, target, place, action).await,
+        Command::Token { target, action } => {
+            let local = Place {
+                local: true,
+                remote: false,
+            };
+            token::run(load, target, local, action).await
+        }
+        Command::Whoami { target, place } => whoami::run(target, place).await,
         Command::Overview { target, window } => {
             Ok(remote::run(target, remote::Command::Overview { window }).await?)
         }
@@ -334,12 +511,9 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Reconcile { target, args } => {
             Ok(remote::run(target, remote::Command::Reconcile(args)).await?)
         }
-        Command::Prove(args) => prove::command(cli.config, *args).await,
+        Command::Prove(args) => prove::command(config_path, *args).await,
         Command::Listen { target, args } => {
             Ok(remote::run(target, remote::Command::Listen(args)).await?)
-        }
-        Command::Sources { target, action } => {
-            Ok(remote::run(target, remote::Command::Sources(action)).await?)
         }
     }
 }

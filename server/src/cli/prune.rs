@@ -7,7 +7,14 @@ use super::{open_migrated, CliError};
 use replaysafe_core::config::Config;
 use replaysafe_core::db::DbError;
 
-pub async fn run(config: Config) -> Result<(), CliError> {
+#[derive(clap::Args, Debug)]
+pub struct PruneArgs {
+    /// One JSON document of what went instead of a sentence
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub async fn run(config: Config, args: PruneArgs) -> Result<(), CliError> {
     let (_database, pool) = open_migrated(&config).await?;
     let started = Instant::now();
     let pruned = replaysafe_core::jobs::retention::prune(
@@ -20,6 +27,22 @@ pub async fn run(config: Config) -> Result<(), CliError> {
     .map_err(DbError::from)?;
     let took = started.elapsed();
     pool.close().await;
+    if args.json {
+        super::output::json(&serde_json::json!({
+            "seconds": took.as_secs_f64(),
+            "partitions_dropped": pruned.partitions.dropped,
+            "partitions_kept": pruned.partitions.kept.iter()
+                .map(|(partition, waiting)| serde_json::json!({"partition": partition, "events_waiting": waiting}))
+                .collect::<Vec<_>>(),
+            "partitions_made": pruned.partitions_made,
+            "deliveries": pruned.deliveries,
+            "attempts": pruned.attempts,
+            "events": pruned.events,
+            "audit": pruned.audit,
+            "bulk_jobs": pruned.bulk_jobs,
+        }));
+        return Ok(());
+    }
     let dropped = &pruned.partitions.dropped;
     println!(
         "pruned in {:.3} s: {} partitions dropped{}, {} deliveries and {} attempts deleted row by row, {} events, {} audit entries, {} bulk jobs; {} partitions made ahead",

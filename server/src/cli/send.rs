@@ -25,6 +25,10 @@ pub struct SendArgs {
     /// Receiver base URL [default: the config's public_url]
     #[arg(long)]
     pub url: Option<String>,
+    /// One JSON document at the end (every answer and the tally) instead of
+    /// a line per request
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -59,6 +63,7 @@ pub async fn run(config: &Config, args: SendArgs) -> Result<(), SendError> {
         .flat_map(|e| (1..=args.repeat).map(move |r| (format!("evt_{run_id:08x}_{e}"), r)))
         .collect();
     let total = jobs.len();
+    let as_json = args.json;
     let results = stream::iter(jobs)
         .map(|(event_id, copy)| {
             let client = &client;
@@ -81,11 +86,15 @@ pub async fn run(config: &Config, args: SendArgs) -> Result<(), SendError> {
                     }
                     Err(e) => Err(e.to_string()),
                 };
-                match &answer {
-                    Ok((status, outcome)) => println!("{event_id} copy {copy}: {status} {outcome}"),
-                    Err(e) => println!("{event_id} copy {copy}: failed: {e}"),
+                if !as_json {
+                    match &answer {
+                        Ok((status, outcome)) => {
+                            println!("{event_id} copy {copy}: {status} {outcome}")
+                        }
+                        Err(e) => println!("{event_id} copy {copy}: failed: {e}"),
+                    }
                 }
-                Ok::<_, SendError>(answer)
+                Ok::<_, SendError>((event_id, copy, answer))
             }
         })
         .buffer_unordered(args.concurrency.max(1))
@@ -93,14 +102,30 @@ pub async fn run(config: &Config, args: SendArgs) -> Result<(), SendError> {
         .await;
     let mut tally: BTreeMap<String, usize> = BTreeMap::new();
     let mut failed = 0;
+    let mut answers = Vec::with_capacity(total);
     for result in results {
-        match result? {
-            Ok((status, outcome)) => *tally.entry(format!("{status} {outcome}")).or_default() += 1,
-            Err(_) => failed += 1,
+        let (event_id, copy, answer) = result?;
+        match &answer {
+            Ok((status, outcome)) => {
+                *tally.entry(format!("{status} {outcome}")).or_default() += 1;
+                answers.push(serde_json::json!({
+                    "event_id": event_id, "copy": copy, "status": status, "outcome": outcome,
+                }));
+            }
+            Err(e) => {
+                failed += 1;
+                answers.push(serde_json::json!({"event_id": event_id, "copy": copy, "error": e}));
+            }
         }
     }
-    let summary: Vec<String> = tally.iter().map(|(k, n)| format!("{n} x {k}")).collect();
-    println!("sent {total} to {url}: {}", summary.join(", "));
+    if as_json {
+        super::output::json(&serde_json::json!({
+            "url": url, "sent": total, "failed": failed, "tally": tally, "answers": answers,
+        }));
+    } else {
+        let summary: Vec<String> = tally.iter().map(|(k, n)| format!("{n} x {k}")).collect();
+        println!("sent {total} to {url}: {}", summary.join(", "));
+    }
     if failed > 0 {
         return Err(SendError::Failed { failed, total });
     }

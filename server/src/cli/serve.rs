@@ -45,6 +45,16 @@ pub async fn run(config: Config, args: ServeArgs) -> Result<(), CliError> {
     if let Some(root) = &args.site_root {
         crate::web::site::set_root(root.clone());
     }
+    if config.path.is_none() {
+        tracing::info!(
+            "no config file (--config, $REPLAYSAFE_CONFIG, ./replaysafe.toml, {}): running with the defaults{}",
+            super::SYSTEM_CONFIG_PATH,
+            match &config.database_url {
+                Some(_) => ", on $DATABASE_URL".to_owned(),
+                None => format!(", an embedded PostgreSQL under {}", config.data_dir.display()),
+            }
+        );
+    }
     if let Some(why) = config.secrets_exposed() {
         tracing::warn!("{why}");
     }

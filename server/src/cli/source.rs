@@ -1,11 +1,10 @@
-//! `replaysafe source pause|resume`: an operator's pause, stored in the
-//! database, where it wins over the config file.
+//! `replaysafe source pause|resume`, the old spelling of `sources pause|resume
+//! --local` (hidden), kept doing what it did.
 
 use clap::Subcommand;
 
 use super::{open_migrated, CliError};
 use replaysafe_core::config::Config;
-use replaysafe_core::db::audit::{cli_actor, Who};
 
 #[derive(Subcommand, Debug)]
 pub enum SourceAction {
@@ -21,9 +20,9 @@ pub async fn run(config: Config, action: SourceAction) -> Result<(), CliError> {
         SourceAction::Pause { slug } => (slug, true),
         SourceAction::Resume { slug } => (slug, false),
     };
-    let actor = cli_actor();
-    replaysafe_core::db::sources::set_paused(&pool, slug, paused, Who::named(&actor)).await?;
+    let result = super::sources::set_paused(&pool, slug, paused).await;
     pool.close().await;
+    result?;
     println!(
         "source {slug} {}",
         if paused { "paused" } else { "resumed" }

@@ -1,19 +1,26 @@
-//! `replaysafe token create|list|revoke`: API tokens, on the database
-//! directly (like `user`), so the first one needs no token. A token is
-//! printed once, at creation; only its SHA-256 is stored.
+//! `replaysafe tokens create|list|revoke`: API tokens. `create` works on the
+//! database only (so the first token needs none); `list` and `revoke` also
+//! over the API with an admin token. A token is printed once, at creation;
+//! only its SHA-256 is stored.
 
-use replaysafe_types::time::shown;
 use std::time::Duration;
 
-use replaysafe_core::accounts::tokens::{self as tokens, Target, TokenError};
-use replaysafe_types::auth::{Role, Who};
-use sqlx::PgPool;
-
+use replaysafe_core::accounts::tokens::{self as tokens, Target as Which};
 use replaysafe_core::db::audit::cli_actor;
+use replaysafe_types::auth::{Role, Who};
+use replaysafe_types::time::shown;
+use replaysafe_types::tokens::TokenRow;
+
+use super::output::{json, or_dash, table};
+use super::place::{Place, Runs};
+use super::remote::{Remote, RemoteError, Target};
+use super::{open_migrated, CliError};
+use replaysafe_core::config::Config;
 
 #[derive(Debug, clap::Subcommand)]
 pub enum TokenAction {
-    /// Create a token and print it (once) for REPLAYSAFE_TOKEN
+    /// Create a token and print it (once) for REPLAYSAFE_TOKEN (on the
+    /// database only)
     Create {
         /// What the token is for; the audit log names its actions so
         #[arg(long)]
@@ -50,9 +57,50 @@ fn lifetime(text: &str) -> Result<Lifetime, String> {
     }
 }
 
-pub async fn run(pool: &PgPool, action: TokenAction) -> Result<(), TokenError> {
+pub async fn run(
+    config: impl FnOnce() -> Result<Config, CliError>,
+    target: Target,
+    place: Place,
+    action: TokenAction,
+) -> Result<(), CliError> {
+    let as_json = target.json;
+    let runs = match action {
+        TokenAction::Create { .. } => {
+            place.local_only("tokens create")?;
+            Runs::Local
+        }
+        _ => place.resolve(&target),
+    };
+    if runs == Runs::Remote {
+        let remote = Remote::new(&target)?;
+        match action {
+            TokenAction::List => print(remote.get("tokens", &[]).await?, as_json),
+            TokenAction::Revoke { name } => {
+                let rows: Vec<TokenRow> = remote.get("tokens", &[]).await?;
+                let live = rows
+                    .into_iter()
+                    .find(|t| t.name == name && t.revoked_at.is_none())
+                    .ok_or_else(|| RemoteError::Refused {
+                        status: 404,
+                        code: "not_found".into(),
+                        detail: format!("no live token is named {name:?}"),
+                        body: Box::default(),
+                        retry_after: None,
+                    })?;
+                revoked(
+                    remote.delete(&format!("tokens/{}", live.id)).await?,
+                    as_json,
+                )
+            }
+            TokenAction::Create { .. } => {
+                return Err(RemoteError::BadArgument("tokens create runs locally".into()).into())
+            }
+        }
+        return Ok(());
+    }
+    let (_database, pool) = open_migrated(&config()?).await?;
     let actor = cli_actor();
-    match action {
+    let result = match action {
         TokenAction::Create {
             name,
             role,
@@ -62,51 +110,85 @@ pub async fn run(pool: &PgPool, action: TokenAction) -> Result<(), TokenError> {
             let secs = expires.0.map(|d| d.as_secs() as i64);
             if secs.is_none() {
                 eprintln!(
-                    "warning: this token never expires; revoke it (`replaysafe token revoke \
+                    "warning: this token never expires; revoke it (`replaysafe tokens revoke \
                      --name {name}`) when it is no longer needed"
                 );
             }
-            let (token, row) =
-                tokens::create(pool, &name, role, secs, Who::named(&actor), None).await?;
-            eprintln!(
-                "token {} ({}) created{}; it is shown this once:",
-                row.name,
-                row.role,
-                row.expires_at
-                    .map(|at| format!(", expires {} UTC", shown(&at)))
-                    .unwrap_or_default()
-            );
-            println!("{token}");
+            tokens::create(&pool, &name, role, secs, Who::named(&actor), None)
+                .await
+                .map(|(token, row)| {
+                    if as_json {
+                        json(&replaysafe_types::tokens::CreatedToken { token, row });
+                    } else {
+                        eprintln!(
+                            "token {} ({}) created{}; it is shown this once:",
+                            row.name,
+                            row.role,
+                            row.expires_at
+                                .map(|at| format!(", expires {} UTC", shown(&at)))
+                                .unwrap_or_default()
+                        );
+                        println!("{token}");
+                    }
+                })
         }
-        TokenAction::List => {
-            let rows = tokens::list(pool).await?;
-            println!(
-                "{:<24} {:<9} {:<12} {:<20} {:<20} {:<20} state",
-                "name", "role", "prefix", "created (UTC)", "last used", "expires"
-            );
-            for t in rows {
-                println!(
-                    "{:<24} {:<9} {:<12} {:<20} {:<20} {:<20} {}",
-                    t.name,
-                    t.role,
-                    t.prefix,
-                    shown(&t.created_at),
-                    t.last_used_at
-                        .as_ref()
-                        .map_or_else(|| "never".into(), shown),
-                    t.expires_at.as_ref().map_or_else(|| "never".into(), shown),
-                    t.state
-                );
-            }
-        }
+        TokenAction::List => tokens::list(&pool)
+            .await
+            .map(|rows| print(rows, as_json))
+            .map_err(Into::into),
         TokenAction::Revoke { name } => {
-            let row =
-                tokens::revoke_where(pool, Target::Name(&name), Who::named(&actor), None).await?;
-            println!(
-                "token {} ({}) revoked; it is refused from now on",
-                row.name, row.prefix
-            );
+            tokens::revoke_where(&pool, Which::Name(&name), Who::named(&actor), None)
+                .await
+                .map(|row| revoked(row, as_json))
         }
+    };
+    pool.close().await;
+    Ok(result?)
+}
+
+fn print(rows: Vec<TokenRow>, as_json: bool) {
+    if as_json {
+        return json(&rows);
     }
-    Ok(())
+    let rows: Vec<Vec<String>> = rows
+        .into_iter()
+        .map(|t| {
+            vec![
+                t.name,
+                t.role,
+                t.prefix,
+                shown(&t.created_at),
+                t.last_used_at
+                    .as_ref()
+                    .map_or_else(|| "never".into(), shown),
+                t.expires_at.as_ref().map_or_else(|| "never".into(), shown),
+                t.state.as_str().to_owned(),
+                or_dash(t.created_by),
+            ]
+        })
+        .collect();
+    table(
+        &[
+            "NAME",
+            "ROLE",
+            "PREFIX",
+            "CREATED (UTC)",
+            "LAST USED",
+            "EXPIRES",
+            "STATE",
+            "CREATED BY",
+        ],
+        &rows,
+    );
+}
+
+fn revoked(row: TokenRow, as_json: bool) {
+    if as_json {
+        json(&row);
+    } else {
+        println!(
+            "token {} ({}) revoked; it is refused from now on",
+            row.name, row.prefix
+        );
+    }
 }

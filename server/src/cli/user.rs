@@ -1,16 +1,21 @@
-//! `replaysafe user add|list|disable|enable|unlock`: accounts are made from the
-//! command line (spec section 7). Passwords come from stdin, never argv.
+//! `replaysafe users add|list|disable|enable|unlock`: accounts are made from
+//! the command line (spec section 7), on the database. Passwords are typed
+//! without echo at a terminal, or read from stdin when it is piped; never
+//! from argv.
 
-use std::io::BufRead;
+use std::io::{BufRead, IsTerminal};
 
 use replaysafe_types::auth::Role;
+use replaysafe_types::time::shown;
 use sqlx::PgPool;
 
-use replaysafe_core::db::users::{add, list, set_disabled, unlock, UserError};
+use super::output::{json, table};
+use replaysafe_core::db::users::{add, rows, set_disabled, unlock, UserError, MIN_PASSWORD};
 
 #[derive(Debug, clap::Subcommand)]
 pub enum UserAction {
-    /// Create a user; the password is read from stdin (one line)
+    /// Create a user; the password is typed twice without echo at a
+    /// terminal, or read from stdin (one line) when it is piped
     Add {
         #[arg(long)]
         username: String,
@@ -22,7 +27,11 @@ pub enum UserAction {
         update: bool,
     },
     /// List users and their roles
-    List,
+    List {
+        /// One JSON document instead of a table
+        #[arg(long)]
+        json: bool,
+    },
     /// Stop a user from signing in; their open sessions end at once
     Disable {
         #[arg(long)]
@@ -50,32 +59,33 @@ pub async fn run(pool: &PgPool, action: UserAction) -> Result<(), UserError> {
             role,
             update,
         } => {
-            let mut password = String::new();
-            std::io::stdin()
-                .lock()
-                .read_line(&mut password)
-                .map_err(UserError::Stdin)?;
-            let password = password.trim_end_matches(['\r', '\n']);
+            let password = read_password(&username)?;
             let role = Role::parse(&role).expect("clap checked the role");
-            let created = add(pool, &username, password, role, update).await?;
+            let created = add(pool, &username, &password, role, update).await?;
             let verb = if created { "created" } else { "updated" };
             println!("user {username} {verb} with role {}", role.as_str());
         }
-        UserAction::List => {
-            let rows = list(pool).await?;
-            println!(
-                "{:<24} {:<9} {:<9} last sign-in",
-                "username", "role", "state"
-            );
-            for user in rows {
-                let state = if user.disabled { "disabled" } else { "active" };
-                println!(
-                    "{:<24} {:<9} {state:<9} {}",
-                    user.username,
-                    user.role,
-                    user.last_login.unwrap_or_else(|| "never".into())
-                );
+        UserAction::List { json: as_json } => {
+            let users = rows(pool).await?;
+            if as_json {
+                json(&users);
+                return Ok(());
             }
+            let rows: Vec<Vec<String>> = users
+                .into_iter()
+                .map(|user| {
+                    let state = if user.disabled { "disabled" } else { "active" };
+                    vec![
+                        user.username,
+                        user.role.as_str().to_owned(),
+                        state.to_owned(),
+                        user.last_login_at
+                            .as_ref()
+                            .map_or_else(|| "never".into(), shown),
+                    ]
+                })
+                .collect();
+            table(&["USERNAME", "ROLE", "STATE", "LAST SIGN-IN (UTC)"], &rows);
         }
         UserAction::Disable { username } => {
             set_disabled(pool, &username, true).await?;
@@ -102,4 +112,28 @@ pub async fn run(pool: &PgPool, action: UserAction) -> Result<(), UserError> {
         }
     }
     Ok(())
+}
+
+/// The new password: typed twice without echo at a terminal, else one line
+/// of stdin (a script's pipe).
+fn read_password(username: &str) -> Result<String, UserError> {
+    if std::io::stdin().is_terminal() {
+        let first = rpassword::prompt_password(format!(
+            "password for {username} (at least {MIN_PASSWORD} characters): "
+        ))
+        .map_err(UserError::Stdin)?;
+        let again = rpassword::prompt_password("the same again: ").map_err(UserError::Stdin)?;
+        if first != again {
+            return Err(UserError::Stdin(std::io::Error::other(
+                "the two passwords differ",
+            )));
+        }
+        return Ok(first);
+    }
+    let mut password = String::new();
+    std::io::stdin()
+        .lock()
+        .read_line(&mut password)
+        .map_err(UserError::Stdin)?;
+    Ok(password.trim_end_matches(['\r', '\n']).to_owned())
 }

@@ -6,6 +6,7 @@ mod alerts;
 mod architecture;
 mod auto_failover;
 mod bulk_jobs;
+mod cli_grammar;
 mod credentials;
 mod dashboard;
 mod declarative;

@@ -387,6 +387,7 @@ secrets = ["slack-secret"]
             repeat: 3,
             concurrency: 3,
             url: None,
+            json: false,
         };
         replaysafe::cli::send::run(&config, args).await.unwrap();
         let (events, deliveries, claimed): (i64, i64, i64) = sqlx::query_as(

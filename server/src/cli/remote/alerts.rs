@@ -88,6 +88,9 @@ pub async fn run(remote: &Remote, action: AlertsAction, as_json: bool) -> Result
             }
             Ok(())
         }
+        AlertsAction::Test { .. } => Err(RemoteError::BadArgument(
+            "alerts test runs on this machine, with the config's channels".into(),
+        )),
         AlertsAction::Unsilence { id } => {
             let ended: serde_json::Value = remote.delete(&format!("alerts/silences/{id}")).await?;
             if as_json {

@@ -20,7 +20,7 @@ const RETRY_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 #[derive(Debug, thiserror::Error)]
 pub enum RemoteError {
-    #[error("set REPLAYSAFE_TOKEN (or --token) to an API token: `replaysafe token create --name N --role R` makes one")]
+    #[error("set REPLAYSAFE_TOKEN (or --token) to an API token: `replaysafe tokens create --name N --role R` makes one")]
     NoToken,
     #[error("--url: {0}")]
     BadUrl(String),
@@ -97,6 +97,11 @@ impl Remote {
             token: token.trim().to_owned(),
             http,
         })
+    }
+
+    /// The server's address, as given.
+    pub fn base(&self) -> &url::Url {
+        &self.base
     }
 
     fn url(&self, path: &str) -> Result<url::Url, RemoteError> {

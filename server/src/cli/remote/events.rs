@@ -218,6 +218,12 @@ pub async fn redeliver(
             Ok(result) => json!({name: id, "ok": true, "outcome": result.outcome,
                                  "requeued": result.requeued, "message": result.message,
                                  "delivery_id": result.delivery_id, "event_id": result.event_id}),
+            // The token, not the event: every other id would be refused alike.
+            Err(
+                e @ RemoteError::Refused {
+                    status: 401 | 403, ..
+                },
+            ) => return Err(e),
             Err(RemoteError::Refused {
                 status,
                 code,

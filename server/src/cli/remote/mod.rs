@@ -12,8 +12,9 @@ mod events;
 mod incidents;
 mod jobs;
 mod listen;
-mod output;
+
 mod overview;
+use super::output;
 mod reconcile;
 mod sources;
 
@@ -23,6 +24,7 @@ pub use client::Remote;
 pub use client::RemoteError;
 pub use listen::ListenArgs;
 pub use reconcile::ReconcileArgs;
+pub use sources::print as print_sources;
 
 /// Where the server is and the token to call it with.
 #[derive(Args, Debug, Clone)]
@@ -30,7 +32,7 @@ pub struct Target {
     /// The replaysafe server [default: http://127.0.0.1:3000]
     #[arg(long, global = true, env = "REPLAYSAFE_URL", value_name = "URL")]
     pub url: Option<String>,
-    /// An API token (`replaysafe token create`); prefer the environment
+    /// An API token (`replaysafe tokens create`); prefer the environment
     /// variable, which stays out of the shell history and `ps`
     #[arg(
         long,
@@ -134,12 +136,42 @@ pub enum SourcesAction {
     Pause { slug: String },
     /// Forward again (operator)
     Resume { slug: String },
+    /// Open or close a destination's circuit breaker by hand (operator;
+    /// over the API only: the breaker lives in the running servers)
+    Breaker {
+        #[command(subcommand)]
+        action: BreakerAction,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum BreakerAction {
+    /// Hold the destination's dispatches until an operator closes it
+    Open {
+        slug: String,
+        /// The destination's name (a single `destination` is named default)
+        #[arg(long, default_value = "default")]
+        destination: String,
+    },
+    /// Let its failures start over and its waiting dispatches go out
+    Close {
+        slug: String,
+        #[arg(long, default_value = "default")]
+        destination: String,
+    },
 }
 
 #[derive(Subcommand, Debug)]
 pub enum AlertsAction {
     /// Firing and recently resolved alerts, and the silences in force
     List,
+    /// Send a test message through a channel of the config's
+    /// `[[alerts.channel]]`, as alerts are sent (on this machine: reads the
+    /// config, needs no server)
+    Test {
+        #[arg(long)]
+        channel: String,
+    },
     /// Hold back a rule's notifications for a while (admin; audit-logged)
     Silence {
         /// duplicate_storm, dead_letters, backlog, signature_failures, destination_failing, missed_events or incident_opened

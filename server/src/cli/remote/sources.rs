@@ -1,10 +1,11 @@
-//! `replaysafe sources list|pause|resume` over the API.
+//! `replaysafe sources list|show|pause|resume|breaker` over the API.
 
+use replaysafe_types::states::Breaker;
 use replaysafe_types::SourceSummary;
 
 use super::client::{Remote, RemoteError};
 use super::output::{json, or_dash, table};
-use super::SourcesAction;
+use super::{BreakerAction, SourcesAction};
 
 pub async fn run(remote: &Remote, action: SourcesAction, as_json: bool) -> Result<(), RemoteError> {
     let shown: Vec<SourceSummary> = match action {
@@ -37,10 +38,25 @@ pub async fn run(remote: &Remote, action: SourcesAction, as_json: bool) -> Resul
                     .await?,
             ]
         }
+        SourcesAction::Breaker { action } => {
+            let (slug, destination, verb) = match action {
+                BreakerAction::Open { slug, destination } => (slug, destination, "open"),
+                BreakerAction::Close { slug, destination } => (slug, destination, "close"),
+            };
+            let path = format!("sources/{slug}/destinations/{destination}/breaker/{verb}");
+            vec![remote.post(&path, serde_json::json!({})).await?]
+        }
     };
+    print(shown, as_json);
+    Ok(())
+}
+
+/// Sources as a table (a breaker opened by hand named beside its state),
+/// or as JSON.
+pub fn print(shown: Vec<SourceSummary>, as_json: bool) {
     if as_json {
         json(&shown);
-        return Ok(());
+        return;
     }
     let rows: Vec<Vec<String>> = shown
         .into_iter()
@@ -51,12 +67,39 @@ pub async fn run(remote: &Remote, action: SourcesAction, as_json: bool) -> Resul
                 (true, true, false) => "paused (config)".to_owned(),
                 (true, false, _) => "forwarding".to_owned(),
             };
-            vec![s.slug, s.provider, s.mode, or_dash(s.destination), state]
+            let breakers: Vec<String> = s
+                .destinations
+                .iter()
+                .filter(|d| d.breaker != Breaker::Closed)
+                .map(|d| {
+                    let by_hand = if d.breaker_by_hand { " by hand" } else { "" };
+                    format!("{} {}{by_hand}", d.name, d.breaker.as_str())
+                })
+                .collect();
+            let breakers = if breakers.is_empty() {
+                "-".to_owned()
+            } else {
+                breakers.join(", ")
+            };
+            vec![
+                s.slug,
+                s.provider,
+                s.mode,
+                or_dash(s.destination),
+                state,
+                breakers,
+            ]
         })
         .collect();
     table(
-        &["SOURCE", "PROVIDER", "MODE", "DESTINATION", "STATE"],
+        &[
+            "SOURCE",
+            "PROVIDER",
+            "MODE",
+            "DESTINATION",
+            "STATE",
+            "BREAKERS OPEN",
+        ],
         &rows,
     );
-    Ok(())
 }

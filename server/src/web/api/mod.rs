@@ -54,7 +54,7 @@ pub struct ApiState {
         description = "The dashboard's operations for scripts and tools: sources, deliveries, \
                        events (re-delivery through the dedup layer, forced re-execution), dead \
                        letters, the audit log. Every call takes `Authorization: Bearer <token>` \
-                       (`replaysafe token create`); errors are `{\"code\", \"detail\"}`."
+                       (`replaysafe tokens create`); errors are `{\"code\", \"detail\"}`."
     ),
     servers((url = "/api/v1")),
     modifiers(&Conventions),
@@ -229,7 +229,7 @@ async fn authenticate(State(api): State<ApiState>, mut request: Request, next: N
         .map(str::to_owned);
     let Some(presented) = presented else {
         return ApiError::from(OpError::Unauthorized(
-            "send Authorization: Bearer <token> (replaysafe token create)".into(),
+            "send Authorization: Bearer <token> (replaysafe tokens create)".into(),
         ))
         .into_response();
     };

@@ -1,0 +1,583 @@
+//! The command line's one grammar (issue 39): the command table in
+//! docs/api-and-cli.md names every command the parser has and nothing else,
+//! and each row's exit codes happen as documented, run as a user runs them
+//! (the real binary). What exists both on the database and over the API is
+//! one command, local unless a server or token is named; the old spellings
+//! still do what they did.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use clap::CommandFactory;
+use futures_util::stream::{self, StreamExt};
+use replaysafe_core::db::MIGRATOR;
+use serde_json::Value;
+use sqlx::PgPool;
+
+use crate::helpers::{database_url, gh_config, spawn_app, TestApp};
+
+/// Every command a user can type, as its words (`["sources", "breaker", "open"]`).
+fn leaf_commands(command: &clap::Command, above: &[String], out: &mut Vec<Vec<String>>) {
+    let subcommands: Vec<&clap::Command> = command
+        .get_subcommands()
+        .filter(|c| !c.is_hide_set() && c.get_name() != "help")
+        .collect();
+    if subcommands.is_empty() {
+        out.push(above.to_vec());
+    }
+    for sub in subcommands {
+        let mut path = above.to_vec();
+        path.push(sub.get_name().to_owned());
+        leaf_commands(sub, &path, out);
+    }
+}
+
+/// A row of the "Every command" table.
+#[derive(Debug)]
+struct Row {
+    /// The usage as written, after `replaysafe`.
+    usage: String,
+    /// The command's words, up to its first argument or flag.
+    words: Vec<String>,
+    runs: String,
+    codes: Vec<u8>,
+}
+
+fn documented() -> Vec<Row> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/api-and-cli.md");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let table = text
+        .split("## Every command")
+        .nth(1)
+        .expect("docs/api-and-cli.md has an 'Every command' section");
+    table
+        .lines()
+        .skip_while(|l| !l.starts_with("| `replaysafe"))
+        .take_while(|l| l.starts_with('|'))
+        .map(|line| {
+            let cells: Vec<&str> = line.trim_matches('|').split('|').map(str::trim).collect();
+            assert_eq!(cells.len(), 4, "four cells: {line}");
+            let usage = cells[0]
+                .trim_start_matches('`')
+                .split('`')
+                .next()
+                .unwrap()
+                .trim_start_matches("replaysafe ")
+                .to_owned();
+            let words = usage
+                .split_whitespace()
+                .take_while(|w| w.chars().all(|c| c.is_ascii_lowercase() || c == '-'))
+                .filter(|w| !w.starts_with('-'))
+                .map(str::to_owned)
+                .collect();
+            let codes = cells[3]
+                .split_whitespace()
+                .map(|c| {
+                    c.parse()
+                        .unwrap_or_else(|_| panic!("exit code {c:?}: {line}"))
+                })
+                .collect();
+            Row {
+                usage,
+                words,
+                runs: cells[1].to_owned(),
+                codes,
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn the_command_table_names_every_command_and_only_those() {
+    let mut commands = Vec::new();
+    leaf_commands(&replaysafe::cli::Cli::command(), &[], &mut commands);
+    let rows = documented();
+    for command in &commands {
+        assert!(
+            rows.iter().any(|r| &r.words == command),
+            "`replaysafe {}` is missing from docs/api-and-cli.md's command table",
+            command.join(" ")
+        );
+    }
+    for row in &rows {
+        assert!(
+            commands.contains(&row.words),
+            "the command table lists `replaysafe {}`, which does not exist",
+            row.usage
+        );
+        assert!(
+            row.codes.starts_with(&[0]) && row.codes.contains(&2),
+            "every command can succeed and be misused: {row:?}"
+        );
+        if row.runs.starts_with("remote") || row.runs.starts_with("both") {
+            assert!(
+                row.codes.contains(&4) && row.codes.contains(&5),
+                "a command over the API can be refused its token and find no server: {row:?}"
+            );
+        }
+    }
+}
+
+/// The row's usage with its optional parts left out and each placeholder
+/// given a value that parses.
+fn arguments(usage: &str) -> Vec<String> {
+    let mut args = Vec::new();
+    let mut depth = 0;
+    for word in usage.split_whitespace() {
+        depth += word.matches('[').count();
+        let inside = depth > 0;
+        depth -= word.matches(']').count();
+        if inside {
+            continue;
+        }
+        let word = word.trim_end_matches("...");
+        let value = match word {
+            "SLUG" => "gh",
+            "EVENT" | "DELIVERY" | "JOB" | "INCIDENT" | "SILENCE" | "N" => "1",
+            "NAME" => "nobody",
+            "ROLE" => "viewer",
+            "WHY" => "a reason",
+            "KEY" => "k",
+            "RULE" => "backlog",
+            "URL" => "http://127.0.0.1:9/",
+            "CMD" => "true",
+            "CHANNEL" => "ops",
+            "SHELL" => "bash",
+            other => {
+                assert!(
+                    !other.chars().any(|c| c.is_ascii_uppercase()),
+                    "a placeholder this test cannot fill: {other} in {usage}"
+                );
+                other
+            }
+        };
+        args.push(value.to_owned());
+    }
+    args
+}
+
+struct Run {
+    args: Vec<String>,
+    env: Vec<(&'static str, String)>,
+    config: Option<PathBuf>,
+    stdin: Option<&'static str>,
+}
+
+impl Run {
+    fn new(args: Vec<String>) -> Self {
+        Run {
+            args,
+            env: Vec::new(),
+            config: None,
+            stdin: None,
+        }
+    }
+
+    fn env(mut self, name: &'static str, value: impl Into<String>) -> Self {
+        self.env.push((name, value.into()));
+        self
+    }
+
+    fn config(mut self, path: &Path) -> Self {
+        self.config = Some(path.to_owned());
+        self
+    }
+
+    fn stdin(mut self, text: &'static str) -> Self {
+        self.stdin = Some(text);
+        self
+    }
+
+    /// Exit code, stdout and stderr; a command that takes longer than 60 s
+    /// is a failure of its own.
+    async fn output(&self) -> (i32, String, String) {
+        use tokio::io::AsyncWriteExt;
+        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_replaysafe"));
+        command
+            .args(&self.args)
+            .env_remove("REPLAYSAFE_URL")
+            .env_remove("REPLAYSAFE_TOKEN")
+            .env_remove("REPLAYSAFE_CONFIG")
+            .env_remove("DATABASE_URL")
+            .env("NO_COLOR", "1")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true);
+        for (name, value) in &self.env {
+            command.env(name, value);
+        }
+        if let Some(config) = &self.config {
+            command.env("REPLAYSAFE_CONFIG", config);
+        }
+        let mut child = command.spawn().unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        if let Some(text) = self.stdin {
+            stdin.write_all(text.as_bytes()).await.unwrap();
+        }
+        drop(stdin);
+        let out = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
+            .await
+            .unwrap_or_else(|_| panic!("replaysafe {:?} ran for a minute", self.args))
+            .unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+}
+
+/// A config file naming `database` and the test app's source, so that a
+/// local command leaves the sources table as the app has it.
+fn config_file(dir: &Path, name: &str, database: &str, public_url: &str) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(
+        &path,
+        format!(
+            "public_url = \"{public_url}\"\ndatabase_url = \"{database}\"\n\
+             [[source]]\nslug = \"gh\"\nprovider = \"github\"\nsecrets = [\"gh-secret\"]\n\
+             destination = \"http://127.0.0.1:9/hook\"\nmax_attempts = 1\n"
+        ),
+    )
+    .unwrap();
+    path
+}
+
+/// A port nothing listens on.
+fn closed_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn every_command_exits_with_its_documented_codes_for_misuse_a_bad_token_and_no_server(
+    pool: PgPool,
+) {
+    let app = spawn_app(pool.clone(), gh_config("http://127.0.0.1:9/hook", "")).await;
+    let dir = tempfile::tempdir().unwrap();
+    let away = format!("postgres://postgres@127.0.0.1:{}/nothing", closed_port());
+    let no_database = config_file(dir.path(), "away.toml", &away, &app.url(""));
+    let nobody_home = format!("http://127.0.0.1:{}", closed_port());
+    let server = format!("http://{}", app.addr);
+
+    let mut runs: Vec<(String, u8, Run)> = Vec::new();
+    for row in documented() {
+        let args = arguments(&row.usage);
+        let mut misused = args.clone();
+        misused.push("--no-such-flag".into());
+        runs.push((row.usage.clone(), 2, Run::new(misused)));
+        let remote = row.runs.starts_with("remote") || row.runs.starts_with("both");
+        if remote {
+            let made_up = Run::new(args.clone())
+                .env("REPLAYSAFE_URL", &server)
+                .env("REPLAYSAFE_TOKEN", "rs_made-up-token");
+            runs.push((row.usage.clone(), 4, made_up));
+            let unreachable = Run::new(args.clone())
+                .env("REPLAYSAFE_URL", &nobody_home)
+                .env("REPLAYSAFE_TOKEN", "rs_any");
+            runs.push((row.usage.clone(), 5, unreachable));
+        }
+        let opens_the_database = (row.runs.starts_with("local") || row.runs.starts_with("both"))
+            && !row.runs.contains("no database")
+            && !row.runs.contains("nothing read");
+        if row.codes.contains(&5) && opens_the_database {
+            let local = Run::new(args.clone()).config(&no_database);
+            runs.push((
+                row.usage.clone(),
+                5,
+                local.stdin("a-long-enough-password\n"),
+            ));
+        }
+        for (_, code, _) in runs.iter().filter(|(usage, _, _)| *usage == row.usage) {
+            assert!(
+                row.codes.contains(code),
+                "`replaysafe {}` is tested for exit {code}, which its row does not list",
+                row.usage
+            );
+        }
+    }
+    let failures: Vec<String> = stream::iter(runs)
+        .map(|(usage, expected, run)| async move {
+            let (code, _, stderr) = run.output().await;
+            (code != i32::from(expected)).then(|| {
+                format!(
+                    "`replaysafe {usage}` ({:?}): exit {code}, documented {expected}: {}",
+                    run.args,
+                    stderr.trim()
+                )
+            })
+        })
+        .buffer_unordered(8)
+        .filter_map(|failure| async move { failure })
+        .collect()
+        .await;
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+async fn admin_token(app: &TestApp) -> String {
+    replaysafe_core::accounts::tokens::create(
+        &app.pool,
+        "admin-cli",
+        replaysafe_types::auth::Role::Admin,
+        None,
+        replaysafe_types::auth::Who::named("test"),
+        None,
+    )
+    .await
+    .unwrap()
+    .0
+}
+
+fn words(line: &str) -> Vec<String> {
+    line.split_whitespace().map(str::to_owned).collect()
+}
+
+fn json_of(stdout: &str) -> Value {
+    serde_json::from_str(stdout).unwrap_or_else(|e| panic!("{e}: {stdout}"))
+}
+
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn commands_that_exist_both_ways_run_locally_unless_a_server_is_named(pool: PgPool) {
+    let app = spawn_app(pool.clone(), gh_config("http://127.0.0.1:9/hook", "")).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = config_file(
+        dir.path(),
+        "replaysafe.toml",
+        &database_url(&pool).await,
+        &app.url(""),
+    );
+    let server = format!("http://{}", app.addr);
+    let token = admin_token(&app).await;
+    let local = |line: &str| Run::new(words(line)).config(&config);
+    let remote = |line: &str| {
+        Run::new(words(line))
+            .env("REPLAYSAFE_URL", &server)
+            .env("REPLAYSAFE_TOKEN", &token)
+    };
+
+    // whoami: the token's name over the API, the command-line user locally.
+    let (code, out, err) = remote("whoami --json").output().await;
+    assert_eq!(code, 0, "{err}");
+    let me = json_of(&out);
+    assert_eq!(
+        (me["username"].as_str(), me["role"].as_str()),
+        (Some("admin-cli"), Some("admin"))
+    );
+    let (code, out, _) = local("whoami --json").env("USER", "carol").output().await;
+    assert_eq!(code, 0);
+    assert_eq!(json_of(&out)["username"], "cli:carol");
+
+    // sources pause: locally by default (audit-logged as the CLI user), over
+    // the API when a server is named, and --local wins over the environment.
+    let (code, out, err) = local("sources pause gh --json")
+        .env("USER", "carol")
+        .output()
+        .await;
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(json_of(&out)[0]["paused_by_operator"], true);
+    let who: String = sqlx::query_scalar(
+        "SELECT username FROM audit_log WHERE action = 'source.pause' ORDER BY id DESC LIMIT 1",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(who, "cli:carol");
+    let (code, out, err) = remote("sources resume gh --json").output().await;
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(json_of(&out)[0]["paused"], false);
+    let who: String = sqlx::query_scalar(
+        "SELECT username FROM audit_log WHERE action = 'source.resume' ORDER BY id DESC LIMIT 1",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(who, "admin-cli");
+    let (code, _, err) = remote("sources pause gh --local")
+        .config(&config)
+        .output()
+        .await;
+    assert_eq!(code, 0, "{err}");
+    let (code, out, _) = local("sources list --json").output().await;
+    assert_eq!(code, 0);
+    assert_eq!(json_of(&out)[0]["paused_by_operator"], true);
+    let (code, _, err) = local("sources pause nope").output().await;
+    assert_eq!((code, err.contains("nope")), (1, true), "{err}");
+    let (code, _, _) = remote("sources pause nope").output().await;
+    assert_eq!(code, 1);
+    // show and breaker are the API's only.
+    let (code, _, err) = local("sources show gh --local").output().await;
+    assert_eq!(code, 2, "{err}");
+    let (code, out, err) = remote("sources breaker open gh --json").output().await;
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(json_of(&out)[0]["destinations"][0]["breaker"], "open");
+    let (code, out, err) = remote("sources breaker close gh").output().await;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("BREAKERS OPEN"), "{out}");
+
+    // tokens: create locally only; list and revoke both ways.
+    let (code, out, err) = local("tokens create --name bot --role viewer --json")
+        .output()
+        .await;
+    assert_eq!(code, 0, "{err}");
+    let created = json_of(&out);
+    assert!(created["token"].as_str().unwrap().starts_with("rs_"));
+    let (code, _, err) = local("tokens create --name bot --role viewer")
+        .output()
+        .await;
+    assert_eq!(code, 3, "a name taken is refused: {err}");
+    let (code, _, err) = remote("tokens create --name x --role viewer --remote")
+        .output()
+        .await;
+    assert_eq!(code, 2, "{err}");
+    let (code, out, err) = remote("tokens list --json").output().await;
+    assert_eq!(code, 0, "{err}");
+    let listed = json_of(&out);
+    assert!(
+        listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["name"] == "bot"),
+        "{listed}"
+    );
+    let (code, out, err) = remote("tokens revoke --name bot").output().await;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("token bot"), "{out}");
+    let (code, _, _) = remote("tokens revoke --name bot").output().await;
+    assert_eq!(code, 1, "no live token of that name");
+    let (code, out, _) = local("tokens list --json").output().await;
+    assert_eq!(code, 0);
+    let bot = json_of(&out)
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "bot")
+        .cloned()
+        .unwrap();
+    assert_eq!(bot["state"], "revoked");
+
+    // users: on the database; a taken name is refused, a short password misuse.
+    let (code, _, err) = local("users add --username dora --role operator")
+        .stdin("a-long-enough-password\n")
+        .output()
+        .await;
+    assert_eq!(code, 0, "{err}");
+    let (code, _, _) = local("users add --username dora --role operator")
+        .stdin("a-long-enough-password\n")
+        .output()
+        .await;
+    assert_eq!(code, 3);
+    let (code, _, _) = local("users add --username eve --role viewer")
+        .stdin("short\n")
+        .output()
+        .await;
+    assert_eq!(code, 2);
+    let (code, out, _) = local("users list --json").output().await;
+    assert_eq!(code, 0);
+    let users = json_of(&out);
+    assert_eq!(users[0]["username"], "dora");
+    assert_eq!(users[0]["role"], "operator");
+
+    // The old spellings do what they did: on the database, whatever the environment.
+    let (code, out, err) = remote("source resume gh").config(&config).output().await;
+    assert_eq!((code, out.trim()), (0, "source gh resumed"), "{err}");
+    let (code, out, _) = remote("token list --json").config(&config).output().await;
+    assert_eq!(code, 0);
+    assert!(json_of(&out).as_array().unwrap().len() >= 2);
+    let (code, out, _) = local("user list").output().await;
+    assert_eq!(code, 0);
+    assert!(out.contains("dora"), "{out}");
+
+    // --json on the rest of the commands that print data.
+    let (code, out, _) = local("config check --json").output().await;
+    assert_eq!(code, 0);
+    let _ = json_of(&out);
+    let (code, out, err) = local("prune --json").output().await;
+    assert_eq!(code, 0, "{err}");
+    assert!(json_of(&out)["events"].is_number(), "{out}");
+    let (code, out, err) = local("send --source gh --repeat 2 --json").output().await;
+    assert_eq!(code, 0, "{err}");
+    let sent = json_of(&out);
+    assert_eq!(sent["sent"], 2);
+    assert_eq!(sent["answers"].as_array().unwrap().len(), 2);
+}
+
+/// Reads `from` until `text` has been seen (or panics after 30 s).
+async fn read_until(from: &mut (impl tokio::io::AsyncRead + Unpin), seen: &mut String, text: &str) {
+    use tokio::io::AsyncReadExt;
+    let mut buffer = [0u8; 1024];
+    tokio::time::timeout(Duration::from_secs(30), async {
+        while !seen.contains(text) {
+            let n = from.read(&mut buffer).await.unwrap();
+            assert!(n > 0, "the output ended before {text:?}: {seen}");
+            seen.push_str(&String::from_utf8_lossy(&buffer[..n]));
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("no {text:?} in {seen}"));
+}
+
+#[sqlx::test(migrator = "MIGRATOR")]
+async fn a_password_typed_at_a_terminal_is_not_echoed(pool: PgPool) {
+    use tokio::io::AsyncWriteExt;
+    let dir = tempfile::tempdir().unwrap();
+    let config = config_file(
+        dir.path(),
+        "replaysafe.toml",
+        &database_url(&pool).await,
+        "http://127.0.0.1:9",
+    );
+    // util-linux `script` runs it on a pseudo-terminal; each password is
+    // typed only once its prompt is up, as a person would.
+    let command = format!(
+        "{} users add --username tty --role viewer",
+        env!("CARGO_BIN_EXE_replaysafe")
+    );
+    let mut child = tokio::process::Command::new("script")
+        .args(["-qfec", &command, "/dev/null"])
+        .env("REPLAYSAFE_CONFIG", &config)
+        .env_remove("DATABASE_URL")
+        .env("TERM", "xterm")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let mut seen = String::new();
+    read_until(&mut stdout, &mut seen, "password for tty").await;
+    stdin.write_all(b"typed-at-a-terminal\n").await.unwrap();
+    read_until(&mut stdout, &mut seen, "the same again").await;
+    stdin.write_all(b"typed-at-a-terminal\n").await.unwrap();
+    read_until(&mut stdout, &mut seen, "user tty created").await;
+    assert!(child.wait().await.unwrap().success(), "{seen}");
+    assert!(!seen.contains("typed-at-a-terminal"), "echoed: {seen}");
+    let hash: String = sqlx::query_scalar("SELECT password_hash FROM users WHERE username = 'tty'")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert!(replaysafe_core::accounts::verify_password(
+        &hash,
+        "typed-at-a-terminal"
+    ));
+}
+
+#[test]
+fn a_closed_pipe_ends_a_command_quietly() {
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "{} completions zsh | head -c 1 >/dev/null",
+            env!("CARGO_BIN_EXE_replaysafe")
+        ))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
