@@ -1,6 +1,6 @@
 import { defineConfig } from '@playwright/test';
 import { mkdirSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 
 // scripts/test exports these; the defaults let `npx playwright test` run by hand
 // against a server built by ./scripts/test (or `cargo leptos build`) and a database URL.
@@ -12,7 +12,7 @@ const maybeDatabaseUrl = process.env.E2E_DATABASE_URL ?? process.env.DATABASE_UR
 if (!maybeDatabaseUrl) throw new Error('set E2E_DATABASE_URL (or DATABASE_URL) to an empty database');
 export const databaseUrl: string = maybeDatabaseUrl;
 
-/** One account per role, made by global-setup.ts with `replaysafe user add`. */
+/** One account per role, made by global-setup.ts with `replaysafe users add`. */
 export const accounts = {
   viewer: { username: 'e2e-viewer', password: 'viewer-password-e2e' },
   operator: { username: 'e2e-operator', password: 'operator-password-e2e' },
@@ -114,6 +114,13 @@ paused = true
 `,
 );
 
+// What the server under test logs goes to a file, not to the run's output:
+// a green run prints none of it. Should the server exit, its last lines are
+// printed (Playwright shows the web server's stderr). The file is emptied
+// when the server starts (this config is also loaded by every worker).
+export const serverLog = join(__dirname, '..', 'target', 'test-logs', 'e2e', 'replaysafe-serve.log');
+mkdirSync(dirname(serverLog), { recursive: true });
+
 export default defineConfig({
   testDir: './tests',
   globalSetup: './global-setup.ts',
@@ -145,18 +152,20 @@ export default defineConfig({
     url: `${destinationURL}/health`,
     reuseExistingServer: false,
   }, {
-    command: `${process.env.E2E_BINARY ?? "./target/debug/replaysafe"} serve --config ${configPath}`,
+    command: `${process.env.E2E_BINARY ?? "./target/debug/replaysafe"} serve --config ${configPath} > '${serverLog}' 2>&1`
+      + ` || { echo "replaysafe serve exited; the end of ${serverLog}:" >&2; tail -n 200 '${serverLog}' >&2; exit 1; }`,
     cwd: '..',
     url: `${baseURL}/readyz`,
     timeout: 120_000,
     reuseExistingServer: false,
-    stdout: 'pipe',
+    stdout: 'ignore',
     stderr: 'pipe',
     env: {
       DATABASE_URL: databaseUrl,
       LEPTOS_SITE_ROOT: 'target/site',
       E2E_GITHUB_SECRET: e2eSources.githubSecret,
       RUST_LOG: 'info',
+      NO_COLOR: '1',
     },
   }],
 });

@@ -4,7 +4,7 @@
 // where in RELEASE_BINARY.
 import { test, expect } from '@playwright/test';
 import { execFileSync, spawn, ChildProcess } from 'node:child_process';
-import { copyFileSync, mkdtempSync, readdirSync, writeFileSync } from 'node:fs';
+import { copyFileSync, mkdtempSync, openSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -41,23 +41,34 @@ test('the release binary alone serves a working dashboard from an empty director
   // Nothing points at a site directory.
   const env: NodeJS.ProcessEnv = { ...process.env, DATABASE_URL: `${cluster}/replaysafe_release`, RUST_LOG: 'warn' };
   delete env.LEPTOS_SITE_ROOT;
-  execFileSync('./replaysafe', ['user', 'add', '--config', config, '--username', 'release-admin', '--role', 'admin', '--update'], {
-    cwd: dir, env, input: 'release-password-e2e\n', stdio: ['pipe', 'inherit', 'inherit'],
+  execFileSync('./replaysafe', ['users', 'add', '--config', config, '--username', 'release-admin', '--role', 'admin', '--update'], {
+    cwd: dir, env, input: 'release-password-e2e\n', stdio: ['pipe', 'ignore', 'inherit'],
   });
-  const server: ChildProcess = spawn('./replaysafe', ['serve', '--config', config], { cwd: dir, env, stdio: 'inherit' });
+  // Its log is shown only if the test fails.
+  const log = join(configDir, 'serve.log');
+  const logFd = openSync(log, 'w');
+  const server: ChildProcess = spawn('./replaysafe', ['serve', '--config', config], { cwd: dir, env, stdio: ['ignore', logFd, logFd] });
   try {
     await expect.poll(async () => (await request.get(`${url}/readyz`).catch(() => null))?.status(), { timeout: 60_000 }).toBe(200);
 
-    // The bundle, from memory: typed, tagged, revalidated.
+    // The bundle, from memory: typed, gzipped for those who take it (the
+    // request context asks so and decodes it), tagged, revalidated.
     const wasm = await request.get(`${url}/pkg/replaysafe.wasm`);
     expect(wasm.status()).toBe(200);
     expect(wasm.headers()['content-type']).toBe('application/wasm');
+    expect(wasm.headers()['content-encoding']).toBe('gzip');
+    expect(wasm.headers()['vary']).toBe('accept-encoding');
     expect(wasm.headers()['cache-control']).toBe('no-cache');
     const etag = wasm.headers()['etag'];
-    expect(etag).toMatch(/^"[0-9a-f]{24}"$/);
-    expect((await wasm.body()).subarray(0, 4)).toEqual(Buffer.from([0, 0x61, 0x73, 0x6d]));
+    expect(etag).toMatch(/^"[0-9a-f]{24}-gz"$/);
+    const decoded = await wasm.body();
+    expect(decoded.subarray(0, 4)).toEqual(Buffer.from([0, 0x61, 0x73, 0x6d]));
     const again = await request.get(`${url}/pkg/replaysafe.wasm`, { headers: { 'if-none-match': etag } });
     expect(again.status()).toBe(304);
+    const plain = await request.get(`${url}/pkg/replaysafe.wasm`, { headers: { 'accept-encoding': 'identity' } });
+    expect(plain.headers()['content-encoding']).toBeUndefined();
+    expect(plain.headers()['etag']).toBe(etag.replace('-gz', ''));
+    expect(await plain.body()).toEqual(decoded);
     expect((await request.get(`${url}/pkg/nothing.js`)).status()).toBe(404);
 
     // A browser signs in and the page hydrates.
@@ -73,6 +84,9 @@ test('the release binary alone serves a working dashboard from an empty director
     await expect(page.getByTestId('whoami')).toContainText('release-admin');
     expect(errors).toEqual([]);
     await page.close();
+  } catch (e) {
+    console.error(`the release binary's log (${log}):\n${readFileSync(log, 'utf8')}`);
+    throw e;
   } finally {
     server.kill('SIGTERM');
   }

@@ -32,7 +32,7 @@ pub fn AlertsPage() -> impl IntoView {
             <h1>"Alerts"</h1>
             <p class="lede">
                 "The alert rules replaysafe evaluates, as they fired and resolved. Each transition is sent once to the configured channels; "
-                <code>"replaysafe alert test --channel NAME"</code> " checks a channel."
+                <code>"replaysafe alerts test --channel NAME"</code> " checks a channel."
             </p>
             {move || silence.value().get().map(|r| match r {
                 Ok(s) => view! { <p class="result ok" role="status">{format!("{} silenced until {}.", s.rule, reader.stamp(&s.until))}</p> }.into_any(),

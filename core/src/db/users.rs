@@ -21,7 +21,7 @@ pub enum UserError {
     Unknown(String),
     #[error("username must be 1 to 64 letters, digits, '.', '_', '-' or '@'")]
     BadName,
-    #[error("password must be at least {MIN_PASSWORD} characters (read from stdin)")]
+    #[error("password must be at least {MIN_PASSWORD} characters")]
     ShortPassword,
     #[error("reading the password from stdin: {0}")]
     Stdin(std::io::Error),

@@ -52,7 +52,7 @@ pub async fn run(config: &Config, action: AlertAction) -> Result<(), AlertError>
             started_at: now.format("%Y-%m-%dT%H:%M:%SZ").to_string(),
             resolved_at: None,
             summary: format!(
-                "a test of the alert channel {channel}, sent by `replaysafe alert test`"
+                "a test of the alert channel {channel}, sent by `replaysafe alerts test`"
             ),
             figures: Default::default(),
             url: format!("{}/overview", config.public_url),

@@ -2,7 +2,7 @@
 //! pause`, `tokens create`), top-level verbs for the server's own work
 //! (`serve`, `migrate`, `send`, `reconcile`, `listen`, `prove`). What exists
 //! both on the database and over the API is one command: remote when a
-//! server or token is named, local otherwise (`place`). Every subcommand
+//! server is named (`--url`, `REPLAYSAFE_URL`), local otherwise (`place`). Every subcommand
 //! takes `--config` and honours `$REPLAYSAFE_CONFIG` and `$DATABASE_URL`.
 
 pub mod alert;
@@ -100,7 +100,7 @@ pub enum Command {
     /// Fill the database with realistic history through the real receiver and workers
     Seed(seed::SeedArgs),
     /// Sources: list, pause, resume (on the database, or over the API when
-    /// REPLAYSAFE_URL or a token is set), show and breaker open|close (over
+    /// --url or REPLAYSAFE_URL is set), show and breaker open|close (over
     /// the API)
     #[command(
         after_help = "Examples:\n  replaysafe sources list\n  replaysafe sources pause stripe                  # on the database the config names\n  REPLAYSAFE_URL=https://hooks.example.com REPLAYSAFE_TOKEN=rs_... replaysafe sources pause stripe\n  replaysafe sources breaker open stripe --destination billing --url http://127.0.0.1:3000"
@@ -271,7 +271,8 @@ pub enum Command {
 
 #[derive(Subcommand, Debug)]
 pub enum ConfigAction {
-    /// Read and validate the configuration (`--config`, `$REPLAYSAFE_CONFIG`, ./replaysafe.toml)
+    /// Read and validate the configuration (`--config`, `$REPLAYSAFE_CONFIG`,
+    /// ./replaysafe.toml, /etc/replaysafe/replaysafe.toml)
     Check {
         /// Print what is in force as one JSON document (secrets hidden)
         #[arg(long)]
@@ -529,6 +530,28 @@ pub(crate) async fn open_migrated(
     db::sources::sync(&pool, config)
         .await
         .map_err(DbError::from)?;
+    Ok((database, pool))
+}
+
+/// For a command that exists both ways, run locally: the database the
+/// config names, migrated, with the sources table left as the servers
+/// synced it (this shell's config need not be theirs). With no config file
+/// and no database URL there is nothing to run on: no embedded cluster is
+/// started for a look.
+pub(crate) async fn open_existing(
+    config: &Config,
+) -> Result<(db::Database, sqlx::PgPool), CliError> {
+    if config.path.is_none() && config.database_url.is_none() {
+        return Err(remote::RemoteError::BadArgument(format!(
+            "no server named (--url, REPLAYSAFE_URL) and no database: no config file \
+             (--config, $REPLAYSAFE_CONFIG, {}, {SYSTEM_CONFIG_PATH}) and no DATABASE_URL",
+            config::DEFAULT_CONFIG_PATH
+        ))
+        .into());
+    }
+    let database = locate_one_shot(config).await?;
+    let pool = db::pool(&database.url, 2).await?;
+    db::migrate(&pool).await?;
     Ok((database, pool))
 }
 

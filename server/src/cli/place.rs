@@ -7,10 +7,12 @@ use super::remote::{RemoteError, Target};
 
 #[derive(Args, Debug, Clone, Copy, Default)]
 pub struct Place {
-    /// Run on the database the config names, even with REPLAYSAFE_URL set
+    /// Run on the database the config names, even with --url or
+    /// REPLAYSAFE_URL set [default when neither is]
     #[arg(long, global = true, conflicts_with = "remote")]
     pub local: bool,
-    /// Run over the API of the server at --url / REPLAYSAFE_URL
+    /// Run over the API of the server at --url / REPLAYSAFE_URL [default
+    /// when one is set], with --token / REPLAYSAFE_TOKEN
     #[arg(long, global = true)]
     pub remote: bool,
 }
@@ -22,14 +24,12 @@ pub enum Runs {
 }
 
 impl Place {
-    /// Remote when forced, or when a server or a token is named (flag or
-    /// environment) and local is not forced; local otherwise.
+    /// Remote when forced, or when a server is named (`--url` or a
+    /// non-empty REPLAYSAFE_URL) and local is not forced; local otherwise.
+    /// A token alone names no server: it may be set for other commands.
     pub fn resolve(self, target: &Target) -> Runs {
-        if self.remote {
-            Runs::Remote
-        } else if self.local {
-            Runs::Local
-        } else if target.url.is_some() || target.token.is_some() {
+        let named = target.url.as_deref().is_some_and(|u| !u.trim().is_empty());
+        if self.remote || (named && !self.local) {
             Runs::Remote
         } else {
             Runs::Local

@@ -57,6 +57,8 @@ pub struct ProveArgs {
     pub secret: Option<String>,
     #[command(flatten)]
     pub target: remote::Target,
+    #[command(flatten)]
+    pub place: super::place::Place,
 }
 
 /// What is sent, every time.
@@ -202,13 +204,13 @@ pub async fn command(config: Option<PathBuf>, args: ProveArgs) -> Result<(), Cli
         })?;
     let request = match (&args.from_file, args.event) {
         (Some(path), _) => Request::of_file(path)?,
-        (None, Some(id)) if args.target.url.is_some() => {
+        (None, Some(id)) if args.place.resolve(&args.target) == super::place::Runs::Remote => {
             let remote = remote::Remote::new(&args.target)?;
             Request::of_event(remote.get(&format!("events/{id}/request"), &[]).await?)?
         }
         (None, Some(id)) => {
             let config = replaysafe_core::config::load(config.as_deref())?;
-            let (_database, pool) = super::open_migrated(&config).await?;
+            let (_database, pool) = super::open_existing(&config).await?;
             let event = replaysafe_core::ops::stream::read_event(&pool, &config, id, false)
                 .await
                 .map_err(replaysafe_core::db::DbError::from)?;

@@ -6,7 +6,7 @@ use replaysafe_core::db::audit::{cli_actor, Who};
 
 use super::place::{Place, Runs};
 use super::remote::{self, RemoteError, SourcesAction, Target};
-use super::{open_migrated, CliError};
+use super::{open_existing, CliError};
 
 pub async fn run(
     config: impl FnOnce() -> Result<Config, CliError>,
@@ -33,7 +33,7 @@ pub async fn run(
         return Ok(remote::run(target, remote::Command::Sources(action)).await?);
     }
     let config = config()?;
-    let (_database, pool) = open_migrated(&config).await?;
+    let (_database, pool) = open_existing(&config).await?;
     let result = local(&pool, &config, action, target.json).await;
     pool.close().await;
     result

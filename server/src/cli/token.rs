@@ -14,7 +14,7 @@ use replaysafe_types::tokens::TokenRow;
 use super::output::{json, or_dash, table};
 use super::place::{Place, Runs};
 use super::remote::{Remote, RemoteError, Target};
-use super::{open_migrated, CliError};
+use super::{open_existing, open_migrated, CliError};
 use replaysafe_core::config::Config;
 
 #[derive(Debug, clap::Subcommand)]
@@ -33,8 +33,10 @@ pub enum TokenAction {
         expires: Lifetime,
     },
     /// List tokens: name, role, prefix, created, last used, expires, state
+    /// (on the database, or over the API with an admin token)
     List,
-    /// Revoke a live token by name; it is refused from its next use on
+    /// Revoke a live token by name; it is refused from its next use on (on
+    /// the database, or over the API with an admin token)
     Revoke {
         #[arg(long)]
         name: String,
@@ -98,7 +100,13 @@ pub async fn run(
         }
         return Ok(());
     }
-    let (_database, pool) = open_migrated(&config()?).await?;
+    let config = config()?;
+    // Creating the first token may come before the first `serve`: the
+    // sources are synced as `serve` would; listing and revoking leave them.
+    let (_database, pool) = match action {
+        TokenAction::Create { .. } => open_migrated(&config).await?,
+        _ => open_existing(&config).await?,
+    };
     let actor = cli_actor();
     let result = match action {
         TokenAction::Create {

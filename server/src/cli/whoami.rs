@@ -28,7 +28,9 @@ pub async fn run(target: Target, place: Place) -> Result<(), CliError> {
     }
     let actor = cli_actor();
     if as_json {
-        json(&serde_json::json!({"username": actor, "role": "admin", "via": "database"}));
+        json(
+            &serde_json::json!({"id": null, "username": actor, "role": "admin", "via": "database"}),
+        );
     } else {
         println!("{actor} (on the database: every role; the audit log names you so)");
     }

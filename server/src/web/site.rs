@@ -52,11 +52,24 @@ impl Site {
     }
 }
 
-/// One file of the bundle: its name under `/pkg/`, type and bytes.
+/// One file of the bundle: its name under `/pkg/`, type and bytes, and
+/// the same bytes gzipped (by `scripts/release`, at the highest level, once)
+/// for the browsers that take them: the wasm is a fifth of its size so.
 struct Bundled {
     name: &'static str,
     content_type: &'static str,
     bytes: &'static [u8],
+    gzipped: &'static [u8],
+}
+
+#[cfg(feature = "embedded-site")]
+macro_rules! site_pkg {
+    () => {
+        env!(
+            "REPLAYSAFE_SITE_PKG",
+            "build the embedded site with scripts/release: it builds the UI bundle and sets REPLAYSAFE_SITE_PKG to its directory"
+        )
+    };
 }
 
 #[cfg(feature = "embedded-site")]
@@ -65,14 +78,8 @@ macro_rules! bundled {
         Bundled {
             name: $name,
             content_type: $type,
-            bytes: include_bytes!(concat!(
-                env!(
-                    "REPLAYSAFE_SITE_PKG",
-                    "build the embedded site with scripts/release: it builds the UI bundle and sets REPLAYSAFE_SITE_PKG to its directory"
-                ),
-                "/",
-                $name
-            )),
+            bytes: include_bytes!(concat!(site_pkg!(), "/", $name)),
+            gzipped: include_bytes!(concat!(site_pkg!(), "/", $name, ".gz")),
         }
     };
 }
@@ -87,9 +94,10 @@ static BUNDLE: &[Bundled] = &[
 #[cfg(not(feature = "embedded-site"))]
 static BUNDLE: &[Bundled] = &[];
 
-/// Each file's entity tag: a digest of its bytes, worked out once.
-fn etag(file: &Bundled) -> &'static str {
-    static TAGS: OnceLock<Vec<String>> = OnceLock::new();
+/// Each file's entity tags, plain and gzipped (each representation its
+/// own): a digest of its bytes, worked out once.
+fn etag(file: &Bundled, gzipped: bool) -> &'static str {
+    static TAGS: OnceLock<Vec<[String; 2]>> = OnceLock::new();
     let tags = TAGS.get_or_init(|| {
         use sha2::Digest;
         BUNDLE
@@ -97,7 +105,7 @@ fn etag(file: &Bundled) -> &'static str {
             .map(|f| {
                 let digest = sha2::Sha256::digest(f.bytes);
                 let hex: String = digest[..12].iter().map(|b| format!("{b:02x}")).collect();
-                format!("\"{hex}\"")
+                [format!("\"{hex}\""), format!("\"{hex}-gz\"")]
             })
             .collect()
     });
@@ -105,7 +113,26 @@ fn etag(file: &Bundled) -> &'static str {
         .iter()
         .position(|f| f.name == file.name)
         .unwrap_or_default();
-    &tags[at]
+    &tags[at][usize::from(gzipped)]
+}
+
+/// The client takes gzip: `Accept-Encoding` names it (or `*`) without `q=0`.
+fn takes_gzip(request: &HeaderMap) -> bool {
+    request
+        .get_all(header::ACCEPT_ENCODING)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|coding| {
+            let mut parts = coding.split(';').map(str::trim);
+            let name = parts.next().unwrap_or_default();
+            let refused = parts.any(|p| {
+                p.strip_prefix("q=")
+                    .and_then(|q| q.parse::<f32>().ok())
+                    .is_some_and(|q| q == 0.0)
+            });
+            (name.eq_ignore_ascii_case("gzip") || name == "*") && !refused
+        })
 }
 
 /// `GET /pkg/{file}` from the bundle compiled in. The names do not change
@@ -115,10 +142,12 @@ pub async fn file(Path(name): Path<String>, request: HeaderMap) -> Response {
     let Some(file) = BUNDLE.iter().find(|f| f.name == name) else {
         return (StatusCode::NOT_FOUND, "no such file in the UI bundle").into_response();
     };
-    let tag = etag(file);
+    let gzipped = takes_gzip(&request);
+    let tag = etag(file, gzipped);
     let cache = [
         (header::ETAG, HeaderValue::from_static(tag)),
         (header::CACHE_CONTROL, HeaderValue::from_static("no-cache")),
+        (header::VARY, HeaderValue::from_static("accept-encoding")),
     ];
     let matches = request
         .get_all(header::IF_NONE_MATCH)
@@ -129,13 +158,38 @@ pub async fn file(Path(name): Path<String>, request: HeaderMap) -> Response {
     if matches {
         return (StatusCode::NOT_MODIFIED, cache).into_response();
     }
-    (
-        cache,
-        [(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static(file.content_type),
-        )],
-        file.bytes,
-    )
-        .into_response()
+    let content_type = (
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(file.content_type),
+    );
+    if gzipped {
+        let encoding = (header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+        return (cache, [content_type, encoding], file.gzipped).into_response();
+    }
+    (cache, [content_type], file.bytes).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::takes_gzip;
+    use axum::http::{header, HeaderMap, HeaderValue};
+
+    fn accepting(values: &[&'static str]) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        for v in values {
+            headers.append(header::ACCEPT_ENCODING, HeaderValue::from_static(v));
+        }
+        headers
+    }
+
+    #[test]
+    fn gzip_goes_to_those_who_take_it() {
+        assert!(takes_gzip(&accepting(&["gzip, deflate, br, zstd"])));
+        assert!(takes_gzip(&accepting(&["br", "GZip;q=0.5"])));
+        assert!(takes_gzip(&accepting(&["*"])));
+        assert!(!takes_gzip(&accepting(&[])));
+        assert!(!takes_gzip(&accepting(&["br, identity"])));
+        assert!(!takes_gzip(&accepting(&["gzip;q=0, br"])));
+        assert!(!takes_gzip(&accepting(&["gzipped"])));
+    }
 }

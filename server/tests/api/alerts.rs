@@ -382,6 +382,7 @@ struct SmtpSink {
     port: u16,
     maildir: tempfile::TempDir,
     _child: tokio::process::Child,
+    _log: crate::helpers::logs::ProcessLog,
 }
 
 impl SmtpSink {
@@ -389,10 +390,14 @@ impl SmtpSink {
         let port = crate::helpers::free_port();
         let maildir = tempfile::tempdir().unwrap();
         let python = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/sdk/.venv/bin/python");
+        let log = crate::helpers::logs::ProcessLog::new("aiosmtpd");
         let child = tokio::process::Command::new(python)
             .args(["-m", "aiosmtpd", "-n", "-l", &format!("127.0.0.1:{port}")])
             .args(["-c", "aiosmtpd.handlers.Mailbox"])
             .arg(maildir.path().join("box"))
+            .stdin(std::process::Stdio::null())
+            .stdout(log.stdio())
+            .stderr(log.stdio())
             .kill_on_drop(true)
             .spawn()
             .expect("aiosmtpd (tests/sdk/setup.sh installs it)");
@@ -405,6 +410,7 @@ impl SmtpSink {
                     port,
                     maildir,
                     _child: child,
+                    _log: log,
                 };
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
@@ -443,6 +449,8 @@ fn verified_by_the_sdk(secret: &str, headers: &axum::http::HeaderMap, body: &[u8
     let mut child = std::process::Command::new(python)
         .args(["-c", script])
         .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
     use std::io::Write;
@@ -452,7 +460,16 @@ fn verified_by_the_sdk(secret: &str, headers: &axum::http::HeaderMap, body: &[u8
         .unwrap()
         .write_all(input.to_string().as_bytes())
         .unwrap();
-    child.wait().unwrap().success()
+    let out = child.wait_with_output().unwrap();
+    if !out.status.success() {
+        // The test's own output: shown when it fails.
+        eprintln!(
+            "standardwebhooks refused the signature: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    out.status.success()
 }
 
 /// One event to a `serve` process that its destination will refuse.

@@ -16,16 +16,18 @@ use std::time::{Duration, Instant};
 use crate::failover::{
     as_postgres, check_promise, cluster_root, pg_bin, postgres_dir, Check, Stream,
 };
-use crate::helpers::{free_port, Destination, Scripted, ServerProcess};
+use crate::helpers::{free_port, logs::ProcessLog, Destination, Scripted, ServerProcess};
 
 const PG_AUTOCTL: &str = "/usr/bin/pg_autoctl";
 
 /// One `pg_autoctl ... --run`: the monitor or a data node, in its own
-/// process group (pg_autoctl runs PostgreSQL as its child).
+/// process group (pg_autoctl runs PostgreSQL as its child); what it says
+/// goes to the test's log directory.
 struct Node {
     pgdata: PathBuf,
     port: u16,
     run: Child,
+    log: ProcessLog,
 }
 
 impl Node {
@@ -35,7 +37,7 @@ impl Node {
         let dir = postgres_dir(root, name);
         let port = free_port();
         let pgdata = dir.join("pgdata");
-        let log = std::fs::File::create(root.join(format!("{name}.log"))).unwrap();
+        let log = ProcessLog::new(&format!("pg_autoctl-{name}"));
         let mut command = as_postgres(Path::new("/usr/bin/env"));
         command
             .arg(format!("XDG_CONFIG_HOME={}", dir.join("config").display()))
@@ -50,11 +52,16 @@ impl Node {
             .args(extra)
             .arg("--run")
             .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log);
+            .stdout(log.stdio())
+            .stderr(log.stdio());
         std::os::unix::process::CommandExt::process_group(&mut command, 0);
         let run = command.spawn().expect("starting pg_autoctl");
-        Self { pgdata, port, run }
+        Self {
+            pgdata,
+            port,
+            run,
+            log,
+        }
     }
 
     fn url(&self, db: &str) -> String {
@@ -180,8 +187,8 @@ async fn pg_auto_failover_promotes_the_standby_and_nothing_acknowledged_is_lost_
         }
         assert!(
             started.elapsed() < Duration::from_secs(60),
-            "the monitor did not start (see {}/monitor.log)",
-            root.path().display()
+            "the monitor did not start (see {})",
+            monitor.log.path().display()
         );
         tokio::time::sleep(Duration::from_millis(300)).await;
     };

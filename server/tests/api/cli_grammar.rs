@@ -118,9 +118,31 @@ fn the_command_table_names_every_command_and_only_those() {
     }
 }
 
+/// What the placeholders of a usage stand for in one run.
+struct Values {
+    slug: String,
+    event: String,
+    delivery: String,
+    other_id: String,
+    name: String,
+}
+
+impl Values {
+    /// Values that parse and name nothing that exists.
+    fn missing() -> Self {
+        Values {
+            slug: "nope".into(),
+            event: "999999".into(),
+            delivery: "999999".into(),
+            other_id: "999999".into(),
+            name: "nobody".into(),
+        }
+    }
+}
+
 /// The row's usage with its optional parts left out and each placeholder
-/// given a value that parses.
-fn arguments(usage: &str) -> Vec<String> {
+/// given its value.
+fn arguments(usage: &str, values: &Values) -> Vec<String> {
     let mut args = Vec::new();
     let mut depth = 0;
     for word in usage.split_whitespace() {
@@ -132,9 +154,12 @@ fn arguments(usage: &str) -> Vec<String> {
         }
         let word = word.trim_end_matches("...");
         let value = match word {
-            "SLUG" => "gh",
-            "EVENT" | "DELIVERY" | "JOB" | "INCIDENT" | "SILENCE" | "N" => "1",
-            "NAME" => "nobody",
+            "SLUG" => &values.slug,
+            "EVENT" => &values.event,
+            "DELIVERY" => &values.delivery,
+            "JOB" | "INCIDENT" | "SILENCE" => &values.other_id,
+            "NAME" => &values.name,
+            "N" => "1",
             "ROLE" => "viewer",
             "WHY" => "a reason",
             "KEY" => "k",
@@ -155,6 +180,46 @@ fn arguments(usage: &str) -> Vec<String> {
     }
     args
 }
+
+/// The placeholders that name something that must exist.
+fn names_something(usage: &str) -> bool {
+    [
+        "SLUG", "EVENT", "DELIVERY", "JOB", "INCIDENT", "SILENCE", "NAME",
+    ]
+    .iter()
+    .any(|p| {
+        usage
+            .split_whitespace()
+            .any(|w| w.trim_end_matches("...") == *p)
+    })
+}
+
+/// Commands run to their end with a live server and an admin token, each
+/// expected to exit 0; the rest either run until stopped (`serve`,
+/// `listen`, `deliveries tail`, `jobs watch`), need a world of their own
+/// (`seed`, `prove`, `reconcile`, `alerts test`, the incidents) or change
+/// what the others read, and are run to 0 by their own tests.
+const RUN_TO_THE_END: &[&str] = &[
+    "whoami",
+    "sources list",
+    "sources show",
+    "overview",
+    "audit",
+    "alerts list",
+    "events list",
+    "events show",
+    "deliveries list",
+    "deliveries show",
+    "deliveries export",
+    "jobs list",
+    "incidents list",
+    "tokens list",
+    "users list",
+    "config check",
+    "completions",
+    "migrate",
+    "prune",
+];
 
 struct Run {
     args: Vec<String>,
@@ -244,42 +309,72 @@ fn config_file(dir: &Path, name: &str, database: &str, public_url: &str) -> Path
     path
 }
 
-/// A port nothing listens on.
-fn closed_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+/// Where nothing listens (the discard port), for a server or a database
+/// that does not answer.
+const NOBODY_HOME: &str = "127.0.0.1:9";
 
 #[sqlx::test(migrator = "MIGRATOR")]
-async fn every_command_exits_with_its_documented_codes_for_misuse_a_bad_token_and_no_server(
-    pool: PgPool,
-) {
+async fn every_command_exits_with_its_documented_codes(pool: PgPool) {
     let app = spawn_app(pool.clone(), gh_config("http://127.0.0.1:9/hook", "")).await;
+    let status = app
+        .github_delivery("gh", "cli-1", r#"{"id":"cli-1"}"#, b"gh-secret")
+        .await;
+    assert!((200..300).contains(&status), "{status}");
+    let (event, delivery): (i64, i64) =
+        sqlx::query_as("SELECT event_id, id FROM deliveries ORDER BY id LIMIT 1")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    let token = admin_token(&app).await;
     let dir = tempfile::tempdir().unwrap();
-    let away = format!("postgres://postgres@127.0.0.1:{}/nothing", closed_port());
+    let config = config_file(
+        dir.path(),
+        "replaysafe.toml",
+        &database_url(&pool).await,
+        &app.url(""),
+    );
+    let away = format!("postgres://postgres@{NOBODY_HOME}/nothing");
     let no_database = config_file(dir.path(), "away.toml", &away, &app.url(""));
-    let nobody_home = format!("http://127.0.0.1:{}", closed_port());
     let server = format!("http://{}", app.addr);
+    let existing = Values {
+        slug: "gh".into(),
+        event: event.to_string(),
+        delivery: delivery.to_string(),
+        other_id: "1".into(),
+        name: "admin-cli".into(),
+    };
 
     let mut runs: Vec<(String, u8, Run)> = Vec::new();
     for row in documented() {
-        let args = arguments(&row.usage);
+        let args = arguments(&row.usage, &existing);
         let mut misused = args.clone();
         misused.push("--no-such-flag".into());
         runs.push((row.usage.clone(), 2, Run::new(misused)));
         let remote = row.runs.starts_with("remote") || row.runs.starts_with("both");
-        if remote {
-            let made_up = Run::new(args.clone())
+        let with_token = |args: Vec<String>, token: &str| {
+            Run::new(args)
                 .env("REPLAYSAFE_URL", &server)
-                .env("REPLAYSAFE_TOKEN", "rs_made-up-token");
-            runs.push((row.usage.clone(), 4, made_up));
+                .env("REPLAYSAFE_TOKEN", token)
+                .config(&config)
+        };
+        if remote {
+            runs.push((
+                row.usage.clone(),
+                4,
+                with_token(args.clone(), "rs_made-up-token"),
+            ));
             let unreachable = Run::new(args.clone())
-                .env("REPLAYSAFE_URL", &nobody_home)
+                .env("REPLAYSAFE_URL", format!("http://{NOBODY_HOME}"))
                 .env("REPLAYSAFE_TOKEN", "rs_any");
             runs.push((row.usage.clone(), 5, unreachable));
+            if names_something(&row.usage) {
+                // Several ids answer each; one that is not there is refused.
+                let refused_each = row.words.last().is_some_and(|w| w == "redeliver")
+                    && ["events", "deliveries"].contains(&row.words[0].as_str());
+                let missing = arguments(&row.usage, &Values::missing());
+                let code = if refused_each { 3 } else { 1 };
+                runs.push((row.usage.clone(), code, with_token(missing, &token)));
+            }
         }
         let opens_the_database = (row.runs.starts_with("local") || row.runs.starts_with("both"))
             && !row.runs.contains("no database")
@@ -291,6 +386,9 @@ async fn every_command_exits_with_its_documented_codes_for_misuse_a_bad_token_an
                 5,
                 local.stdin("a-long-enough-password\n"),
             ));
+        }
+        if RUN_TO_THE_END.contains(&row.words.join(" ").as_str()) {
+            runs.push((row.usage.clone(), 0, with_token(args.clone(), &token)));
         }
         for (_, code, _) in runs.iter().filter(|(usage, _, _)| *usage == row.usage) {
             assert!(
@@ -398,9 +496,44 @@ async fn commands_that_exist_both_ways_run_locally_unless_a_server_is_named(pool
     assert_eq!(who, "admin-cli");
     let (code, _, err) = remote("sources pause gh --local")
         .config(&config)
+        .env("USER", "dave")
         .output()
         .await;
     assert_eq!(code, 0, "{err}");
+    let who: String = sqlx::query_scalar(
+        "SELECT username FROM audit_log WHERE action = 'source.pause' ORDER BY id DESC LIMIT 1",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(who, "cli:dave", "--local ran on the database");
+    // A token alone names no server.
+    let (code, out, _) = local("whoami --json")
+        .env("REPLAYSAFE_TOKEN", &token)
+        .output()
+        .await;
+    assert_eq!(code, 0);
+    assert_eq!(json_of(&out)["via"], "database");
+    // With no config file and no database there is nothing to look at.
+    let nowhere = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_replaysafe"))
+        .args(["sources", "list"])
+        .current_dir(nowhere.path())
+        .env_remove("DATABASE_URL")
+        .env_remove("REPLAYSAFE_URL")
+        .env_remove("REPLAYSAFE_CONFIG")
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        !nowhere.path().join("data").exists(),
+        "no embedded cluster for a look"
+    );
     let (code, out, _) = local("sources list --json").output().await;
     assert_eq!(code, 0);
     assert_eq!(json_of(&out)[0]["paused_by_operator"], true);
@@ -449,16 +582,26 @@ async fn commands_that_exist_both_ways_run_locally_unless_a_server_is_named(pool
     assert!(out.contains("token bot"), "{out}");
     let (code, _, _) = remote("tokens revoke --name bot").output().await;
     assert_eq!(code, 1, "no live token of that name");
+    // The name again, live: revoking it by name revokes that one.
+    let (code, out, err) = local("tokens create --name bot --role viewer --json")
+        .output()
+        .await;
+    assert_eq!(code, 0, "{err}");
+    let second = json_of(&out)["row"]["id"].clone();
+    let (code, out, err) = remote("tokens revoke --name bot --json").output().await;
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(json_of(&out)["id"], second);
     let (code, out, _) = local("tokens list --json").output().await;
     assert_eq!(code, 0);
-    let bot = json_of(&out)
+    let bots: Vec<Value> = json_of(&out)
         .as_array()
         .unwrap()
         .iter()
-        .find(|t| t["name"] == "bot")
+        .filter(|t| t["name"] == "bot")
         .cloned()
-        .unwrap();
-    assert_eq!(bot["state"], "revoked");
+        .collect();
+    assert_eq!(bots.len(), 2);
+    assert!(bots.iter().all(|t| t["state"] == "revoked"), "{bots:?}");
 
     // users: on the database; a taken name is refused, a short password misuse.
     let (code, _, err) = local("users add --username dora --role operator")
@@ -483,9 +626,18 @@ async fn commands_that_exist_both_ways_run_locally_unless_a_server_is_named(pool
     assert_eq!(users[0]["role"], "operator");
 
     // The old spellings do what they did: on the database, whatever the environment.
-    let (code, out, err) = remote("source resume gh").config(&config).output().await;
+    let (code, out, err) = Run::new(words("source resume gh"))
+        .config(&config)
+        .env("REPLAYSAFE_URL", format!("http://{NOBODY_HOME}"))
+        .output()
+        .await;
     assert_eq!((code, out.trim()), (0, "source gh resumed"), "{err}");
-    let (code, out, _) = remote("token list --json").config(&config).output().await;
+    let (code, out, _) = Run::new(words("token list --json"))
+        .config(&config)
+        .env("REPLAYSAFE_URL", format!("http://{NOBODY_HOME}"))
+        .env("REPLAYSAFE_TOKEN", &token)
+        .output()
+        .await;
     assert_eq!(code, 0);
     assert!(json_of(&out).as_array().unwrap().len() >= 2);
     let (code, out, _) = local("user list").output().await;
@@ -550,9 +702,14 @@ async fn a_password_typed_at_a_terminal_is_not_echoed(pool: PgPool) {
     let mut stdin = child.stdin.take().unwrap();
     let mut stdout = child.stdout.take().unwrap();
     let mut seen = String::new();
+    // The prompt is written just before echo goes off: a person takes
+    // longer than this to start typing.
+    let typing_starts = Duration::from_millis(500);
     read_until(&mut stdout, &mut seen, "password for tty").await;
+    tokio::time::sleep(typing_starts).await;
     stdin.write_all(b"typed-at-a-terminal\n").await.unwrap();
     read_until(&mut stdout, &mut seen, "the same again").await;
+    tokio::time::sleep(typing_starts).await;
     stdin.write_all(b"typed-at-a-terminal\n").await.unwrap();
     read_until(&mut stdout, &mut seen, "user tty created").await;
     assert!(child.wait().await.unwrap().success(), "{seen}");
@@ -569,15 +726,29 @@ async fn a_password_typed_at_a_terminal_is_not_echoed(pool: PgPool) {
 
 #[test]
 fn a_closed_pipe_ends_a_command_quietly() {
-    let out = std::process::Command::new("sh")
-        .arg("-c")
-        .arg(format!(
-            "{} completions zsh | head -c 1 >/dev/null",
-            env!("CARGO_BIN_EXE_replaysafe")
-        ))
-        .output()
+    use std::io::Read;
+    use std::os::unix::process::ExitStatusExt;
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_replaysafe"))
+        .args(["completions", "zsh"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
         .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
+    // One byte read, then the pipe closed, as `| head -c 1` does: the rest
+    // (more than a pipe holds) has nowhere to go.
+    let mut first = [0u8; 1];
+    child.stdout.take().unwrap().read_exact(&mut first).unwrap();
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    let status = child.wait().unwrap();
+    assert!(
+        status.success() || status.signal() == Some(libc::SIGPIPE),
+        "{status:?}: {stderr}"
+    );
     assert!(!stderr.contains("panicked"), "{stderr}");
 }

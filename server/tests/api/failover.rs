@@ -13,7 +13,7 @@ use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::helpers::{free_port, github_request, Destination, ServerProcess};
+use crate::helpers::{free_port, github_request, logs::ProcessLog, Destination, ServerProcess};
 
 /// initdb, pg_ctl and pg_basebackup, as scripts/lib.sh finds them.
 pub fn pg_bin() -> PathBuf {
@@ -30,10 +30,12 @@ pub fn pg_bin() -> PathBuf {
 }
 
 /// A PostgreSQL cluster of this test's, run as the postgres user when the
-/// test runs as root (PostgreSQL refuses root).
+/// test runs as root (PostgreSQL refuses root); its server log is in the
+/// test's log directory.
 pub struct Cluster {
     data: PathBuf,
     port: u16,
+    log: ProcessLog,
 }
 
 pub fn as_postgres(program: &Path) -> Command {
@@ -64,7 +66,7 @@ impl Cluster {
             .arg("-D")
             .arg(&self.data)
             .arg("-l")
-            .arg(self.data.join("server.log"))
+            .arg(self.log.path())
             .args(["-w", "-t", "60", "-o"])
             .arg(format!(
                 "-p {} -c listen_addresses=127.0.0.1 -c unix_socket_directories='' -c fsync=off {extra}",
@@ -99,6 +101,20 @@ impl Cluster {
             .args(["-m", "immediate", "stop"]);
         let _ = stop.output();
     }
+}
+
+/// A log for a cluster named `name`, which the postgres user may write.
+fn cluster_log(name: &str) -> ProcessLog {
+    let log = ProcessLog::new(&format!("postgres-{name}"));
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        run({
+            let mut c = Command::new("chown");
+            c.arg("postgres:").arg(log.path());
+            c
+        });
+    }
+    log
 }
 
 /// A scratch directory for clusters, which the postgres user may enter.
@@ -137,6 +153,7 @@ pub fn primary_and_standby(root: &Path, synchronous: bool) -> (Cluster, Cluster)
     let primary = Cluster {
         data: postgres_dir(root, "primary"),
         port: free_port(),
+        log: cluster_log("primary"),
     };
     let mut init = as_postgres(&pg_bin().join("initdb"));
     init.arg("-D").arg(&primary.data).args([
@@ -158,6 +175,7 @@ pub fn primary_and_standby(root: &Path, synchronous: bool) -> (Cluster, Cluster)
     let standby = Cluster {
         data: postgres_dir(root, "standby"),
         port: free_port(),
+        log: cluster_log("standby"),
     };
     let mut backup = as_postgres(&pg_bin().join("pg_basebackup"));
     backup

@@ -437,7 +437,7 @@ fn destinations_are_checked_as_the_config_is_read() {
         ),
         (
             "[[source.destination]]\nname = \"a\"\nurl = \"http://h/\"\nspeed = 1",
-            "source[0].destination[0]",
+            "source[0].destination[0].speed",
         ),
         (
             "destination_secret = \"whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD\"\n[[source.destination]]\nname = \"a\"\nurl = \"http://h/\"",

@@ -337,10 +337,13 @@ pub async fn database_url(pool: &PgPool) -> String {
     format!("{server}/{name}")
 }
 
-/// A real `replaysafe serve` process on a free port, killed when dropped.
+/// A real `replaysafe serve` process on a free port, killed when dropped;
+/// what it logs goes to its test's log directory (see [`logs`]).
 pub struct ServerProcess {
     pub base: String,
     pub child: tokio::process::Child,
+    /// Dropped after `child` (killed): a failure shows the log in full.
+    _log: logs::ProcessLog,
     _dir: tempfile::TempDir,
 }
 
@@ -359,6 +362,7 @@ impl ServerProcess {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("replaysafe.toml");
         std::fs::write(&path, format!("listen = \"127.0.0.1:{port}\"\n{config}")).unwrap();
+        let log = logs::ProcessLog::new("replaysafe-serve");
         let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_replaysafe"))
             .arg("serve")
             .arg("--config")
@@ -366,6 +370,11 @@ impl ServerProcess {
             .args(args)
             .env("DATABASE_URL", database_url)
             .env("RUST_LOG", "warn")
+            // Plain text in the file (the logs' colours are on by default).
+            .env("NO_COLOR", "1")
+            .stdin(std::process::Stdio::null())
+            .stdout(log.stdio())
+            .stderr(log.stdio())
             .kill_on_drop(true)
             .spawn()
             .expect("starting replaysafe");
@@ -376,13 +385,205 @@ impl ServerProcess {
                     return Self {
                         base,
                         child,
+                        _log: log,
                         _dir: dir,
                     };
                 }
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        panic!("replaysafe did not become ready at {base}");
+        panic!(
+            "replaysafe did not become ready at {base} (its log: {})",
+            log.path().display()
+        );
+    }
+}
+
+/// Where the processes a test starts (servers, CLI runs whose output it
+/// does not read, PostgreSQL clusters, pg_autoctl) write: a file per process
+/// under `target/test-logs/<test>/`, emptied when the test starts again.
+/// A green run prints none of it; when the test fails (a [`ProcessLog`] of
+/// its is dropped while its thread panics) the path and the last lines of
+/// each of its logs are printed with the test's own output.
+pub mod logs {
+    use std::collections::HashMap;
+    use std::io::{Read, Seek, SeekFrom};
+    use std::path::{Path, PathBuf};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+
+    /// Lines of each log shown when its test fails.
+    const TAIL_LINES: usize = 200;
+    /// How far from a log's end its last lines are looked for.
+    const TAIL_BYTES: u64 = 1 << 20;
+
+    /// `target/test-logs`, beside the binaries under test.
+    pub fn root() -> PathBuf {
+        let binary = Path::new(env!("CARGO_BIN_EXE_replaysafe"));
+        binary
+            .parent()
+            .and_then(Path::parent)
+            .expect("the binary is in target/<profile>/")
+            .join("test-logs")
+    }
+
+    /// The running test's name as a file name (`outage::serve_survives`:
+    /// `outage.serve_survives`). The default harness names each test's
+    /// thread after the test; a test's runtime (current-thread, or the
+    /// multi-thread one's `block_on`) runs its body on that thread.
+    pub fn test_name() -> String {
+        let thread = std::thread::current();
+        let name = match thread.name() {
+            Some(name) if name != "main" => name,
+            _ => "unnamed-thread",
+        };
+        let mut safe: String = name
+            .replace("::", ".")
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        safe.truncate(200);
+        safe
+    }
+
+    /// One test's logs.
+    struct TestLogs {
+        dir: PathBuf,
+        files: Mutex<Vec<(String, PathBuf)>>,
+        shown: AtomicBool,
+    }
+
+    fn this_test() -> Arc<TestLogs> {
+        static TESTS: OnceLock<Mutex<HashMap<String, Arc<TestLogs>>>> = OnceLock::new();
+        let name = test_name();
+        let mut tests = TESTS
+            .get_or_init(Default::default)
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        tests
+            .entry(name)
+            .or_insert_with_key(|name| {
+                let dir = root().join(name);
+                // What an earlier run of this test left.
+                let _ = std::fs::remove_dir_all(&dir);
+                std::fs::create_dir_all(&dir).expect("creating the test's log directory");
+                // Clusters run as the postgres user write their logs here.
+                for d in [root(), dir.clone()] {
+                    let _ = std::fs::set_permissions(
+                        d,
+                        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+                    );
+                }
+                Arc::new(TestLogs {
+                    dir,
+                    files: Default::default(),
+                    shown: AtomicBool::new(false),
+                })
+            })
+            .clone()
+    }
+
+    impl TestLogs {
+        /// Every log of the test, its last lines each, once.
+        fn show(&self) {
+            if self.shown.swap(true, Ordering::SeqCst) {
+                return;
+            }
+            let files = self
+                .files
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone();
+            eprintln!(
+                "\n==== the test failed: the logs of the {} process(es) it started, in {}",
+                files.len(),
+                self.dir.display()
+            );
+            for (_, path) in files {
+                match tail(&path, TAIL_LINES) {
+                    Ok((size, lines)) => {
+                        eprintln!(
+                            "---- {} ({size} bytes; its last {} lines):",
+                            path.display(),
+                            lines.len()
+                        );
+                        for line in lines {
+                            eprintln!("{line}");
+                        }
+                    }
+                    Err(e) => eprintln!("---- {}: {e}", path.display()),
+                }
+            }
+            eprintln!("==== end of the process logs");
+        }
+    }
+
+    /// The file's size and its last `n` lines.
+    fn tail(path: &Path, n: usize) -> std::io::Result<(u64, Vec<String>)> {
+        let mut file = std::fs::File::open(path)?;
+        let size = file.metadata()?.len();
+        let start = size.saturating_sub(TAIL_BYTES);
+        file.seek(SeekFrom::Start(start))?;
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes)?;
+        let text = String::from_utf8_lossy(&bytes);
+        let mut lines: Vec<&str> = text.lines().collect();
+        if start > 0 && !lines.is_empty() {
+            lines.remove(0); // cut by the start of the read
+        }
+        let skip = lines.len().saturating_sub(n);
+        Ok((size, lines[skip..].iter().map(|l| l.to_string()).collect()))
+    }
+
+    /// One process's log, `<process>-<n>.log` in its test's directory;
+    /// keep it as long as the process runs. Dropped while the thread
+    /// panics, it shows every log of its test (once).
+    pub struct ProcessLog {
+        path: PathBuf,
+        test: Arc<TestLogs>,
+    }
+
+    impl ProcessLog {
+        /// A new, empty log for the running test.
+        pub fn new(process: &str) -> Self {
+            let test = this_test();
+            let path = {
+                let mut files = test.files.lock().unwrap_or_else(PoisonError::into_inner);
+                let n = files.iter().filter(|(p, _)| p == process).count() + 1;
+                let path = test.dir.join(format!("{process}-{n}.log"));
+                files.push((process.to_owned(), path.clone()));
+                path
+            };
+            std::fs::File::create(&path).expect("creating a process log");
+            Self { path, test }
+        }
+
+        pub fn path(&self) -> &Path {
+            &self.path
+        }
+
+        /// A handle that appends to the log, for a child's stdout or stderr.
+        pub fn stdio(&self) -> std::process::Stdio {
+            std::fs::OpenOptions::new()
+                .append(true)
+                .open(&self.path)
+                .expect("opening a process log")
+                .into()
+        }
+    }
+
+    impl Drop for ProcessLog {
+        fn drop(&mut self) {
+            if std::thread::panicking() {
+                self.test.show();
+            }
+        }
     }
 }
 

@@ -102,10 +102,11 @@ fn completions_and_version() {
 }
 
 /// A real `serve` with JSON logs on a free port and an unreachable
-/// database (`database_url`), its stderr piped.
+/// database (`database_url`), its stderr piped (its stdout to the test's log).
 struct JsonServe {
     port: u16,
     child: tokio::process::Child,
+    _log: crate::helpers::logs::ProcessLog,
     _dir: tempfile::TempDir,
 }
 
@@ -118,11 +119,14 @@ impl JsonServe {
             // This machine is a trusted proxy by default: its ids are kept.
             &format!("listen = \"127.0.0.1:{port}\"\nlog_format = \"json\"\ndatabase_url = \"{database_url}\""),
         );
+        let log = crate::helpers::logs::ProcessLog::new("replaysafe-serve");
         let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_replaysafe"))
             .args(["serve", "--config"])
             .arg(&path)
             .env_remove("DATABASE_URL")
             .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(log.stdio())
             .stderr(Stdio::piped())
             .kill_on_drop(true)
             .spawn()
@@ -130,6 +134,7 @@ impl JsonServe {
         Self {
             port,
             child,
+            _log: log,
             _dir: dir,
         }
     }
@@ -492,6 +497,7 @@ destination_secret = "{destination_secret}"
     let port = crate::helpers::free_port();
     let path = dir.path().join("replaysafe.toml");
     std::fs::write(&path, format!("listen = \"127.0.0.1:{port}\"\n{config}")).unwrap();
+    let stdout_log = crate::helpers::logs::ProcessLog::new("replaysafe-serve");
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_replaysafe"))
         .args(["serve", "--config"])
         .arg(&path)
@@ -499,6 +505,8 @@ destination_secret = "{destination_secret}"
         .env("RUST_LOG", "debug")
         // No export on the timer: what arrives was flushed at exit.
         .env("OTEL_BSP_SCHEDULE_DELAY", "600000")
+        .stdin(Stdio::null())
+        .stdout(stdout_log.stdio())
         .stderr(Stdio::piped())
         .kill_on_drop(true)
         .spawn()

@@ -301,10 +301,11 @@ async fn deliveries_tail_follows_a_delivery_posted_after_it_started(pool: PgPool
     let app = spawn_app(pool, gh_config("http://127.0.0.1:9/hook", "")).await;
     let token = operator_token(&app).await;
     deliver(&app, "before-tail").await;
+    let stderr_log = crate::helpers::logs::ProcessLog::new("replaysafe-deliveries-tail");
     let mut tail = cli(&app, &token)
         .args(["deliveries", "tail", "--source", "gh", "--json"])
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .stderr(stderr_log.stdio())
         .spawn()
         .unwrap();
     let mut lines = BufReader::new(tail.stdout.take().unwrap()).lines();

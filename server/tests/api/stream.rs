@@ -545,7 +545,10 @@ async fn listen_ends_on_ctrl_c_and_refuses_a_bad_target(pool: PgPool) {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("nope"));
 
+    // Its stderr is read; what it prints of forwards is not.
+    let stdout_log = crate::helpers::logs::ProcessLog::new("replaysafe-listen");
     let mut listen = command(&["--source", "gh", "--forward-to", &destination.url])
+        .stdout(stdout_log.stdio())
         .spawn()
         .unwrap();
     let mut stderr = BufReader::new(listen.stderr.take().unwrap()).lines();

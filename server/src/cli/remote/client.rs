@@ -53,6 +53,24 @@ pub enum RemoteError {
     SomeRefused { refused: usize, of: usize },
 }
 
+/// A name as one path segment: `/`, `?`, `#` and `%` in a slug or a
+/// destination's name cannot reach another endpoint.
+pub fn segment(name: &str) -> String {
+    const SEGMENT: &percent_encoding::AsciiSet = &percent_encoding::CONTROLS
+        .add(b' ')
+        .add(b'"')
+        .add(b'#')
+        .add(b'%')
+        .add(b'/')
+        .add(b'<')
+        .add(b'>')
+        .add(b'?')
+        .add(b'`')
+        .add(b'{')
+        .add(b'}');
+    percent_encoding::utf8_percent_encode(name, SEGMENT).to_string()
+}
+
 impl Remote {
     pub fn new(target: &Target) -> Result<Self, RemoteError> {
         let token = target

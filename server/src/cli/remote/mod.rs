@@ -124,17 +124,20 @@ pub enum DeliveriesAction {
 
 #[derive(Subcommand, Debug)]
 pub enum SourcesAction {
-    /// Every source, paused or not
+    /// Every source, paused or not (on the database, or over the API: viewer)
     List,
-    /// A source's figures over a window, as the dashboard shows them
+    /// A source's figures over a window, as the dashboard shows them (over
+    /// the API: viewer)
     Show {
         slug: String,
         #[arg(long, default_value = "hour", value_parser = ["hour", "day", "week"])]
         window: String,
     },
-    /// Keep receiving, verifying and claiming, but forward nothing (operator)
+    /// Keep receiving, verifying and claiming, but forward nothing (on the
+    /// database, or over the API: operator); audit-logged
     Pause { slug: String },
-    /// Forward again (operator)
+    /// Forward again, starting with what was held (on the database, or over
+    /// the API: operator); audit-logged
     Resume { slug: String },
     /// Open or close a destination's circuit breaker by hand (operator;
     /// over the API only: the breaker lives in the running servers)

@@ -28,7 +28,7 @@ pub async fn run(remote: &Remote, args: ReconcileArgs, as_json: bool) -> Result<
     let since = args.since.as_deref().map(super::when).transpose()?;
     let verdict: ReconcileRun = remote
         .post_waiting(
-            &format!("sources/{}/reconcile", args.source),
+            &format!("sources/{}/reconcile", super::client::segment(&args.source)),
             json!({"since": since, "dry_run": args.dry_run}),
             RUN_WAIT,
         )

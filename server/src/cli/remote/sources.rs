@@ -3,7 +3,7 @@
 use replaysafe_types::states::Breaker;
 use replaysafe_types::SourceSummary;
 
-use super::client::{Remote, RemoteError};
+use super::client::{segment, Remote, RemoteError};
 use super::output::{json, or_dash, table};
 use super::{BreakerAction, SourcesAction};
 
@@ -12,7 +12,10 @@ pub async fn run(remote: &Remote, action: SourcesAction, as_json: bool) -> Resul
         SourcesAction::List => remote.get("sources", &[]).await?,
         SourcesAction::Show { slug, window } => {
             let detail: serde_json::Value = remote
-                .get(&format!("sources/{slug}"), &[("window", window)])
+                .get(
+                    &format!("sources/{}", segment(&slug)),
+                    &[("window", window)],
+                )
                 .await?;
             if as_json {
                 json(&detail);
@@ -27,14 +30,20 @@ pub async fn run(remote: &Remote, action: SourcesAction, as_json: bool) -> Resul
         SourcesAction::Pause { slug } => {
             vec![
                 remote
-                    .post(&format!("sources/{slug}/pause"), serde_json::json!({}))
+                    .post(
+                        &format!("sources/{}/pause", segment(&slug)),
+                        serde_json::json!({}),
+                    )
                     .await?,
             ]
         }
         SourcesAction::Resume { slug } => {
             vec![
                 remote
-                    .post(&format!("sources/{slug}/resume"), serde_json::json!({}))
+                    .post(
+                        &format!("sources/{}/resume", segment(&slug)),
+                        serde_json::json!({}),
+                    )
                     .await?,
             ]
         }
@@ -43,7 +52,11 @@ pub async fn run(remote: &Remote, action: SourcesAction, as_json: bool) -> Resul
                 BreakerAction::Open { slug, destination } => (slug, destination, "open"),
                 BreakerAction::Close { slug, destination } => (slug, destination, "close"),
             };
-            let path = format!("sources/{slug}/destinations/{destination}/breaker/{verb}");
+            let path = format!(
+                "sources/{}/destinations/{}/breaker/{verb}",
+                segment(&slug),
+                segment(&destination)
+            );
             vec![remote.post(&path, serde_json::json!({})).await?]
         }
     };
