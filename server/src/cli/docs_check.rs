@@ -25,12 +25,17 @@ fn read(path: &Path) -> String {
 /// The first words of commands a doc may pipe into or chain with, besides
 /// `replaysafe` (each a real program that the docs use so).
 const OTHER_PROGRAMS: &[&str] = &[
+    ".",
+    "adduser",
+    "apt",
     "apt-get",
     "cargo",
     "cd",
+    "cp",
     "curl",
     "dpkg",
     "echo",
+    "editor",
     "export",
     "git",
     "install",
@@ -44,6 +49,7 @@ const OTHER_PROGRAMS: &[&str] = &[
     "podman",
     "printf",
     "psql",
+    "set",
     "sudo",
     "systemctl",
     "tar",
@@ -146,8 +152,7 @@ fn line_problems(line: &str) -> (usize, Vec<String>) {
         };
         let name = Path::new(program.as_str())
             .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
+            .map_or_else(|| program.to_string(), |n| n.to_string_lossy().into_owned());
         if name == "replaysafe" {
             checked += 1;
             let old = Cli::command()

@@ -34,6 +34,10 @@ pub struct SeedArgs {
     /// Days of history the deliveries are spread over, ending now
     #[arg(long, default_value_t = 7)]
     pub days: u32,
+    /// One JSON document of what was made at the end (progress goes to
+    /// stderr)
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -151,12 +155,18 @@ pub async fn run(config: &Config, pool: &PgPool, args: SeedArgs) -> Result<(), S
             .collect::<Result<Vec<_>, _>>()?;
         drain(&workers).await?;
         round_start = round_end;
-        println!("  {round_end} deliveries received and forwarded");
+        progress(
+            args.json,
+            &format!("  {round_end} deliveries received and forwarded"),
+        );
     }
-    println!(
-        "received and forwarded {} deliveries in {:.1} s",
-        args.deliveries,
-        started.elapsed().as_secs_f64()
+    progress(
+        args.json,
+        &format!(
+            "received and forwarded {} deliveries in {:.1} s",
+            args.deliveries,
+            started.elapsed().as_secs_f64()
+        ),
     );
     stop.cancel();
 
@@ -168,12 +178,30 @@ pub async fn run(config: &Config, pool: &PgPool, args: SeedArgs) -> Result<(), S
         .execute(pool)
         .await?;
     replaysafe_core::jobs::rollup::fold_all(pool).await?;
-    println!(
-        "spread over {} days and rollups rebuilt; {:.1} s in all",
-        args.days,
-        started.elapsed().as_secs_f64()
-    );
+    if args.json {
+        super::output::json(&serde_json::json!({
+            "source": source.slug,
+            "deliveries": args.deliveries,
+            "days": args.days,
+            "seconds": started.elapsed().as_secs_f64(),
+        }));
+    } else {
+        println!(
+            "spread over {} days and rollups rebuilt; {:.1} s in all",
+            args.days,
+            started.elapsed().as_secs_f64()
+        );
+    }
     Ok(())
+}
+
+/// A line of progress: on stdout for a person, on stderr beside `--json`.
+fn progress(json: bool, line: &str) {
+    if json {
+        eprintln!("{line}");
+    } else {
+        println!("{line}");
+    }
 }
 
 /// Deliveries per round of receiving then forwarding.
