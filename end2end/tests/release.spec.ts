@@ -24,6 +24,9 @@ async function freePort(): Promise<number> {
 
 test('the release binary alone serves a working dashboard from an empty directory', async ({ browser, request }) => {
   test.skip(!binary, 'scripts/test runs this with the binary scripts/release builds');
+  // It copies a binary of hundreds of MB, starts it on a new database and
+  // fetches the dev bundle (27 MB of wasm) three ways before the browser does.
+  test.setTimeout(120_000);
   const dir = mkdtempSync(join(tmpdir(), 'replaysafe-release-'));
   copyFileSync(binary!, join(dir, 'replaysafe'));
   expect(readdirSync(dir)).toEqual(['replaysafe']);
