@@ -230,7 +230,7 @@ test('an operator pauses and resumes a source; bulk re-delivery shows progress a
 
 test('an admin revokes a token made on the command line, and the API refuses it at once', async ({ page, browser, request }) => {
   const name = eventId('e2e-token');
-  const token = execFileSync(binary, ['token', 'create', '--config', configPath, '--name', name, '--role', 'viewer'], {
+  const token = execFileSync(binary, ['tokens', 'create', '--config', configPath, '--name', name, '--role', 'viewer'], {
     cwd: join(__dirname, '..', '..'),
     env: { ...process.env, DATABASE_URL: databaseUrl, E2E_GITHUB_SECRET: 'unused', RUST_LOG: 'warn' },
   }).toString().trim();

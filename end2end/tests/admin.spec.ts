@@ -116,7 +116,7 @@ test('an admin adds a user who chooses a password at first sign-in, changes thei
 test('changing your password ends your other sessions and keeps this one', async ({ browser }) => {
   const username = eventId('two-tabs');
   const password = 'first password of two-tabs';
-  execFileSync(binary, ['user', 'add', '--config', configPath, '--username', username, '--role', 'viewer'], {
+  execFileSync(binary, ['users', 'add', '--config', configPath, '--username', username, '--role', 'viewer'], {
     cwd: join(__dirname, '..', '..'),
     input: `${password}\n`,
     env: { ...process.env, DATABASE_URL: databaseUrl, E2E_GITHUB_SECRET: 'unused', RUST_LOG: 'warn' },
