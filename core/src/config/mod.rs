@@ -715,7 +715,9 @@ mod tests {
     use super::*;
     use crate::providers;
 
-    fn parse(text: &str, vars: &[(&str, &str)]) -> Result<Config, ConfigError> {
+    /// Config text as a file at /etc/rs/replaysafe.toml, with these
+    /// environment variables (the units tests use it too).
+    pub(super) fn parse(text: &str, vars: &[(&str, &str)]) -> Result<Config, ConfigError> {
         let vars: Vec<(String, String)> = vars
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))

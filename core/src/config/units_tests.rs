@@ -1,21 +1,11 @@
 //! Sizes and durations with units at every key that takes one, the
 //! aliases at both levels of a source, and `config check --json`'s shape.
 
-use std::path::Path;
-
+use super::tests::parse as parse_with;
 use super::*;
 
 fn parse(text: &str) -> Result<Config, ConfigError> {
     parse_with(text, &[])
-}
-
-fn parse_with(text: &str, vars: &[(&str, &str)]) -> Result<Config, ConfigError> {
-    let vars: Vec<(String, String)> = vars
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-    let env = move |name: &str| vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
-    parse_and_validate(Some(Path::new("/etc/rs/replaysafe.toml")), text, &env)
 }
 
 /// The error `text` gives, which must name `key` (as `key`).

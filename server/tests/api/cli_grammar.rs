@@ -430,6 +430,15 @@ async fn admin_token(app: &TestApp) -> String {
     .0
 }
 
+/// Who the audit log names for the latest `action`.
+async fn last_actor(pool: &PgPool, action: &str) -> String {
+    sqlx::query_scalar("SELECT username FROM audit_log WHERE action = $1 ORDER BY id DESC LIMIT 1")
+        .bind(action)
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
 fn words(line: &str) -> Vec<String> {
     line.split_whitespace().map(str::to_owned).collect()
 }
@@ -477,22 +486,12 @@ async fn commands_that_exist_both_ways_run_locally_unless_a_server_is_named(pool
         .await;
     assert_eq!(code, 0, "{err}");
     assert_eq!(json_of(&out)[0]["paused_by_operator"], true);
-    let who: String = sqlx::query_scalar(
-        "SELECT username FROM audit_log WHERE action = 'source.pause' ORDER BY id DESC LIMIT 1",
-    )
-    .fetch_one(&pool)
-    .await
-    .unwrap();
+    let who = last_actor(&pool, "source.pause").await;
     assert_eq!(who, "cli:carol");
     let (code, out, err) = remote("sources resume gh --json").output().await;
     assert_eq!(code, 0, "{err}");
     assert_eq!(json_of(&out)[0]["paused"], false);
-    let who: String = sqlx::query_scalar(
-        "SELECT username FROM audit_log WHERE action = 'source.resume' ORDER BY id DESC LIMIT 1",
-    )
-    .fetch_one(&pool)
-    .await
-    .unwrap();
+    let who = last_actor(&pool, "source.resume").await;
     assert_eq!(who, "admin-cli");
     let (code, _, err) = remote("sources pause gh --local")
         .config(&config)
@@ -500,12 +499,7 @@ async fn commands_that_exist_both_ways_run_locally_unless_a_server_is_named(pool
         .output()
         .await;
     assert_eq!(code, 0, "{err}");
-    let who: String = sqlx::query_scalar(
-        "SELECT username FROM audit_log WHERE action = 'source.pause' ORDER BY id DESC LIMIT 1",
-    )
-    .fetch_one(&pool)
-    .await
-    .unwrap();
+    let who = last_actor(&pool, "source.pause").await;
     assert_eq!(who, "cli:dave", "--local ran on the database");
     // A token alone names no server.
     let (code, out, _) = local("whoami --json")
